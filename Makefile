@@ -1,0 +1,43 @@
+# Plinth node storage. The README names two commands: `make run` and `make test`.
+# Every target installs what it needs (apt packages, Go tools, Kubernetes
+# binaries) idempotently, and caches expensive outputs under $(PLINTH_CACHE).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+export PLINTH_CACHE ?= $(HOME)/.cache/plinth
+export GOFLAGS ?= -mod=mod
+export PATH := /usr/local/go/bin:$(PATH)
+
+.PHONY: run test lint test-unit test-kernel test-sanity test-e2e test-bazel bench gazelle help
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
+
+run: ## bring up a local single-node cluster with Plinth storage (Ctrl-C stops it)
+	build/scripts/run.sh
+
+test: lint test-unit test-kernel test-sanity test-e2e test-bazel ## every test, as CI runs it
+
+lint: ## gofmt, go vet, staticcheck
+	build/scripts/lint.sh
+
+test-unit: ## go test ./... on the host (root-only tests run when root)
+	build/scripts/test-unit.sh
+
+test-kernel: ## quota and loop tests on a real kernel (qemu VM), loop tests also on the host
+	build/scripts/test-kernel.sh
+
+test-sanity: ## csi-sanity against `plinth-node csi-serve`, mount and block
+	build/scripts/test-sanity.sh
+
+test-e2e: ## a real single-node cluster: kubelet, containerd, plinth-node
+	build/scripts/test-e2e.sh
+
+test-bazel: ## bazel test //... (offline except the Go module proxy)
+	build/bazel/test.sh
+
+gazelle: ## regenerate BUILD files and deps.bzl from go.mod
+	build/bazel/gazelle.sh
+
+bench: ## benchmarks, with ratios against baselines measured in the same run
+	build/scripts/bench.sh

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# lint.sh — gofmt, go vet and staticcheck over the main module.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+unformatted=$(gofmt -l $(git ls-files '*.go' | grep -v '^third_party/') 2>&1 || true)
+if [ -n "$unformatted" ]; then
+	echo "gofmt: these files need formatting:" >&2
+	echo "$unformatted" >&2
+	exit 1
+fi
+go vet ./...
+staticcheck=$(build/scripts/go-tool.sh honnef.co/go/tools/cmd/staticcheck@v0.8.2)
+"$staticcheck" ./...
+echo "lint: ok"
