@@ -1,0 +1,244 @@
+// Package fsquota turns directories into size-limited volumes with
+// filesystem project quotas.
+//
+// A project quota charges every block and inode of the files carrying a
+// project ID to that ID. Giving a volume directory its own ID, with the
+// PROJINHERIT flag so new files and subdirectories take the same ID, and a
+// hard limit on the ID, makes the directory behave like a disk of exactly
+// that size: writes beyond it fail (ENOSPC on XFS, EDQUOT on ext4) and
+// statfs on the directory reports the limit as the size, which is what df
+// and kubelet's volume stats show.
+//
+// The package talks to the kernel directly: FS_IOC_FSSETXATTR for the
+// project ID and quotactl_fd(2) (Linux >= 5.14) with the Q_X* commands for
+// limits and usage. quotactl_fd addresses the filesystem through an open
+// directory, so no block device path is needed. The Q_X* commands work on
+// XFS and, through the generic quota layer, on ext4 mounted with prjquota.
+package fsquota
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrUnsupported is wrapped by Probe's errors when the filesystem does not
+// enforce project quotas.
+var ErrUnsupported = errors.New("project quotas not enforced")
+
+// ErrNoQuota is wrapped when a directory has no project ID.
+var ErrNoQuota = errors.New("directory has no project quota")
+
+// Limits are hard limits of a project. Zero means unlimited.
+type Limits struct {
+	// Bytes is the space limit. The kernel counts in 512-byte units, so
+	// SetQuota rounds up to a multiple of 512. The filesystem allocates
+	// whole blocks (usually 4 KiB), so a limit that is not a multiple of
+	// the block size cannot be filled to the last byte.
+	Bytes uint64
+	// Inodes limits the number of files and directories, counting the
+	// volume directory itself.
+	Inodes uint64
+}
+
+// Quota is a directory's project quota as the kernel reports it.
+type Quota struct {
+	ProjectID uint32
+	Limits    Limits
+	// UsedBytes and UsedInodes are charged to the project right now.
+	UsedBytes  uint64
+	UsedInodes uint64
+}
+
+const (
+	magicXFS  = 0x58465342 // XFS_SUPER_MAGIC
+	magicExt4 = 0xef53     // EXT4_SUPER_MAGIC (shared with ext2/ext3)
+)
+
+// Probe reports whether the filesystem holding dir enforces project
+// quotas. It returns nil when SetQuota will work, and otherwise an error
+// wrapping ErrUnsupported that says why, so node start-up can tell the
+// operator what to fix (filesystem type, mount option, kernel).
+func Probe(dir string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("probing project quotas on %s: %w", dir, err)
+	}
+	var fsName string
+	switch st.Type {
+	case magicXFS:
+		fsName = "xfs"
+	case magicExt4:
+		fsName = "ext4"
+	default:
+		return fmt.Errorf("probing project quotas on %s: filesystem type %#x is neither XFS nor ext4: %w", dir, st.Type, ErrUnsupported)
+	}
+	d, err := openDir(dir)
+	if err != nil {
+		return fmt.Errorf("probing project quotas on %s: %w", dir, err)
+	}
+	defer d.Close()
+	stat := fsQuotaStatV{Version: fsQStatVVersion}
+	err = control(d, func(fd uintptr) error {
+		return quotactlFd(fd, qcmd(qXGetQStatV, prjQuota), 0, unsafe.Pointer(&stat))
+	})
+	switch {
+	case errors.Is(err, unix.ENOSYS) && fsName == "xfs":
+		return fmt.Errorf("probing project quotas on %s: the kernel lacks XFS quota support (CONFIG_XFS_QUOTA) or quotactl_fd (Linux >= 5.14): %w", dir, ErrUnsupported)
+	case errors.Is(err, unix.ENOSYS):
+		return fmt.Errorf("probing project quotas on %s: the kernel lacks quota support (CONFIG_QUOTA) or quotactl_fd (Linux >= 5.14): %w", dir, ErrUnsupported)
+	case err != nil:
+		return fmt.Errorf("probing project quotas on %s: quotactl_fd(Q_XGETQSTATV): %w", dir, err)
+	}
+	if stat.Flags&quotaPDQEnfd == 0 {
+		if stat.Flags&quotaPDQAcct != 0 {
+			return fmt.Errorf("probing project quotas on %s: %s accounts project quotas but does not enforce them (mounted with pqnoenforce?): %w", dir, fsName, ErrUnsupported)
+		}
+		hint := "mount it with -o prjquota"
+		if fsName == "ext4" {
+			hint = "create it with -O project,quota and mount it with -o prjquota"
+		}
+		return fmt.Errorf("probing project quotas on %s: %s mounted without prjquota (%s): %w", dir, fsName, hint, ErrUnsupported)
+	}
+	if err := control(d, func(fd uintptr) error { _, err := getXattr(fd); return err }); err != nil {
+		return fmt.Errorf("probing project quotas on %s: FS_IOC_FSGETXATTR: %v: %w", dir, err, ErrUnsupported)
+	}
+	return nil
+}
+
+func openDir(dir string) (*os.File, error) {
+	return os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+}
+
+// SetQuota gives dir the project ID id (with PROJINHERIT, so everything
+// created below inherits it) and sets the project's hard limits. Calling it
+// again with the same ID changes the limits, which is how a volume grows.
+//
+// It refuses a directory that already carries a different non-zero ID:
+// files below would keep the old ID and escape the new limit. The limits
+// are set before the ID is assigned, so a crash in between never leaves a
+// directory with an ID but without a limit.
+func SetQuota(dir string, id uint32, l Limits) error {
+	if id == 0 {
+		return fmt.Errorf("setting quota on %s: project ID 0 is the default project of every file", dir)
+	}
+	d, err := openDir(dir)
+	if err != nil {
+		return fmt.Errorf("setting quota on %s: %w", dir, err)
+	}
+	defer d.Close()
+	return control(d, func(fd uintptr) error {
+		x, err := getXattr(fd)
+		if err != nil {
+			return fmt.Errorf("setting quota on %s: FS_IOC_FSGETXATTR: %w", dir, err)
+		}
+		if x.Projid != 0 && x.Projid != id {
+			return fmt.Errorf("setting quota on %s: directory already has project ID %d, not %d", dir, x.Projid, id)
+		}
+		if err := setLimits(fd, id, l); err != nil {
+			return fmt.Errorf("setting quota on %s: %w", dir, err)
+		}
+		if x.Projid == id && x.Xflags&xflagProjInherit != 0 {
+			return nil
+		}
+		x.Projid = id
+		x.Xflags |= xflagProjInherit
+		if err := setXattr(fd, &x); err != nil {
+			return fmt.Errorf("setting quota on %s: assigning project ID %d: FS_IOC_FSSETXATTR: %w", dir, id, err)
+		}
+		return nil
+	})
+}
+
+func setLimits(fd uintptr, id uint32, l Limits) error {
+	q := fsDiskQuota{
+		Version: fsDquotVersion,
+		Flags:   fsProjQuota,
+		// Soft limits are cleared: they only start grace timers, and a
+		// volume is meant to have one hard size.
+		Fieldmask:    dqBHard | dqBSoft | dqIHard | dqISoft,
+		ID:           id,
+		BlkHardlimit: (l.Bytes + basicBlock - 1) / basicBlock,
+		InoHardlimit: l.Inodes,
+	}
+	if err := quotactlFd(fd, qcmd(qXSetQLim, prjQuota), id, unsafe.Pointer(&q)); err != nil {
+		return fmt.Errorf("setting limits of project %d: quotactl_fd(Q_XSETQLIM): %w", id, err)
+	}
+	return nil
+}
+
+// GetQuota reads the project ID of dir and that project's limits and usage.
+// It fails with ErrNoQuota when dir has no project ID.
+func GetQuota(dir string) (*Quota, error) {
+	d, err := openDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading quota of %s: %w", dir, err)
+	}
+	defer d.Close()
+	var q *Quota
+	err = control(d, func(fd uintptr) error {
+		x, err := getXattr(fd)
+		if err != nil {
+			return fmt.Errorf("FS_IOC_FSGETXATTR: %w", err)
+		}
+		if x.Projid == 0 {
+			return ErrNoQuota
+		}
+		var dq fsDiskQuota
+		err = quotactlFd(fd, qcmd(qXGetQuota, prjQuota), x.Projid, unsafe.Pointer(&dq))
+		if errors.Is(err, unix.ENOENT) {
+			// No dquot yet: nothing charged and no limits set.
+			q = &Quota{ProjectID: x.Projid}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading project %d: quotactl_fd(Q_XGETQUOTA): %w", x.Projid, err)
+		}
+		q = &Quota{
+			ProjectID:  x.Projid,
+			Limits:     Limits{Bytes: dq.BlkHardlimit * basicBlock, Inodes: dq.InoHardlimit},
+			UsedBytes:  dq.Bcount * basicBlock,
+			UsedInodes: dq.Icount,
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading quota of %s: %w", dir, err)
+	}
+	return q, nil
+}
+
+// ClearQuota removes the limits of dir's project and takes the project ID
+// and PROJINHERIT off dir itself. Files below keep their ID (changing it
+// would mean walking the tree), so release the ID for reuse only after the
+// volume's contents are deleted. Clearing a directory without a project ID
+// succeeds.
+func ClearQuota(dir string) error {
+	d, err := openDir(dir)
+	if err != nil {
+		return fmt.Errorf("clearing quota of %s: %w", dir, err)
+	}
+	defer d.Close()
+	return control(d, func(fd uintptr) error {
+		x, err := getXattr(fd)
+		if err != nil {
+			return fmt.Errorf("clearing quota of %s: FS_IOC_FSGETXATTR: %w", dir, err)
+		}
+		if x.Projid == 0 {
+			return nil
+		}
+		if err := setLimits(fd, x.Projid, Limits{}); err != nil {
+			return fmt.Errorf("clearing quota of %s: %w", dir, err)
+		}
+		id := x.Projid
+		x.Projid = 0
+		x.Xflags &^= xflagProjInherit
+		if err := setXattr(fd, &x); err != nil {
+			return fmt.Errorf("clearing quota of %s: removing project ID %d: FS_IOC_FSSETXATTR: %w", dir, id, err)
+		}
+		return nil
+	})
+}
