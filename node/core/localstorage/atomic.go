@@ -1,0 +1,81 @@
+package localstorage
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// tempPrefix starts the names of WriteAtomic's temporary files. It begins
+// with ".", which ValidateName refuses, so a temporary file is never
+// mistaken for a record and a record never collides with one.
+const tempPrefix = ".tmp-"
+
+// WriteAtomic replaces the file's content with data and its mode with mode,
+// so that a reader, or the node after a crash or power loss, sees either the
+// old content or the new one, never a mix or an empty file. It writes a
+// temporary file in the same directory (a rename is atomic only within one
+// filesystem), fsyncs it, renames it over the file and fsyncs the directory
+// so the rename itself is durable. On failure the old file is untouched and
+// the temporary file removed.
+func (f *File) WriteAtomic(data []byte, mode fs.FileMode) error {
+	return writeAtomic(f.FullPath(), data, mode, os.Rename)
+}
+
+// writeAtomic takes the rename step as a parameter so tests can make it fail
+// and check that nothing was lost.
+func writeAtomic(path string, data []byte, mode fs.FileMode, rename func(oldpath, newpath string) error) (err error) {
+	if mode&^fs.ModePerm != 0 {
+		return fmt.Errorf("writing %s: mode %v has bits beyond the permissions", path, mode)
+	}
+	dir, base := filepath.Split(path)
+	tmp, err := os.CreateTemp(dir, tempPrefix+base+"-*")
+	if err != nil {
+		return fmt.Errorf("writing %s: creating temporary file: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	// CreateTemp makes 0600 files; set the wanted mode on the descriptor,
+	// which the umask does not filter.
+	if err := tmp.Chmod(mode); err != nil {
+		return fmt.Errorf("writing %s: setting mode: %w", path, err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("writing %s: syncing temporary file: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: closing temporary file: %w", path, err)
+	}
+	if err := rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("writing %s: renaming temporary file into place: %w", path, err)
+	}
+	if err := syncDir(dir); err != nil {
+		// The new content is in place; only its durability across a crash
+		// is in doubt. Report it: callers persisting state must know.
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// syncDir fsyncs a directory, making renames and creations in it durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("opening directory %s to sync it: %w", dir, err)
+	}
+	serr := d.Sync()
+	cerr := d.Close()
+	if err := errors.Join(serr, cerr); err != nil {
+		return fmt.Errorf("syncing directory %s: %w", dir, err)
+	}
+	return nil
+}
