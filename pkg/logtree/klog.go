@@ -1,6 +1,7 @@
 package logtree
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"regexp"
@@ -51,16 +52,18 @@ func (p *klogParser) Write(b []byte) (int, error) {
 	}
 	p.buf = append(p.buf, b...)
 	for {
-		i := indexByte(p.buf, '\n')
-		if i < 0 {
-			break
+		i := bytes.IndexByte(p.buf, '\n')
+		switch {
+		case i > maxKLogLine || (i < 0 && len(p.buf) >= maxKLogLine):
+			p.line(string(p.buf[:maxKLogLine]))
+			p.buf = p.buf[maxKLogLine:]
+			continue
+		case i >= 0:
+			p.line(string(p.buf[:i]))
+			p.buf = p.buf[i+1:]
+			continue
 		}
-		p.line(string(p.buf[:i]))
-		p.buf = p.buf[i+1:]
-	}
-	for len(p.buf) >= maxKLogLine {
-		p.line(string(p.buf[:maxKLogLine]))
-		p.buf = p.buf[maxKLogLine:]
+		break
 	}
 	// Move the remainder to the front so the backing array does not grow
 	// forever under a steady stream of writes.
@@ -84,15 +87,6 @@ func (p *klogParser) Close() error {
 		p.buf = nil
 	}
 	return nil
-}
-
-func indexByte(b []byte, c byte) int {
-	for i, x := range b {
-		if x == c {
-			return i
-		}
-	}
-	return -1
 }
 
 func (p *klogParser) line(s string) {
