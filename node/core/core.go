@@ -1,0 +1,221 @@
+// Package core is the logic of plinth-node: the root runnable of its
+// supervision tree.
+//
+// The root prepares the node's directory tree (mounting the data partition
+// on a real node), finds out what the data filesystem can do, and then
+// starts the node's services as its children:
+//
+//	root
+//	  datadir      mount (node mode) + create the data tree + probe quotas
+//	  <service>... e.g. "kubernetes", added by the command from its config
+//
+// Services are a list the caller passes in (Config.Services), so this
+// package knows nothing of Kubernetes: node/cmd/plinth-node composes the
+// node, and node/kubernetes plugs in with one Service entry.
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/pkg/supervisor"
+)
+
+// Env is what every service is given: the node's prepared state. It is
+// complete before any service starts and read-only afterwards.
+type Env struct {
+	// Root is the placed node tree. Root.Data is ready (created, and
+	// mounted on a real node); Root.Ephemeral and Root.Kubelet exist.
+	Root *localstorage.Root
+	// Data is the prepared data directory and its capabilities.
+	Data *DataDir
+	// NodeName is this node's Kubernetes node name.
+	NodeName string
+}
+
+// Service is a long-running part of the node started by the root once the
+// data directory is ready.
+type Service struct {
+	// Name is the runnable's name in the tree (a DNS label, unique).
+	Name string
+	// Runnable builds the service's runnable. It is called each time the
+	// root starts (so again after a root restart), with that start's Env.
+	Runnable func(env *Env) supervisor.Runnable
+}
+
+// DataMount is the data partition to mount at Root.Data before anything
+// else, on a node that boots into plinth-node. Hosted nodes have none:
+// their data directory is whatever the operator put there.
+type DataMount struct {
+	// Source is the block device, e.g. /dev/vdb or /dev/disk/by-label/data.
+	Source string
+	// FSType is the filesystem type, e.g. "xfs".
+	FSType string
+	// Options are the mount options, e.g. "prjquota" (needed for
+	// project-quota enforcement on XFS).
+	Options string
+}
+
+// Config configures the root runnable.
+type Config struct {
+	// Root is the placed node tree (required).
+	Root *localstorage.Root
+	// NodeName is this node's name (required).
+	NodeName string
+	// DataMount, if set, is mounted at Root.Data before the tree is
+	// created (node mode).
+	DataMount *DataMount
+	// AllowUnenforcedCapacity accepts filesystem volumes without enforced
+	// size when the data filesystem has no project quotas.
+	AllowUnenforcedCapacity bool
+	// ProbeQuota replaces fsquota.Probe (tests).
+	ProbeQuota func(dir string) error
+	// Services are started, in one group, once the data directory is ready.
+	Services []Service
+}
+
+// serviceName is the supervisor's rule for runnable names; checking it here
+// turns a typo into a start-up error instead of a root restart loop.
+var serviceName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// dataDirName is the name of the datadir runnable; services cannot take it.
+const dataDirName = "datadir"
+
+func (c *Config) validate() error {
+	if c.Root == nil || !c.Root.Placed() {
+		return errors.New("node config: Root must be a placed tree")
+	}
+	if strings.TrimSpace(c.NodeName) == "" {
+		return errors.New("node config: NodeName is empty")
+	}
+	if m := c.DataMount; m != nil && (m.Source == "" || m.FSType == "") {
+		return fmt.Errorf("node config: data mount needs a source and a filesystem type, have %q and %q", m.Source, m.FSType)
+	}
+	seen := map[string]bool{dataDirName: true}
+	for _, s := range c.Services {
+		if !serviceName.MatchString(s.Name) {
+			return fmt.Errorf("node config: service name %q is not a DNS label", s.Name)
+		}
+		if seen[s.Name] {
+			return fmt.Errorf("node config: service name %q is used twice (or is reserved)", s.Name)
+		}
+		if s.Runnable == nil {
+			return fmt.Errorf("node config: service %q has no Runnable", s.Name)
+		}
+		seen[s.Name] = true
+	}
+	return nil
+}
+
+// Root returns the root runnable of the node's supervision tree, after
+// checking cfg. The runnable signals Healthy once the data directory is
+// ready and every service has been started; it then runs until its context
+// ends. cfg is not modified and must not be modified afterwards.
+func Root(cfg Config) (supervisor.Runnable, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		log := supervisor.Logger(ctx)
+		// The ephemeral and kubelet trees are cheap to (re)create and
+		// needed by services; creating them here rather than in datadir
+		// keeps datadir about the data partition alone.
+		if err := cfg.Root.Ephemeral.MkdirAll(); err != nil {
+			return fmt.Errorf("creating ephemeral tree: %w", err)
+		}
+		if err := cfg.Root.Kubelet.MkdirAll(); err != nil {
+			return fmt.Errorf("creating kubelet tree: %w", err)
+		}
+
+		ready := make(chan *DataDir, 1)
+		if err := supervisor.Run(ctx, dataDirName, dataDirRunnable(cfg, ready)); err != nil {
+			return fmt.Errorf("starting datadir: %w", err)
+		}
+		var data *DataDir
+		select {
+		case data = <-ready:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+
+		env := &Env{Root: cfg.Root, Data: data, NodeName: cfg.NodeName}
+		group := make(map[string]supervisor.Runnable, len(cfg.Services))
+		for _, s := range cfg.Services {
+			group[s.Name] = s.Runnable(env)
+		}
+		if len(group) > 0 {
+			if err := supervisor.RunGroup(ctx, group); err != nil {
+				return fmt.Errorf("starting services: %w", err)
+			}
+		}
+		names := make([]string, 0, len(cfg.Services))
+		for _, s := range cfg.Services {
+			names = append(names, s.Name)
+		}
+		log.Infof("node %s is up: data directory %s, services %v", cfg.NodeName, data.Tree().FullPath(), names)
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		<-ctx.Done()
+		return ctx.Err()
+	}, nil
+}
+
+// dataDirRunnable mounts (node mode), creates and probes the data
+// directory, hands the result to the root through ready and reports Done.
+// A failure (device not there yet, mount refused) is returned, and the
+// supervisor retries with backoff: on a booting machine the data device may
+// appear a little later than plinth-node starts.
+func dataDirRunnable(cfg Config, ready chan<- *DataDir) supervisor.Runnable {
+	return func(ctx context.Context) error {
+		log := supervisor.Logger(ctx)
+		data := &cfg.Root.Data
+		if m := cfg.DataMount; m != nil {
+			mounted, err := ensureMounted(m, data.FullPath())
+			if err != nil {
+				return err
+			}
+			if mounted {
+				log.Infof("mounted data partition %s (%s, %q) at %s", m.Source, m.FSType, m.Options, data.FullPath())
+			} else {
+				log.Infof("data partition already mounted at %s", data.FullPath())
+			}
+		}
+		dd, err := PrepareDataDir(data, DataDirOptions{
+			AllowUnenforcedCapacity: cfg.AllowUnenforcedCapacity,
+			ProbeQuota:              cfg.ProbeQuota,
+		})
+		if err != nil {
+			return err
+		}
+		switch {
+		case dd.QuotaEnforced():
+			log.Infof("data directory %s ready; project quotas enforced", data.FullPath())
+		case dd.CapacityUnenforced():
+			// Loud on purpose: every filesystem volume of this node can
+			// outgrow its size, and whoever reads the log must notice.
+			for _, l := range []string{
+				"**********************************************************************",
+				"CAPACITY OF FILESYSTEM VOLUMES IS NOT ENFORCED on this node.",
+				fmt.Sprintf("Reason: %v", dd.QuotaProbeError()),
+				fmt.Sprintf("Filesystem volumes are provisioned anyway because %s is set:", AllowUnenforcedCapacityFlag),
+				"a volume can fill the whole data filesystem. Never run this in production.",
+				"**********************************************************************",
+			} {
+				log.Warning(l)
+			}
+		default:
+			log.Warningf("data directory %s ready, but filesystem volumes will be refused: project quotas are not enforced (%v); block volumes work. Pass %s to accept unenforced capacity.",
+				data.FullPath(), dd.QuotaProbeError(), AllowUnenforcedCapacityFlag)
+		}
+		select {
+		case ready <- dd:
+		default:
+			// Only the first successful run is read.
+		}
+		supervisor.Signal(ctx, supervisor.SignalDone)
+		return nil
+	}
+}
