@@ -1,0 +1,25 @@
+// Package names holds the names that more than one part of Plinth's storage
+// must spell identically: the CSI driver (which is also the provisioner name
+// and the PVC annotation value), the default StorageClass and the topology
+// key. A typo in one copy of such a name fails silently (the kubelet never
+// finds the driver, the provisioner never sees a claim), so every user
+// imports it from here instead of repeating the literal.
+//
+// The package imports nothing, so the Kubernetes-free volume layer and the
+// CSI plugin can use it as well as the controllers.
+package names
+
+const (
+	// DriverName is the CSI driver name, the CSIDriver object's name, the
+	// provisioner name in StorageClasses and PVC annotations, and the
+	// directory/socket name in the kubelet's plugin directories.
+	DriverName = "storage.plinth.dev"
+
+	// StorageClassName is the default StorageClass the node creates.
+	StorageClassName = "local"
+
+	// TopologyKeyHostname is the node label our PVs' node affinity and the
+	// CSI plugin's accessible topology use. Volumes live on one node's
+	// data partition, so the hostname is the whole topology.
+	TopologyKeyHostname = "kubernetes.io/hostname"
+)
