@@ -14,6 +14,11 @@
 // limits and usage. quotactl_fd addresses the filesystem through an open
 // directory, so no block device path is needed. The Q_X* commands work on
 // XFS and, through the generic quota layer, on ext4 mounted with prjquota.
+//
+// One difference matters for tests: ext4 (like every filesystem using the
+// generic quota code) lets processes with CAP_SYS_RESOURCE exceed hard
+// limits, while XFS enforces project limits on everyone. Volume users (pods)
+// normally lack that capability.
 package fsquota
 
 import (
@@ -87,6 +92,12 @@ func Probe(dir string) error {
 	})
 	switch {
 	case errors.Is(err, unix.ENOSYS) && fsName == "xfs":
+		// XFS offers no quotactl at all when mounted without quota
+		// options, and also when the kernel lacks XFS quota support;
+		// only the latter lacks /proc/fs/xfs/xqmstat.
+		if _, serr := os.Stat("/proc/fs/xfs/xqmstat"); serr == nil {
+			return fmt.Errorf("probing project quotas on %s: xfs mounted without prjquota (mount it with -o prjquota): %w", dir, ErrUnsupported)
+		}
 		return fmt.Errorf("probing project quotas on %s: the kernel lacks XFS quota support (CONFIG_XFS_QUOTA) or quotactl_fd (Linux >= 5.14): %w", dir, ErrUnsupported)
 	case errors.Is(err, unix.ENOSYS):
 		return fmt.Errorf("probing project quotas on %s: the kernel lacks quota support (CONFIG_QUOTA) or quotactl_fd (Linux >= 5.14): %w", dir, ErrUnsupported)

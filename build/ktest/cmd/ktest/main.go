@@ -1,0 +1,302 @@
+// Command ktest boots test binaries in a qemu micro-VM on a given kernel and
+// exits with their combined status.
+//
+//	ktest -kernel vmlinux -modules lib/modules/<version> a.test b.test [-- -test.run=X]
+//
+// It makes fresh disk images (ktest.Disks), packs an initramfs whose /init
+// is this very binary (built static, it becomes the VM's init when it runs
+// as PID 1), the test binaries and the kernel modules, boots qemu with the
+// serial console on stdout and parses the guest's result line.
+//
+// Exit status: the guest's (0 when every test binary passed), 124 on
+// timeout, 125 when the VM ended without a result (it could not start, or
+// init died), 2 on bad usage or host-side errors.
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"source.plinth.dev/build/ktest"
+	"source.plinth.dev/build/ktest/initramfs"
+)
+
+// modules are what the VM needs beyond the built-in drivers: virtio disks
+// on the microvm machine, XFS, loop devices and the quota format ext4's
+// hidden quota files use.
+var modules = []string{"virtio_mmio", "virtio_blk", "xfs", "loop", "quota_v2"}
+
+const (
+	exitUsage    = 2
+	exitTimeout  = 124
+	exitNoResult = 125
+)
+
+type options struct {
+	kernel, modDir, logFile, workDir string
+	timeout, testTimeout             time.Duration
+	memory                           string
+	cpus                             int
+	tests, args                      []string
+}
+
+func main() {
+	if os.Getpid() == 1 {
+		ktest.RunInit()
+	}
+	var o options
+	flag.StringVar(&o.kernel, "kernel", "", "kernel image qemu can boot with -machine microvm (an uncompressed vmlinux, PVH)")
+	flag.StringVar(&o.modDir, "modules", "", "lib/modules/<version> directory of the same kernel")
+	flag.StringVar(&o.logFile, "log", "", "also write the console to this file")
+	flag.StringVar(&o.workDir, "workdir", "", "directory for disk images and the initramfs (default: a temporary one, removed afterwards)")
+	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "time limit for the whole VM run")
+	flag.DurationVar(&o.testTimeout, "test-timeout", 10*time.Minute, "time limit for each test binary (-test.timeout)")
+	flag.StringVar(&o.memory, "m", "1G", "VM memory")
+	flag.IntVar(&o.cpus, "smp", 2, "VM CPUs")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: %s -kernel VMLINUX -modules DIR TEST.test... [-- TEST-ARGS...]\n", os.Args[0])
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	rest := flag.Args()
+	for i, a := range rest {
+		if a == "--" {
+			o.tests, o.args = rest[:i], rest[i+1:]
+			break
+		}
+	}
+	if o.tests == nil {
+		o.tests = rest
+	}
+	if o.kernel == "" || o.modDir == "" || len(o.tests) == 0 {
+		flag.Usage()
+		os.Exit(exitUsage)
+	}
+	code, err := run(o)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ktest: %v\n", err)
+	}
+	os.Exit(code)
+}
+
+func run(o options) (int, error) {
+	work := o.workDir
+	if work == "" {
+		d, err := os.MkdirTemp("", "ktest-")
+		if err != nil {
+			return exitUsage, err
+		}
+		defer os.RemoveAll(d)
+		work = d
+	} else if err := os.MkdirAll(work, 0o755); err != nil {
+		return exitUsage, err
+	}
+	nonce := make([]byte, 8)
+	if _, err := rand.Read(nonce); err != nil {
+		return exitUsage, err
+	}
+	cfg := ktest.Config{Nonce: hex.EncodeToString(nonce), Args: o.args, Timeout: o.testTimeout}
+	initrd := filepath.Join(work, "initramfs.cpio")
+	if err := writeInitramfs(initrd, o, &cfg); err != nil {
+		return exitUsage, fmt.Errorf("writing initramfs: %w", err)
+	}
+	disks, err := makeDisks(work)
+	if err != nil {
+		return exitUsage, err
+	}
+	return boot(o, cfg.Nonce, initrd, disks)
+}
+
+func writeInitramfs(out string, o options, cfg *ktest.Config) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	initBin, err := os.ReadFile(self)
+	if err != nil {
+		return err
+	}
+	mods, err := initramfs.Modules(o.modDir, modules)
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	w := initramfs.NewWriter(f)
+	w.CharDev("dev/console", 5, 1)
+	for _, d := range []string{"proc", "sys", "tmp", ktest.MountRoot} {
+		w.Dir(d)
+	}
+	w.File("init", 0o755, initBin)
+	var list []string
+	for _, m := range mods {
+		ko, err := os.ReadFile(m.Path)
+		if err != nil {
+			return err
+		}
+		p := "/ktest/modules/" + m.Name + ".ko"
+		w.File(p, 0o644, initramfs.StripSignature(ko))
+		list = append(list, p)
+	}
+	w.File(ktest.GuestModules, 0o644, []byte(strings.Join(list, "\n")+"\n"))
+	seen := map[string]bool{}
+	for _, t := range o.tests {
+		name := filepath.Base(t)
+		if seen[name] {
+			return fmt.Errorf("two test binaries called %s", name)
+		}
+		seen[name] = true
+		b, err := os.ReadFile(t)
+		if err != nil {
+			return err
+		}
+		p := ktest.GuestTestDir + "/" + name
+		w.File(p, 0o755, b)
+		cfg.Tests = append(cfg.Tests, p)
+	}
+	cb, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	w.File(ktest.GuestConfig, 0o644, cb)
+	if err := w.Close(); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// makeDisks formats a fresh sparse image for each ktest.Disks entry.
+func makeDisks(work string) ([]string, error) {
+	var paths []string
+	for _, d := range ktest.Disks {
+		p := filepath.Join(work, d.Name+".img")
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		f, err := os.Create(p)
+		if err != nil {
+			return nil, err
+		}
+		err = f.Truncate(d.Size)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("creating disk image %s: %w", p, err)
+		}
+		cmd := exec.Command(d.Mkfs[0], append(d.Mkfs[1:], p)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("formatting disk %s: %s: %w\n%s", d.Name, strings.Join(cmd.Args, " "), err, out)
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
+}
+
+func boot(o options, nonce, initrd string, disks []string) (int, error) {
+	cmdline := []string{
+		"console=ttyS0", "quiet", "loglevel=3", "panic=-1", "oops=panic", "mitigations=off",
+		"no_timer_check", "random.trust_cpu=on",
+		"i8042.noaux", "i8042.nomux", "i8042.nopnp", "i8042.dumbkbd",
+	}
+	// microvm has neither HPET nor an ACPI PM timer, and under TCG the
+	// PIT-based TSC calibration sometimes fails, hanging the boot. TCG
+	// reads the host's TSC, so tell the kernel its rate.
+	if khz := hostTSCkHz(); khz > 0 {
+		cmdline = append(cmdline, "tsc_early_khz="+strconv.Itoa(khz))
+	}
+	args := []string{
+		"-machine", "microvm", "-accel", "tcg", "-cpu", "max",
+		"-m", o.memory, "-smp", strconv.Itoa(o.cpus),
+		"-nographic", "-nodefaults", "-no-reboot", "-serial", "stdio",
+		"-kernel", o.kernel, "-initrd", initrd, "-append", strings.Join(cmdline, " "),
+		// Writes go to a temporary overlay: the images stay pristine.
+		"-snapshot",
+	}
+	for i, p := range disks {
+		id := "d" + strconv.Itoa(i)
+		args = append(args, "-drive", "id="+id+",file="+p+",if=none,format=raw,cache=unsafe",
+			"-device", "virtio-blk-device,drive="+id)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", args...)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return exitUsage, err
+	}
+	var log io.Writer = io.Discard
+	if o.logFile != "" {
+		lf, err := os.Create(o.logFile)
+		if err != nil {
+			return exitUsage, err
+		}
+		defer lf.Close()
+		log = lf
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return exitNoResult, fmt.Errorf("starting qemu: %w", err)
+	}
+	code, haveResult := 0, false
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimRight(sc.Text(), "\r")
+		stamped := fmt.Sprintf("[%7.3f] %s\n", time.Since(start).Seconds(), line)
+		os.Stdout.WriteString(stamped)
+		io.WriteString(log, stamped)
+		if c, ok := ktest.ParseResult(line, nonce); ok {
+			code, haveResult = c, true
+		}
+	}
+	werr := cmd.Wait()
+	fmt.Fprintf(os.Stderr, "ktest: VM ran %.1fs\n", time.Since(start).Seconds())
+	switch {
+	case ctx.Err() != nil:
+		return exitTimeout, fmt.Errorf("VM did not finish within %v", o.timeout)
+	case !haveResult:
+		return exitNoResult, fmt.Errorf("VM ended without a result line (qemu: %v): it failed to boot or its init died", werr)
+	case code != 0:
+		return code, fmt.Errorf("tests in the VM failed (exit %d)", code)
+	}
+	return 0, nil
+}
+
+func hostTSCkHz() int {
+	if b, err := os.ReadFile("/sys/devices/system/cpu/cpu0/tsc_freq_khz"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			return n
+		}
+	}
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "cpu MHz" {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil {
+				return int(f * 1000)
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,224 @@
+package ktest
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Paths inside the initramfs, shared by the host runner and the guest init.
+const (
+	// GuestConfig holds the Config for the VM's init.
+	GuestConfig = "/ktest/config.json"
+	// GuestModules lists kernel modules to load, one path per line, in
+	// dependency order.
+	GuestModules = "/ktest/modules.list"
+	// GuestTestDir holds the test binaries.
+	GuestTestDir = "/ktest/tests"
+)
+
+// Config tells the VM's init what to run.
+type Config struct {
+	// Nonce makes the result lines unforgeable by test output.
+	Nonce string
+	// Tests are guest paths of test binaries, run one after another.
+	Tests []string
+	// Args are passed to every test binary.
+	Args []string
+	// Timeout bounds each test binary (as -test.timeout).
+	Timeout time.Duration
+}
+
+// Result lines on the console; the host runner parses them.
+const (
+	resultPrefix  = "KTEST-RESULT"
+	packagePrefix = "KTEST-PACKAGE"
+)
+
+// ResultLine is the final line the guest prints: the exit status of the
+// whole run.
+func ResultLine(nonce string, code int) string {
+	return fmt.Sprintf("%s %s exit=%d", resultPrefix, nonce, code)
+}
+
+// ParseResult recognises a ResultLine with the given nonce.
+func ParseResult(line, nonce string) (code int, ok bool) {
+	i := strings.Index(line, resultPrefix+" "+nonce+" exit=")
+	if i < 0 {
+		return 0, false
+	}
+	_, err := fmt.Sscanf(line[i:], resultPrefix+" "+nonce+" exit=%d", &code)
+	return code, err == nil
+}
+
+// Exit codes of the guest beyond the tests' own.
+const (
+	// ExitSetup: init could not prepare the VM (module, disk, mount).
+	ExitSetup = 120
+	// ExitNoTest: a test binary could not be started.
+	ExitNoTest = 121
+)
+
+// RunInit is the VM's PID 1: it mounts the pseudo filesystems, loads the
+// modules, mounts Disks under MountRoot, runs each test binary as a child
+// (given here, or listed in GuestConfig), prints the result line and
+// powers the VM off. It never returns.
+//
+// Tests run as children so a panicking test only ends its own process:
+// init survives to report the failure. If init itself died, the kernel
+// would panic and the host would see no result line, which it also treats
+// as failure.
+func RunInit(tests ...string) {
+	cfg := Config{Timeout: 10 * time.Minute}
+	if b, err := os.ReadFile(GuestConfig); err == nil {
+		if err := json.Unmarshal(b, &cfg); err != nil {
+			fmt.Printf("ktest-init: reading %s: %v\n", GuestConfig, err)
+			finish(cfg.Nonce, ExitSetup)
+		}
+	}
+	if len(tests) > 0 {
+		cfg.Tests = tests
+	}
+	if err := setupGuest(); err != nil {
+		fmt.Printf("ktest-init: setting up the VM: %v\n", err)
+		finish(cfg.Nonce, ExitSetup)
+	}
+	code := 0
+	for _, bin := range cfg.Tests {
+		c := runTest(bin, cfg)
+		fmt.Printf("%s %s %s exit=%d\n", packagePrefix, cfg.Nonce, filepath.Base(bin), c)
+		if c != 0 && code == 0 {
+			code = c
+		}
+	}
+	finish(cfg.Nonce, code)
+}
+
+func runTest(bin string, cfg Config) int {
+	args := append([]string{"-test.v", "-test.count=1", fmt.Sprintf("-test.timeout=%s", cfg.Timeout)}, cfg.Args...)
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout = os.Stdout
+	cmd.Stderr = os.Stdout
+	cmd.Dir = "/tmp"
+	cmd.Env = []string{"PATH=/sbin:/bin", "HOME=/tmp", "TMPDIR=/tmp", envVM + "=1", "CI=" + os.Getenv("CI")}
+	fmt.Printf("ktest-init: running %s %s\n", filepath.Base(bin), strings.Join(args, " "))
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee) && ee.ExitCode() > 0:
+		return ee.ExitCode()
+	case errors.As(err, &ee):
+		fmt.Printf("ktest-init: %s: %v\n", filepath.Base(bin), ee)
+		return 1
+	default:
+		fmt.Printf("ktest-init: starting %s: %v\n", filepath.Base(bin), err)
+		return ExitNoTest
+	}
+}
+
+func setupGuest() error {
+	for _, m := range []struct{ src, dst, fs string }{
+		{"proc", "/proc", "proc"},
+		{"sysfs", "/sys", "sysfs"},
+		{"devtmpfs", "/dev", "devtmpfs"},
+		{"tmpfs", "/tmp", "tmpfs"},
+	} {
+		if err := os.MkdirAll(m.dst, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(m.src, m.dst, m.fs, 0, ""); err != nil {
+			return fmt.Errorf("mounting %s: %w", m.dst, err)
+		}
+	}
+	if err := loadModules(GuestModules); err != nil {
+		return err
+	}
+	for i, d := range Disks {
+		dev := fmt.Sprintf("/dev/vd%c", 'a'+i)
+		if err := waitFor(dev, 10*time.Second); err != nil {
+			return fmt.Errorf("disk %s: %w", d.Name, err)
+		}
+		mnt := filepath.Join(MountRoot, d.Name)
+		if err := os.MkdirAll(mnt, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(dev, mnt, d.FS, 0, d.Options); err != nil {
+			return fmt.Errorf("mount -t %s -o %q %s %s: %w", d.FS, d.Options, dev, mnt, err)
+		}
+	}
+	return nil
+}
+
+func loadModules(list string) error {
+	f, err := os.Open(list)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		p := strings.TrimSpace(sc.Text())
+		if p == "" {
+			continue
+		}
+		if err := loadModule(p); err != nil {
+			return fmt.Errorf("loading module %s: %w", p, err)
+		}
+	}
+	return sc.Err()
+}
+
+func loadModule(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	// Signatures are stripped by the initramfs writer (checking them is
+	// slow under TCG); the kernel only taints itself.
+	if err := unix.FinitModule(int(f.Fd()), "", 0); err != nil && !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	return nil
+}
+
+// waitFor waits for a device node: devtmpfs creates it when the driver
+// has probed the device, which happens asynchronously after module load.
+func waitFor(path string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		_, err := os.Stat(path)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func finish(nonce string, code int) {
+	fmt.Printf("\n%s\n", ResultLine(nonce, code))
+	// The UART drains asynchronously; wait for it, or the result line may
+	// be cut off by the power-off.
+	_ = unix.IoctlSetInt(1, unix.TCSBRK, 1)
+	unix.Sync()
+	if err := unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF); err != nil {
+		fmt.Printf("ktest-init: power off: %v\n", err)
+	}
+	for {
+		// An empty select would trip Go's deadlock detector and crash init.
+		time.Sleep(time.Hour)
+	}
+}

@@ -1,0 +1,144 @@
+// Package ktest runs a package's tests on a real Linux kernel inside a
+// qemu micro-VM, for code whose behaviour only the kernel can show
+// (project quotas, loop devices).
+//
+// A package opts in by calling Main from its TestMain:
+//
+//	func TestMain(m *testing.M) { ktest.Main(m) }
+//
+// `make test-kernel` finds such packages (grep for "ktest.Main("), builds
+// each one's test binary statically, and boots them all in one VM with
+// build/ktest/cmd/ktest, which also serves as the VM's /init. Inside the
+// VM the test binaries run as children of init, so a test that panics
+// still ends in a reported failure rather than a kernel panic.
+//
+// Tests that need the VM call RequireVM (or Mount/TempDir, which call it);
+// they skip in a plain `go test` on the host, where the host kernel may
+// lack the feature (this one has no XFS quota support). Tests that only
+// need root (loop devices) call RequireRoot and run both on the host and
+// in the VM.
+package ktest
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// envVM is set by the VM's init for the test binaries it starts.
+const envVM = "PLINTH_KTEST_VM"
+
+// Disk is a disk image attached to the VM and mounted by its init.
+type Disk struct {
+	// Name is the mount point below /mnt and the key for Mount.
+	Name string
+	// FS is the filesystem type passed to mount(2).
+	FS string
+	// Size of the sparse image in bytes.
+	Size int64
+	// Mkfs is the host command that formats the image (its path is
+	// appended).
+	Mkfs []string
+	// Options are the mount options.
+	Options string
+}
+
+// Disks are the filesystems every kernel test can use, in the order they
+// are attached (/dev/vda, /dev/vdb, ...). The images are made fresh on the
+// host for every run and attached as qemu snapshots.
+var Disks = []Disk{
+	// mkfs.xfs refuses images under 300 MB; sparse files cost nothing.
+	{Name: "xfs", FS: "xfs", Size: 512 << 20, Mkfs: []string{"mkfs.xfs", "-q", "-f"}, Options: "prjquota"},
+	{Name: "ext4", FS: "ext4", Size: 256 << 20, Mkfs: []string{"mkfs.ext4", "-q", "-F", "-O", "quota,project", "-E", "quotatype=prjquota"}, Options: "prjquota"},
+	// An XFS without quota options, to test that missing support is
+	// detected and explained.
+	{Name: "xfs-noquota", FS: "xfs", Size: 300 << 20, Mkfs: []string{"mkfs.xfs", "-q", "-f"}},
+}
+
+// MountRoot is where the VM's init mounts Disks.
+const MountRoot = "/mnt"
+
+// Main runs the package's tests. Use it from TestMain so the package is
+// picked up by `make test-kernel`. When the binary itself was booted as
+// the VM's /init (PID 1), it acts as init and runs itself as the only
+// test binary.
+func Main(m *testing.M) {
+	if os.Getpid() == 1 {
+		exe, err := os.Executable()
+		if err != nil {
+			exe = os.Args[0]
+		}
+		RunInit(exe)
+	}
+	os.Exit(m.Run())
+}
+
+// InVM reports whether the test binary runs inside the ktest VM.
+func InVM() bool { return os.Getenv(envVM) == "1" }
+
+// RequireVM skips the test outside the ktest VM. Inside it, it does
+// nothing: a kernel test there must pass or fail, never skip.
+func RequireVM(t testing.TB) {
+	t.Helper()
+	if !InVM() {
+		t.Skip("needs the kernel test VM: run `make test-kernel`")
+	}
+}
+
+// RequireRoot skips the test when not running as root, except in CI
+// (CI=true), where every root test must run, so skipping is a failure.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("test needs root, and CI=true forbids skipping it")
+	}
+	t.Skip("needs root")
+}
+
+// Mount returns the mount point of the VM disk called name (see Disks).
+// It skips outside the VM and fails if the disk is not mounted.
+func Mount(t testing.TB, name string) string {
+	t.Helper()
+	RequireVM(t)
+	for _, d := range Disks {
+		if d.Name == name {
+			mnt := filepath.Join(MountRoot, name)
+			if !isMountPoint(mnt) {
+				t.Fatalf("disk %q is not mounted at %s (see the VM init log above)", name, mnt)
+			}
+			return mnt
+		}
+	}
+	t.Fatalf("no ktest disk called %q", name)
+	return ""
+}
+
+// TempDir returns a new empty directory on the VM disk called name,
+// removed when the test ends.
+func TempDir(t testing.TB, name string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(Mount(t, name), "test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("cleaning up %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// isMountPoint reports whether dir is on another filesystem than its
+// parent.
+func isMountPoint(dir string) bool {
+	var st, parent syscall.Stat_t
+	if syscall.Stat(dir, &st) != nil || syscall.Stat(filepath.Dir(dir), &parent) != nil {
+		return false
+	}
+	return st.Dev != parent.Dev
+}

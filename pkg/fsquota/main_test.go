@@ -1,0 +1,10 @@
+package fsquota_test
+
+import (
+	"testing"
+
+	"source.plinth.dev/build/ktest"
+)
+
+// TestMain lets `make test-kernel` run these tests in the kernel test VM.
+func TestMain(m *testing.M) { ktest.Main(m) }

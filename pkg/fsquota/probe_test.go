@@ -1,0 +1,61 @@
+package fsquota_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"source.plinth.dev/build/ktest"
+	"source.plinth.dev/pkg/fsquota"
+)
+
+func TestProbeVM(t *testing.T) {
+	ktest.RequireVM(t)
+	for _, tc := range []struct {
+		disk    string
+		wantErr string
+	}{
+		{disk: "xfs"},
+		{disk: "ext4"},
+		{disk: "xfs-noquota", wantErr: "xfs mounted without prjquota"},
+	} {
+		t.Run(tc.disk, func(t *testing.T) {
+			err := fsquota.Probe(ktest.Mount(t, tc.disk))
+			t.Logf("Probe: %v", err)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Probe on %s: %v, want nil", tc.disk, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.Is(err, fsquota.ErrUnsupported) {
+				t.Fatalf("Probe on %s: %v, want ErrUnsupported saying %q", tc.disk, err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestProbeUnsupportedFilesystem runs on the host too.
+func TestProbeUnsupportedFilesystem(t *testing.T) {
+	ktest.RequireRoot(t)
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, 0); err != nil {
+			t.Error(err)
+		}
+	})
+	err := fsquota.Probe(dir)
+	if !errors.Is(err, fsquota.ErrUnsupported) || !strings.Contains(err.Error(), "neither XFS nor ext4") {
+		t.Fatalf("Probe on tmpfs: %v, want ErrUnsupported saying 'neither XFS nor ext4'", err)
+	}
+	if err := fsquota.Probe(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Probe on a missing directory: %v, want ErrNotExist", err)
+	}
+}
