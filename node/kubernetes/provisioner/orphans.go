@@ -1,0 +1,151 @@
+package provisioner
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Orphans are volumes on this node that nothing refers to: the process died
+// between creating a volume and its PV and the claim was deleted meanwhile,
+// or an administrator deleted a PV by hand. The reconciler runs at start and
+// then periodically. A volume is removed only when all of these hold:
+//
+//   - its ID has this driver's format (pvc-<uid>), so we made it;
+//   - no PV of that name exists, by a live read from the API server (the
+//     informer only covers PVs carrying this node's label);
+//   - no claim with that UID exists in the (synced) claim informer;
+//   - both have been true on every check for the whole grace period, which
+//     is far longer than informer lag and than the gap between creating a
+//     volume and creating its PV.
+//
+// Anything else found in the volumes directory is reported and kept.
+
+// orphanCheckInterval is how often the reconciler looks for orphans.
+func orphanCheckInterval(grace time.Duration) time.Duration {
+	return min(max(grace/4, time.Second), time.Minute)
+}
+
+func (r *run) reconcileOrphansLoop(ctx context.Context) {
+	grace := orDefault(r.OrphanGracePeriod, DefaultOrphanGracePeriod)
+	ticker := r.clock.NewTicker(orphanCheckInterval(grace))
+	defer ticker.Stop()
+	for {
+		if err := r.reconcileOrphans(ctx, grace); err != nil && ctx.Err() == nil {
+			r.log.Warningf("orphan check: %v", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		}
+	}
+}
+
+// reconcileOrphans runs one orphan check.
+func (r *run) reconcileOrphans(ctx context.Context, grace time.Duration) error {
+	ids, err := r.Volumes.List(ctx)
+	if err != nil {
+		return fmt.Errorf("listing volumes: %w", err)
+	}
+	now := r.clock.Now()
+	present := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		present[id] = true
+		if !r.unreferenced(id) {
+			r.forgetCandidate(id)
+			continue
+		}
+		first := r.candidateSince(id, now)
+		if now.Sub(first) < grace {
+			continue
+		}
+		if err := r.removeOrphan(ctx, id, now.Sub(first)); err != nil {
+			r.log.Warningf("removing orphaned volume %s: %v", id, err)
+		}
+	}
+	r.orphanMu.Lock()
+	for id := range r.firstSeen {
+		if !present[id] {
+			delete(r.firstSeen, id)
+		}
+	}
+	r.orphanMu.Unlock()
+	return nil
+}
+
+// unreferenced reports, from the caches, whether no PV and no claim refer to
+// the volume. A volume ID not in our format is never unreferenced: we do not
+// know what refers to it, so it is reported and left alone.
+func (r *run) unreferenced(id string) bool {
+	uid, ok := claimUIDOf(id)
+	if !ok {
+		r.reportForeign(id)
+		return false
+	}
+	if _, exists, _ := r.volumes.GetByKey(id); exists {
+		return false
+	}
+	if claims, _ := r.claimIdx.ByIndex(uidIndex, string(uid)); len(claims) > 0 {
+		return false
+	}
+	return true
+}
+
+func (r *run) candidateSince(id string, now time.Time) time.Time {
+	r.orphanMu.Lock()
+	defer r.orphanMu.Unlock()
+	first, ok := r.firstSeen[id]
+	if !ok {
+		r.firstSeen[id] = now
+		r.log.Infof("volume %s has no PV and no claim; removing it if that is still so in %s", id, orDefault(r.OrphanGracePeriod, DefaultOrphanGracePeriod))
+		return now
+	}
+	return first
+}
+
+func (r *run) forgetCandidate(id string) {
+	r.orphanMu.Lock()
+	delete(r.firstSeen, id)
+	r.orphanMu.Unlock()
+}
+
+func (r *run) reportForeign(id string) {
+	r.orphanMu.Lock()
+	defer r.orphanMu.Unlock()
+	key := "foreign:" + id
+	if _, seen := r.firstSeen[key]; !seen {
+		r.firstSeen[key] = r.clock.Now()
+		r.log.Warningf("volume %q in the volumes directory is not in this driver's format; leaving it alone", id)
+	}
+}
+
+// removeOrphan re-checks an orphan under the volume's lock, with a live read
+// of its PV, and removes it.
+func (r *run) removeOrphan(ctx context.Context, id string, age time.Duration) error {
+	unlock := r.locks.lock(id)
+	defer unlock()
+	if !r.unreferenced(id) {
+		r.forgetCandidate(id)
+		return nil
+	}
+	_, err := r.Client.CoreV1().PersistentVolumes().Get(ctx, id, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		// A PV exists but our informer does not see it (its label was
+		// removed, or the watch lags): not an orphan.
+		r.forgetCandidate(id)
+		return nil
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("checking for PV %s: %w", id, err)
+	}
+	if err := r.Volumes.Delete(ctx, id); err != nil {
+		return fmt.Errorf("deleting volume: %w", err)
+	}
+	r.forgetCandidate(id)
+	r.log.Infof("audit: deleted orphaned volume %s and its data: no PV and no claim referred to it for %s", id, age.Round(time.Second))
+	return nil
+}

@@ -1,0 +1,181 @@
+package provisioner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// syncClaim provisions the volume and PV for one claim, or confirms an
+// earlier attempt did. It is safe to run any number of times, from any
+// point a previous run (or process) stopped at.
+func (r *run) syncClaim(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil // not a key we made; nothing to retry
+	}
+	pvc, err := r.claims.PersistentVolumeClaims(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		r.claimQ.Forget(key)
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("reading claim %s: %w", key, err)
+	}
+	if !r.needsVolume(pvc) {
+		return nil
+	}
+	id := volumeIDFor(pvc.UID)
+	unlock := r.locks.lock(id)
+	defer unlock()
+	// Re-read under the lock: the orphan reconciler may have decided
+	// meanwhile that this claim is gone and removed its volume.
+	if pvc, err = r.claims.PersistentVolumeClaims(ns).Get(name); err != nil || !r.needsVolume(pvc) || volumeIDFor(pvc.UID) != id {
+		return nil
+	}
+	if obj, exists, _ := r.volumes.GetByKey(id); exists {
+		// Provisioned already (by an earlier attempt); the PV controller
+		// binds it. A PV of that name for another claim cannot exist since
+		// the name contains this claim's UID, but say so if it does.
+		if pv, ok := obj.(*corev1.PersistentVolume); ok && (pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != pvc.UID) {
+			r.log.Warningf("PV %s exists but is not for claim %s; leaving both alone", id, describeClaim(pvc))
+		}
+		return nil
+	}
+
+	className := ""
+	if pvc.Spec.StorageClassName != nil {
+		className = *pvc.Spec.StorageClassName
+	}
+	if className == "" {
+		r.failClaim(pvc, "claim has no StorageClass")
+		return nil
+	}
+	class, err := r.classes.Get(className)
+	if apierrors.IsNotFound(err) {
+		// The class may still be created; onClass requeues the claim then,
+		// and backoff retries cover a missed event.
+		r.failClaim(pvc, fmt.Sprintf("StorageClass %q not found", className))
+		return fmt.Errorf("StorageClass %q not found", className)
+	} else if err != nil {
+		return fmt.Errorf("reading StorageClass %q: %w", className, err)
+	}
+	req, err := validateClaim(pvc, class, r.Driver)
+	if err != nil {
+		// Retrying cannot help; an update of the claim requeues it.
+		r.failClaim(pvc, err.Error())
+		return nil
+	}
+
+	mode := Filesystem
+	if req.mode == corev1.PersistentVolumeBlock {
+		mode = Block
+	}
+	created, err := r.Volumes.Create(ctx, id, mode, req.bytes)
+	if err != nil {
+		r.failClaim(pvc, fmt.Sprintf("creating volume %s: %v", id, err))
+		if r.Volumes.Classify(err) == Permanent {
+			return nil
+		}
+		return fmt.Errorf("creating volume %s: %w", id, err)
+	}
+	if !created.CapacityEnforced {
+		r.recorder.Eventf(pvc, corev1.EventTypeWarning, ReasonCapacityNotEnforced,
+			"volume %s is not limited to its %s: this node cannot enforce quotas (allowed by the operator)", id, req.size.String())
+	}
+
+	pv := buildPV(pvc, req, r.Driver, r.hostname, r.label)
+	made, err := r.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		// An earlier attempt created it but we did not see it yet.
+		made, err = r.Client.CoreV1().PersistentVolumes().Get(ctx, id, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading existing PV %s: %w", id, err)
+		}
+		if made.Spec.ClaimRef == nil || made.Spec.ClaimRef.UID != pvc.UID {
+			return fmt.Errorf("PV %s exists but is not for claim %s", id, describeClaim(pvc))
+		}
+	case err != nil:
+		// The volume stays: the retry reuses it, and if the claim goes away
+		// first, the orphan reconciler removes it.
+		return fmt.Errorf("creating PV %s: %w", id, err)
+	}
+	r.volumes.Mutation(made)
+	r.log.Infof("provisioned %s for claim %s: %s, %d bytes", id, describeClaim(pvc), req.mode, req.bytes)
+	r.recorder.Eventf(pvc, corev1.EventTypeNormal, ReasonProvisioningSucceeded,
+		"Successfully provisioned volume %s on node %s", id, r.NodeName)
+	return nil
+}
+
+func (r *run) failClaim(pvc *corev1.PersistentVolumeClaim, msg string) {
+	r.log.Warningf("provisioning for claim %s failed: %s", describeClaim(pvc), msg)
+	r.recorder.Event(pvc, corev1.EventTypeWarning, ReasonProvisioningFailed, msg)
+}
+
+// errNotOurs stops deletion of a PV that changed under us.
+var errNotOurs = errors.New("PV is no longer a released volume of this node")
+
+// syncVolume deletes the volume and then the PV of a released PV whose
+// reclaim policy is Delete. Every step is idempotent, so a crash anywhere is
+// finished by the next attempt.
+func (r *run) syncVolume(ctx context.Context, name string) error {
+	obj, exists, err := r.volumes.GetByKey(name)
+	if err != nil {
+		return fmt.Errorf("reading PV %s: %w", name, err)
+	}
+	if !exists {
+		r.volumeQ.Forget(name)
+		return nil
+	}
+	pv, ok := obj.(*corev1.PersistentVolume)
+	if !ok || !deletable(pv) {
+		return nil
+	}
+	if ours, why := ownsVolume(pv, r.Driver, r.hostname); !ours {
+		r.log.V(1).Infof("ignoring released PV %s: %s", name, why)
+		return nil
+	}
+	// The cache may be behind: an administrator could have made the PV
+	// Available again and it may be bound by now. Only the API server's
+	// current word allows destroying data.
+	live, err := r.Client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("reading PV %s: %w", name, err)
+	}
+	if ours, _ := ownsVolume(live, r.Driver, r.hostname); !ours || !deletable(live) || live.UID != pv.UID {
+		r.log.Infof("not deleting PV %s: %v", name, errNotOurs)
+		return nil
+	}
+	claim := "<none>"
+	if ref := live.Spec.ClaimRef; ref != nil {
+		claim = fmt.Sprintf("%s/%s (uid %s)", ref.Namespace, ref.Name, ref.UID)
+	}
+	if err := r.Volumes.Delete(ctx, name); err != nil {
+		r.recorder.Eventf(live, corev1.EventTypeWarning, ReasonVolumeDeleteFailed, "deleting volume data: %v", err)
+		return fmt.Errorf("deleting volume %s: %w", name, err)
+	}
+	r.log.Infof("audit: deleted volume %s and its data: PV released by claim %s, reclaim policy Delete", name, claim)
+	r.recorder.Eventf(live, corev1.EventTypeNormal, ReasonVolumeDeleted,
+		"Deleted volume %s and its data on node %s (claim %s released, reclaim policy Delete)", name, r.NodeName, claim)
+	uid := live.UID
+	err = r.Client.CoreV1().PersistentVolumes().Delete(ctx, name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &uid},
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting PV %s: %w", name, err)
+	}
+	r.log.Infof("audit: deleted PV %s", name)
+	return nil
+}
+
+func deletable(pv *corev1.PersistentVolume) bool {
+	return pv.Status.Phase == corev1.VolumeReleased &&
+		pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete
+}
