@@ -333,9 +333,9 @@ func fieldTag(t reflect.Type, sf reflect.StructField, want string, defMode fs.Fi
 // MkdirAll creates every directory declared in n, n included, with its
 // declared mode, independent of the process umask. Existing directories are
 // brought to their declared mode, because a mode in the declaration is a
-// promise (volumes/ is 0700 whoever created it first). n itself, the
-// placement root, is created with 0755 if missing and otherwise left as it
-// is. A declared path that exists as anything but a directory, including a
+// promise (volumes/ is 0700 whoever created it first). Missing parents of
+// n are created with 0755. n itself, if it is a placement root, is created
+// with 0755 if missing and otherwise left as it is. A declared path that exists as anything but a directory, including a
 // symlink to one, is an error: following it would put node state somewhere
 // the declaration does not say.
 func MkdirAll(n Node) error {
@@ -345,6 +345,17 @@ func MkdirAll(n Node) error {
 	v := reflect.ValueOf(n)
 	if v.Kind() != reflect.Pointer || v.IsNil() {
 		return fmt.Errorf("creating the tree of %T: need a non-nil pointer", n)
+	}
+	self, err := embeddedDirectory(v.Elem())
+	if err != nil {
+		return err
+	}
+	// Parents above n are outside the declaration (n may be a subtree
+	// created before, or without, its ancestors): plain 0755 directories.
+	if parent := filepath.Dir(self.FullPath()); parent != self.FullPath() {
+		if err := os.MkdirAll(parent, defaultDirMode); err != nil {
+			return fmt.Errorf("creating %s: %w", parent, err)
+		}
 	}
 	return walkDirectories(v.Elem(), func(d *Directory) error {
 		return ensureDirectory(d)

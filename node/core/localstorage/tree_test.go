@@ -362,3 +362,21 @@ func TestChildFileAndEntries(t *testing.T) {
 		t.Errorf("Read after Remove: %v", err)
 	}
 }
+
+func TestSubtreeMkdirAllCreatesParents(t *testing.T) {
+	r, dir := placedRoot(t)
+	// Only the ephemeral subtree, before the root exists: what plinth-node
+	// does to take its lock first.
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Ephemeral.MkdirAll(); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(r.Ephemeral.CSI.Publications.FullPath()); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("publications: %v, %v", fi, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data")); err == nil {
+		t.Error("MkdirAll of a subtree created a sibling")
+	}
+}

@@ -1,0 +1,338 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"source.plinth.dev/node/core"
+	"source.plinth.dev/pkg/logtree"
+)
+
+// The init is deliberately small. PID 1 only mounts what every process
+// needs, reaps orphans and decides what happens when the node process ends;
+// the node itself (supervisor tree, mounts of the data partition, services)
+// runs as an ordinary child. That split buys three things: a crash anywhere
+// in the node is an exit status for init to act on rather than a kernel
+// panic; init's reaping loop (wait4 on any child) can never steal the exit
+// status of a process the node started and waits for itself; and the node
+// code runs the same way here as hosted.
+
+// Where the booted node keeps its ephemeral tree: /run is tmpfs, so the
+// state ends with the boot, as its declaration says it must.
+const bootEphemeralDir = "/run/plinth"
+
+// Delays before init reboots or powers off after its node process ended:
+// long enough to read the console or copy the log, short enough that a
+// crash-looping machine still gets its turn to recover.
+const (
+	failureHaltDelay = 10 * time.Second
+	killGrace        = 5 * time.Second
+)
+
+// earlyMount is a filesystem init mounts before starting the node.
+type earlyMount struct {
+	source, target, fstype string
+	flags                  uintptr
+	data                   string
+	// optional mounts may fail (an older kernel without cgroup2, a
+	// container without devpts); the failure is logged.
+	optional bool
+}
+
+// earlyMounts lists what init mounts, in order (parents before children).
+func earlyMounts() []earlyMount {
+	const nosuid, nodev, noexec = unix.MS_NOSUID, unix.MS_NODEV, unix.MS_NOEXEC
+	return []earlyMount{
+		{source: "proc", target: "/proc", fstype: "proc", flags: nosuid | nodev | noexec},
+		{source: "sysfs", target: "/sys", fstype: "sysfs", flags: nosuid | nodev | noexec},
+		{source: "devtmpfs", target: "/dev", fstype: "devtmpfs", flags: nosuid, data: "mode=0755"},
+		{source: "devpts", target: "/dev/pts", fstype: "devpts", flags: nosuid | noexec, data: "mode=0620,ptmxmode=0666", optional: true},
+		{source: "tmpfs", target: "/dev/shm", fstype: "tmpfs", flags: nosuid | nodev, data: "mode=1777", optional: true},
+		{source: "tmpfs", target: "/run", fstype: "tmpfs", flags: nosuid | nodev, data: "mode=0755"},
+		{source: "cgroup2", target: "/sys/fs/cgroup", fstype: "cgroup2", flags: nosuid | nodev | noexec, data: "nsdelegate", optional: true},
+	}
+}
+
+// mountEarly mounts mounts below prefix ("" on a real boot; tests use a
+// directory in a private mount namespace), skipping what is mounted already
+// (an initramfs may have done part of the work).
+func mountEarly(prefix string, mounts []earlyMount, log logtree.LeveledLogger) error {
+	for _, m := range mounts {
+		target := filepath.Join("/", prefix, m.target)
+		// Before /proc is mounted the mount table cannot be read; then
+		// nothing counts as mounted, which is right for /proc itself.
+		if mounted, err := core.IsMountPoint(target); err == nil && mounted {
+			continue
+		}
+		if err := os.MkdirAll(target, 0o755); err != nil {
+			if m.optional {
+				log.Warningf("skipping %s: %v", target, err)
+				continue
+			}
+			return fmt.Errorf("creating mount point %s: %w", target, err)
+		}
+		if err := unix.Mount(m.source, target, m.fstype, m.flags, m.data); err != nil {
+			if m.optional {
+				log.Warningf("mounting %s (%s) failed, continuing without it: %v", target, m.fstype, err)
+				continue
+			}
+			return fmt.Errorf("mounting %s on %s: %w", m.fstype, target, err)
+		}
+	}
+	return nil
+}
+
+// ensureStdFds opens console on each of the standard descriptors 0, 1 and 2
+// that is not open. The kernel opens /dev/console for init only if the root
+// filesystem has one; without it init would log into the void.
+func ensureStdFds(console string) error {
+	for fd := 0; fd <= 2; fd++ {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil {
+			continue
+		}
+		nfd, err := unix.Open(console, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("opening console %s: %w", console, err)
+		}
+		if nfd != fd {
+			err := unix.Dup3(nfd, fd, 0)
+			unix.Close(nfd)
+			if err != nil {
+				return fmt.Errorf("attaching console to fd %d: %w", fd, err)
+			}
+		} else if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {
+			// Opened directly as fd: keep it across exec for the node.
+			return fmt.Errorf("attaching console to fd %d: %w", fd, err)
+		}
+	}
+	return nil
+}
+
+// parseCmdline splits a kernel command line into key=value settings; words
+// without "=" map to "". Double quotes group words, as the kernel does.
+func parseCmdline(s string) map[string]string {
+	out := map[string]string{}
+	var word strings.Builder
+	inQuote := false
+	flush := func() {
+		if word.Len() == 0 {
+			return
+		}
+		k, v, _ := strings.Cut(word.String(), "=")
+		out[k] = v
+		word.Reset()
+	}
+	for _, r := range s {
+		switch {
+		case r == '"':
+			inQuote = !inQuote
+		case (r == ' ' || r == '\t' || r == '\n') && !inQuote:
+			flush()
+		default:
+			word.WriteRune(r)
+		}
+	}
+	flush()
+	return out
+}
+
+// childArgs builds the node process's arguments from the kernel command
+// line. initArgs (what the kernel passed to init: words after "--") come
+// last, so they override.
+func childArgs(cmdline map[string]string, initArgs []string) []string {
+	args := []string{"--root", "/", "--ephemeral-dir", bootEphemeralDir}
+	for _, s := range []struct{ key, flag string }{
+		{"plinth.data", "--data-device"},
+		{"plinth.datafs", "--data-fstype"},
+		{"plinth.dataopts", "--data-mount-options"},
+		{"plinth.hostname", "--node-name"},
+	} {
+		if v, ok := cmdline[s.key]; ok && v != "" {
+			args = append(args, s.flag, v)
+		}
+	}
+	return append(args, initArgs...)
+}
+
+// superviseNode starts the node process and reaps every child of this
+// process (init's own and reparented orphans) until the node process has
+// ended. A SIGTERM, SIGINT (Ctrl-Alt-Del) or SIGPWR is passed on to the node
+// as SIGTERM and turns its end into a requested shutdown.
+func superviseNode(log logtree.LeveledLogger, exe string, args []string, sigs <-chan os.Signal) (ws unix.WaitStatus, shutdown bool, err error) {
+	p, err := os.StartProcess(exe, append([]string{"plinth-node"}, args...), &os.ProcAttr{
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Env:   os.Environ(),
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("starting node process: %w", err)
+	}
+	defer p.Release()
+	log.Infof("node process %d started: %s", p.Pid, strings.Join(args, " "))
+	for {
+		for {
+			var st unix.WaitStatus
+			pid, err := unix.Wait4(-1, &st, unix.WNOHANG, nil)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil || pid <= 0 {
+				break
+			}
+			if pid == p.Pid {
+				return st, shutdown, nil
+			}
+			log.V(1).Infof("reaped orphan %d (%s)", pid, describeStatus(st))
+		}
+		switch sig := <-sigs; sig {
+		case unix.SIGCHLD:
+		default:
+			log.Infof("received %v: stopping the node", sig)
+			shutdown = true
+			// The process may have just ended; its end is reaped above.
+			_ = p.Signal(unix.SIGTERM)
+		}
+	}
+}
+
+func describeStatus(st unix.WaitStatus) string {
+	switch {
+	case st.Exited():
+		return fmt.Sprintf("exit status %d", st.ExitStatus())
+	case st.Signaled():
+		return fmt.Sprintf("killed by %v", st.Signal())
+	}
+	return fmt.Sprintf("wait status %#x", uint32(st))
+}
+
+// haltDecision is what init does after the node process ended.
+type haltDecision struct {
+	cmd    int // unix.LINUX_REBOOT_CMD_*
+	delay  time.Duration
+	reason string
+}
+
+// decideHalt: a requested shutdown, or a node that exited 0 on its own,
+// powers off at once; a failure reboots (or powers off, with
+// plinth.onfailure=poweroff, which is what a test VM wants) after a delay.
+func decideHalt(st unix.WaitStatus, shutdown bool, startErr error, onFailure string) haltDecision {
+	failCmd := unix.LINUX_REBOOT_CMD_RESTART
+	if onFailure == "poweroff" {
+		failCmd = unix.LINUX_REBOOT_CMD_POWER_OFF
+	}
+	switch {
+	case startErr != nil:
+		return haltDecision{failCmd, failureHaltDelay, startErr.Error()}
+	case shutdown:
+		return haltDecision{unix.LINUX_REBOOT_CMD_POWER_OFF, 0, "shutdown requested; node process " + describeStatus(st)}
+	case st.Exited() && st.ExitStatus() == 0:
+		return haltDecision{unix.LINUX_REBOOT_CMD_POWER_OFF, 0, "node process exited cleanly"}
+	}
+	return haltDecision{failCmd, failureHaltDelay, "node process failed: " + describeStatus(st)}
+}
+
+// runInit is main when running as PID 1. It never returns: PID 1 exiting
+// panics the kernel.
+func runInit() {
+	lt := logtree.New(logtree.WithSink(os.Stderr))
+	log := lt.LeveledFor("init")
+	d := bootAndSupervise(log, lt)
+	halt(log, d)
+}
+
+func bootAndSupervise(log logtree.LeveledLogger, lt *logtree.LogTree) haltDecision {
+	// Catch signals first: a SIGCHLD lost before Notify would leave the
+	// node's exit unreaped until the next one.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, unix.SIGCHLD, unix.SIGTERM, unix.SIGINT, unix.SIGPWR)
+	// Ctrl-Alt-Del becomes SIGINT to init instead of an instant reboot.
+	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_CAD_OFF)
+
+	if err := mountEarly("", earlyMounts(), log); err != nil {
+		return haltDecision{unix.LINUX_REBOOT_CMD_RESTART, failureHaltDelay, err.Error()}
+	}
+	if err := ensureStdFds("/dev/console"); err != nil {
+		log.Warningf("console: %v", err)
+	}
+	raw, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return haltDecision{unix.LINUX_REBOOT_CMD_RESTART, failureHaltDelay, fmt.Sprintf("reading kernel command line: %v", err)}
+	}
+	cmdline := parseCmdline(string(raw))
+	if v, err := strconv.Atoi(cmdline["plinth.verbosity"]); err == nil && v > 0 {
+		lt.SetVerbosity("", v)
+	}
+	if h := cmdline["plinth.hostname"]; h != "" {
+		if err := unix.Sethostname([]byte(h)); err != nil {
+			log.Warningf("setting host name %q: %v", h, err)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		exe = "/proc/self/exe"
+	}
+	st, shutdown, err := superviseNode(log, exe, childArgs(cmdline, os.Args[1:]), sigs)
+	return decideHalt(st, shutdown, err, cmdline["plinth.onfailure"])
+}
+
+// halt stops every remaining process, flushes and unmounts what it can, and
+// reboots or powers off. If the kernel refuses, it waits forever.
+func halt(log logtree.LeveledLogger, d haltDecision) {
+	what := "powering off"
+	if d.cmd == unix.LINUX_REBOOT_CMD_RESTART {
+		what = "rebooting"
+	}
+	log.Errorf("%s in %s: %s", what, d.delay, d.reason)
+	time.Sleep(d.delay)
+
+	_ = unix.Kill(-1, unix.SIGTERM)
+	deadline := time.Now().Add(killGrace)
+	for time.Now().Before(deadline) {
+		var st unix.WaitStatus
+		if _, err := unix.Wait4(-1, &st, unix.WNOHANG, nil); errors.Is(err, unix.ECHILD) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = unix.Kill(-1, unix.SIGKILL)
+	unix.Sync()
+	unmountAll(log)
+	unix.Sync()
+	if err := unix.Reboot(d.cmd); err != nil {
+		log.Errorf("%s failed: %v; halting here", what, err)
+	}
+	select {}
+}
+
+// unmountAll unmounts everything but / and init's own mounts, deepest
+// first, so filesystems with data (the data partition) are clean.
+func unmountAll(log logtree.LeveledLogger) {
+	f, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	keep := map[string]bool{"/": true}
+	for _, m := range earlyMounts() {
+		keep[m.target] = true
+	}
+	var points []string
+	for _, line := range strings.Split(strings.TrimSpace(string(f)), "\n") {
+		if fields := strings.Fields(line); len(fields) >= 5 && !keep[fields[4]] {
+			points = append(points, fields[4])
+		}
+	}
+	slices.Reverse(points)
+	for _, p := range points {
+		if err := unix.Unmount(p, 0); err != nil {
+			log.Warningf("unmounting %s: %v", p, err)
+		}
+	}
+}

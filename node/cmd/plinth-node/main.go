@@ -1,0 +1,59 @@
+// Command plinth-node is the node agent of Plinth: the init of a Plinth node
+// and, hosted on any Linux machine, the same supervision tree under a
+// directory of its own.
+//
+// Modes, chosen at start:
+//   - PID 1: minimal OS init (see init.go), then this binary again as its
+//     only child, with --root / and the kernel command line's settings.
+//   - "csi-serve" as first argument: the standalone CSI plugin (csiserve.go).
+//   - anything else: the node tree (node.go), until SIGINT or SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	if os.Getpid() == 1 {
+		runInit() // never returns
+	}
+	os.Exit(run(os.Args[1:]))
+}
+
+// run is main for every mode but PID 1; it returns the exit code.
+func run(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), unix.SIGINT, unix.SIGTERM)
+	defer stop()
+
+	if len(args) > 0 && args[0] == "csi-serve" {
+		if err := csiServe(ctx, args[1:]); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			fmt.Fprintf(os.Stderr, "plinth-node csi-serve: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+
+	o, err := parseOptions(args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "plinth-node: %v\n", err)
+		return 2
+	}
+	if err := runNode(ctx, o, os.Stderr); err != nil {
+		fmt.Fprintf(os.Stderr, "plinth-node: %v\n", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"source.plinth.dev/node/core"
+	"source.plinth.dev/pkg/logtree"
+	"source.plinth.dev/pkg/supervisor"
+)
+
+// shutdownTimeout bounds how long a stopping node waits for its runnables.
+// A runnable that ignores cancellation for longer is a bug; the supervisor
+// names it in the log, and we exit with an error rather than hang a
+// shutdown or a test.
+const shutdownTimeout = 30 * time.Second
+
+// runNode runs the node tree described by o until ctx ends, logging to out.
+func runNode(ctx context.Context, o *options, out io.Writer) error {
+	lt := logtree.New(logtree.WithSink(out))
+	// "" is the top of the log tree: the verbosity applies everywhere
+	// unless a subtree sets its own.
+	lt.SetVerbosity("", o.verbosity)
+	log := lt.LeveledFor("main")
+
+	tree, err := o.tree()
+	if err != nil {
+		return err
+	}
+	// The lock lives in the ephemeral tree, which therefore has to exist
+	// before anything else; the root creates the rest.
+	if err := tree.Ephemeral.MkdirAll(); err != nil {
+		return fmt.Errorf("creating ephemeral tree: %w", err)
+	}
+	unlock, err := lockTree(tree.Ephemeral.Lock.FullPath())
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := tree.Ephemeral.PID.WriteAtomic([]byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		return fmt.Errorf("recording PID: %w", err)
+	}
+	defer tree.Ephemeral.PID.Remove()
+
+	svcs := services(o)
+	if o.kubeconfig != "" && len(svcs) == 0 {
+		log.Warningf("--kubeconfig %s given, but this build has no Kubernetes services yet: nothing will talk to the API", o.kubeconfig)
+	}
+	root, err := core.Root(core.Config{
+		Root:                    tree,
+		NodeName:                o.nodeName,
+		DataMount:               o.dataMount(),
+		AllowUnenforcedCapacity: o.allowUnenforcedCapacity,
+		Services:                svcs,
+	})
+	if err != nil {
+		return err
+	}
+	log.Infof("plinth-node starting: node %s, root %s, data %s, ephemeral %s, kubelet %s",
+		o.nodeName, tree.FullPath(), tree.Data.FullPath(), tree.Ephemeral.FullPath(), tree.Kubelet.FullPath())
+
+	s := supervisor.New(ctx, root, supervisor.WithLogTree(lt))
+	select {
+	case <-s.Done():
+		// Only a root that signalled Done ends the tree on its own; ours
+		// never does, so this is a bug worth an error exit.
+		return errors.New("supervision tree stopped by itself")
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	select {
+	case <-s.Done():
+		log.Info("stopped cleanly")
+		return nil
+	case <-time.After(shutdownTimeout):
+		return fmt.Errorf("runnables still running %s after shutdown began: %v", shutdownTimeout, s.Status())
+	}
+}
+
+// lockTree takes an exclusive flock on path, so that two plinth-nodes never
+// manage one tree. The kernel drops the lock when the process dies, so a
+// crash never leaves a stale lock behind.
+func lockTree(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening lock %s: %w", path, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("another plinth-node is running on this tree (it holds %s)", path)
+		}
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil
+}

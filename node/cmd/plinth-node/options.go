@@ -1,0 +1,145 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"source.plinth.dev/node/core"
+	"source.plinth.dev/node/core/localstorage"
+)
+
+// options are plinth-node's command-line flags.
+type options struct {
+	root         string
+	dataDir      string
+	ephemeralDir string
+	kubeletDir   string
+
+	dataDevice       string
+	dataFSType       string
+	dataMountOptions string
+
+	nodeName                string
+	kubeconfig              string
+	allowUnenforcedCapacity bool
+	verbosity               int
+}
+
+const usageHeader = `Usage: plinth-node [flags]
+       plinth-node csi-serve [flags]   (standalone CSI plugin; see plinth-node csi-serve --help)
+
+plinth-node is the node agent of Plinth: it prepares the node's data
+partition and runs the node's storage services under a supervision tree.
+
+As PID 1 (the node image's init) it first mounts /proc, /sys, /dev, /run and
+the cgroup2 hierarchy, then runs itself as a child with --root / and the
+settings from the kernel command line (plinth.data=DEVICE, plinth.datafs=TYPE,
+plinth.dataopts=OPTS, plinth.hostname=NAME, plinth.onfailure=reboot|poweroff),
+reaps orphaned processes, and powers off or reboots when its child ends.
+
+Otherwise it runs hosted under --root until SIGINT or SIGTERM, keeping every
+directory it uses below the root (or below the directories given by flags).
+
+Flags:
+`
+
+// parseOptions parses args (without the program name). It returns
+// flag.ErrHelp after printing the usage when --help is asked for.
+func parseOptions(args []string, out io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("plinth-node", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&o.root, "root", "", "root directory of the node tree (required; \"/\" on a booted node)")
+	fs.StringVar(&o.dataDir, "data-dir", "", "data directory (the data partition's mount point) (default <root>/data)")
+	fs.StringVar(&o.ephemeralDir, "ephemeral-dir", "", "directory for runtime state that ends with the boot, ideally on tmpfs (default <root>/ephemeral)")
+	fs.StringVar(&o.kubeletDir, "kubelet-dir", "", "the kubelet's root directory (its --root-dir) (default <root>/kubelet)")
+	fs.StringVar(&o.dataDevice, "data-device", "", "block device to mount at the data directory before starting (empty: use the directory as it is)")
+	fs.StringVar(&o.dataFSType, "data-fstype", "xfs", "filesystem type of --data-device")
+	fs.StringVar(&o.dataMountOptions, "data-mount-options", "prjquota", "mount options of --data-device (prjquota makes XFS enforce volume sizes)")
+	fs.StringVar(&o.nodeName, "node-name", "", "this node's Kubernetes node name (default: the host name, lower-cased)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for the Kubernetes API (optional)")
+	fs.BoolVar(&o.allowUnenforcedCapacity, strings.TrimPrefix(core.AllowUnenforcedCapacityFlag, "--"), false,
+		"provision filesystem volumes even if the data filesystem cannot enforce their size (development hosts without project quotas; logs a loud warning)")
+	fs.IntVar(&o.verbosity, "v", 0, "log verbosity: V(n) debug messages with n <= this level are logged")
+	fs.Usage = func() {
+		fmt.Fprint(out, usageHeader)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q (flags go before nothing; subcommands come first)", fs.Args())
+	}
+	if err := o.complete(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// complete checks the options and fills in defaults.
+func (o *options) complete() error {
+	if o.root == "" {
+		return errors.New("--root is required (use --root / only on a node booted into plinth-node)")
+	}
+	if o.nodeName == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("finding the node name (pass --node-name): %w", err)
+		}
+		o.nodeName = strings.ToLower(h)
+	}
+	if o.verbosity < 0 {
+		return fmt.Errorf("-v %d: verbosity cannot be negative", o.verbosity)
+	}
+	if o.dataDevice != "" && o.dataFSType == "" {
+		return errors.New("--data-device needs --data-fstype")
+	}
+	return nil
+}
+
+// tree places the node tree: everything below --root, except the subtrees
+// given their own directory by flag.
+func (o *options) tree() (*localstorage.Root, error) {
+	var r localstorage.Root
+	root, err := filepath.Abs(o.root)
+	if err != nil {
+		return nil, fmt.Errorf("--root: %w", err)
+	}
+	if err := r.Place(root); err != nil {
+		return nil, fmt.Errorf("placing node tree: %w", err)
+	}
+	for _, sub := range []struct {
+		flag, dir string
+		place     func(string) error
+	}{
+		{"--data-dir", o.dataDir, r.Data.Place},
+		{"--ephemeral-dir", o.ephemeralDir, r.Ephemeral.Place},
+		{"--kubelet-dir", o.kubeletDir, r.Kubelet.Place},
+	} {
+		if sub.dir == "" {
+			continue
+		}
+		p, err := filepath.Abs(sub.dir)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", sub.flag, err)
+		}
+		if err := sub.place(p); err != nil {
+			return nil, fmt.Errorf("%s: %w", sub.flag, err)
+		}
+	}
+	return &r, nil
+}
+
+// dataMount is the data partition to mount, if any.
+func (o *options) dataMount() *core.DataMount {
+	if o.dataDevice == "" {
+		return nil
+	}
+	return &core.DataMount{Source: o.dataDevice, FSType: o.dataFSType, Options: o.dataMountOptions}
+}
