@@ -369,30 +369,80 @@ func (d *Device) Close() error {
 
 // Remove detaches the backing file, closes the device and deletes the
 // device node (LOOP_CLR_FD, close, LOOP_CTL_REMOVE), so a node with many
-// volumes over time does not accumulate idle loop devices. The Device must
-// not be used afterwards.
+// volumes over time does not accumulate idle loop devices. The Device is
+// closed afterwards, whatever the outcome.
 //
 // If another process still has the device open, the kernel defers the
-// detach until it closes, and Remove fails with an error wrapping EBUSY
-// after a short wait. If another Create reused the number in the meantime,
-// the device is no longer ours and Remove succeeds without touching it.
+// detach until it closes, and Remove fails with an error wrapping EBUSY.
+// If another Create reused the number as soon as it was free, the device
+// is no longer ours and Remove succeeds without touching it.
 func (d *Device) Remove() error {
-	err := control(d.f, func(fd int) error { return unix.IoctlSetInt(fd, unix.LOOP_CLR_FD, 0) })
-	if err != nil && !errors.Is(err, unix.ENXIO) {
-		d.f.Close()
-		return fmt.Errorf("removing %s: LOOP_CLR_FD: %w", d.path, err)
+	defer d.f.Close()
+	before, err := d.Status()
+	if err != nil && !errors.Is(err, ErrDetached) {
+		return fmt.Errorf("removing %s: %w", d.path, err)
 	}
-	// With other openers the kernel only marks the device autoclear and
-	// returns success; the binding then outlives us. Say so instead of
-	// reporting a removal that did not happen.
-	_, serr := d.Status()
-	if err := d.f.Close(); err != nil {
+	if err == nil {
+		backing, err := d.BackingFile()
+		if err != nil {
+			return fmt.Errorf("removing %s: %w", d.path, err)
+		}
+		err = control(d.f, func(fd int) error { return unix.IoctlSetInt(fd, unix.LOOP_CLR_FD, 0) })
+		if err != nil && !errors.Is(err, unix.ENXIO) {
+			return fmt.Errorf("removing %s: LOOP_CLR_FD: %w", d.path, err)
+		}
+		// With other openers the kernel only marks the device autoclear
+		// and returns success: the binding ends when the last opener
+		// closes. A binding to another file means a concurrent Create
+		// already reused the free device.
+		after, err := d.Status()
+		if err == nil && (after.BackingDev != before.BackingDev || after.BackingInode != before.BackingInode) {
+			return nil
+		}
+		if cerr := d.f.Close(); cerr != nil {
+			return fmt.Errorf("removing %s: close: %w", d.path, cerr)
+		}
+		if err == nil {
+			// Openers are often short-lived (udev's blkid probe, a
+			// racing Create that lost), so wait a little for them.
+			reused, err := waitDetached(d.number, backing, time.Second)
+			if err != nil {
+				return fmt.Errorf("removing %s: %w", d.path, err)
+			}
+			if reused {
+				return nil
+			}
+		}
+	} else if err := d.f.Close(); err != nil {
 		return fmt.Errorf("removing %s: close: %w", d.path, err)
 	}
-	if serr == nil {
-		return fmt.Errorf("removing %s: open by another process, detach deferred until it closes: %w", d.path, unix.EBUSY)
-	}
 	return removeNumber(d.number, d.path)
+}
+
+// waitDetached waits until /dev/loopN no longer serves backing (a path as
+// in sysfs). It reports reused when another file was bound meanwhile. It
+// polls sysfs rather than opening the device, because an open would be one
+// more opener delaying the detach. (sysfs names the file by path only, so
+// a concurrent Create over the very same path looks like ours and ends in
+// EBUSY after the timeout.)
+func waitDetached(n int, backing string, timeout time.Duration) (reused bool, err error) {
+	attr := fmt.Sprintf("/sys/block/loop%d/loop/backing_file", n)
+	delay := 100 * time.Microsecond
+	deadline := time.Now().Add(timeout)
+	for {
+		b, err := os.ReadFile(attr)
+		if errors.Is(err, os.ErrNotExist) {
+			return false, nil
+		}
+		if err == nil && strings.TrimSuffix(string(b), "\n") != backing {
+			return true, nil
+		}
+		if time.Now().After(deadline) {
+			return false, fmt.Errorf("open by another process, detach deferred until it closes: %w", unix.EBUSY)
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, 20*time.Millisecond)
+	}
 }
 
 // removeNumber deletes /dev/loopN once it is unbound and unused.
