@@ -91,27 +91,32 @@ func mountEarly(prefix string, mounts []earlyMount, log logtree.LeveledLogger) e
 	return nil
 }
 
-// ensureStdFds opens console on each of the standard descriptors 0, 1 and 2
-// that is not open. The kernel opens /dev/console for init only if the root
-// filesystem has one; without it init would log into the void.
-func ensureStdFds(console string) error {
+// attachConsole points each standard descriptor (0, 1, 2) that leads
+// nowhere at console. The kernel opens /dev/console for init only if the
+// root filesystem has one; if not, the Go runtime starts us with the closed
+// descriptors opened on /dev/null (and aborts if that is missing too, so
+// the image must ship both), and init and the node would log into the
+// void. Descriptors the kernel did connect are left alone.
+func attachConsole(console string) error {
+	var null unix.Stat_t
+	if err := unix.Stat("/dev/null", &null); err != nil {
+		return fmt.Errorf("finding /dev/null: %w", err)
+	}
 	for fd := 0; fd <= 2; fd++ {
-		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil {
+		var st unix.Stat_t
+		err := unix.Fstat(fd, &st)
+		if err == nil && !(st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == null.Rdev) {
 			continue
 		}
-		nfd, err := unix.Open(console, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+		cfd, err := unix.Open(console, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("opening console %s: %w", console, err)
 		}
-		if nfd != fd {
-			err := unix.Dup3(nfd, fd, 0)
-			unix.Close(nfd)
-			if err != nil {
-				return fmt.Errorf("attaching console to fd %d: %w", fd, err)
-			}
-		} else if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {
-			// Opened directly as fd: keep it across exec for the node.
-			return fmt.Errorf("attaching console to fd %d: %w", fd, err)
+		// Dup3 without O_CLOEXEC: the node process inherits the console.
+		err = unix.Dup3(cfd, fd, 0)
+		unix.Close(cfd)
+		if err != nil {
+			return fmt.Errorf("attaching console to descriptor %d: %w", fd, err)
 		}
 	}
 	return nil
@@ -203,6 +208,11 @@ func superviseNode(log logtree.LeveledLogger, exe string, args []string, sigs <-
 	}
 }
 
+// signalNotify routes the signals init acts on to sigs.
+func signalNotify(sigs chan<- os.Signal) {
+	signal.Notify(sigs, unix.SIGCHLD, unix.SIGTERM, unix.SIGINT, unix.SIGPWR)
+}
+
 func describeStatus(st unix.WaitStatus) string {
 	switch {
 	case st.Exited():
@@ -252,14 +262,14 @@ func bootAndSupervise(log logtree.LeveledLogger, lt *logtree.LogTree) haltDecisi
 	// Catch signals first: a SIGCHLD lost before Notify would leave the
 	// node's exit unreaped until the next one.
 	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, unix.SIGCHLD, unix.SIGTERM, unix.SIGINT, unix.SIGPWR)
+	signalNotify(sigs)
 	// Ctrl-Alt-Del becomes SIGINT to init instead of an instant reboot.
 	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_CAD_OFF)
 
 	if err := mountEarly("", earlyMounts(), log); err != nil {
 		return haltDecision{unix.LINUX_REBOOT_CMD_RESTART, failureHaltDelay, err.Error()}
 	}
-	if err := ensureStdFds("/dev/console"); err != nil {
+	if err := attachConsole("/dev/console"); err != nil {
 		log.Warningf("console: %v", err)
 	}
 	raw, err := os.ReadFile("/proc/cmdline")

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"source.plinth.dev/pkg/logtree"
+)
+
+// The init's code paths are tested in child processes that get the
+// relevant parts of being PID 1 without being it: a private mount
+// namespace for the early mounts, /dev/null standard descriptors for the
+// console, the child-subreaper bit for reaping orphans.
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI runs as root; this test must not skip there")
+		}
+		t.Skip("needs root")
+	}
+}
+
+func helperCmd(role string, env ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(append(os.Environ(), roleEnv+"="+role), env...)
+	return cmd
+}
+
+func runHelper(role string) int {
+	log := logtree.New(logtree.WithSink(os.Stderr)).LeveledFor("init")
+	switch role {
+	case "mount-early":
+		prefix := os.Getenv("PREFIX")
+		// Our mounts must stay in this namespace, which dies with us.
+		must(unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""))
+		for range 2 { // the second pass must find everything mounted
+			must(mountEarly(prefix, earlyMounts(), log))
+		}
+		raw, err := os.ReadFile("/proc/self/mountinfo")
+		must(err)
+		for _, l := range strings.Split(string(raw), "\n") {
+			if f := strings.Fields(l); len(f) > 9 && strings.HasPrefix(f[4], prefix+"/") {
+				fmt.Printf("%s %s\n", strings.TrimPrefix(f[4], prefix), f[slices.Index(f, "-")+1])
+			}
+		}
+		_, err = os.Stat(filepath.Join(prefix, "dev/null"))
+		must(err)
+		return 0
+	case "console":
+		must(attachConsole(os.Getenv("CONSOLE")))
+		fmt.Fprint(os.Stdout, "to-stdout")
+		fmt.Fprint(os.Stderr, "to-console")
+		return 0
+	case "supervise":
+		// Stand in for PID 1: orphans of our descendants come to us.
+		must(unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
+		sigs := make(chan os.Signal, 16)
+		signalNotify(sigs)
+		st, shutdown, err := superviseNode(log, "/bin/sh", []string{"-c", os.Getenv("SCRIPT")}, sigs)
+		must(err)
+		// Every orphan must have been reaped: no children are left.
+		var ws unix.WaitStatus
+		_, werr := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		d := decideHalt(st, shutdown, nil, "")
+		fmt.Printf("exited=%v status=%d shutdown=%v leftover=%v halt=%#x\n", st.Exited(), st.ExitStatus(), shutdown, !errors.Is(werr, unix.ECHILD), d.cmd)
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "unknown role %q\n", role)
+	return 3
+}
+
+func TestMountEarly(t *testing.T) {
+	requireRoot(t)
+	prefix := t.TempDir()
+	cmd := helperCmd("mount-early", "PREFIX="+prefix)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, exitStderr(err))
+	}
+	got := map[string][]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		target, fstype, _ := strings.Cut(l, " ")
+		got[target] = append(got[target], fstype)
+	}
+	for _, m := range earlyMounts() {
+		switch fs := got[m.target]; {
+		case len(fs) == 0 && m.optional:
+			t.Logf("optional %s not mounted here", m.target)
+		case len(fs) != 1 || fs[0] != m.fstype:
+			t.Errorf("%s: mounted %q, want one %s (two passes must not stack mounts)", m.target, fs, m.fstype)
+		}
+	}
+	// Nothing leaked into our namespace.
+	raw, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(raw), prefix) {
+		t.Errorf("early mounts leaked out of the helper's namespace")
+	}
+}
+
+func exitStderr(err error) string {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(ee.Stderr)
+	}
+	return ""
+}
+
+func TestAttachConsole(t *testing.T) {
+	console := filepath.Join(t.TempDir(), "console")
+	if err := os.WriteFile(console, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// exec gives the helper /dev/null as stdin and stderr, and a pipe as
+	// stdout: only the /dev/null ones must move to the console.
+	cmd := helperCmd("console", "CONSOLE="+console)
+	var out strings.Builder
+	cmd.Stdout = &out // Stdin and Stderr stay nil: /dev/null
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("helper: %v", err)
+	}
+	if out.String() != "to-stdout" {
+		t.Errorf("stdout pipe got %q; a connected descriptor was moved", out.String())
+	}
+	b, _ := os.ReadFile(console)
+	if string(b) != "to-console" {
+		t.Errorf("console got %q, want the stderr output", b)
+	}
+}
+
+func TestSuperviseNode(t *testing.T) {
+	for _, c := range []struct {
+		name, script string
+		sigterm      bool
+		want         string
+	}{
+		// An orphan (the subshell's sleep) ends while the node runs: it
+		// must be reaped, and then the node's own failure reported.
+		{"failure with orphan", "(sleep 0.1 &); sleep 0.5; exit 3", false,
+			fmt.Sprintf("exited=true status=3 shutdown=false leftover=false halt=%#x", unix.LINUX_REBOOT_CMD_RESTART)},
+		{"clean exit", "exit 0", false,
+			fmt.Sprintf("exited=true status=0 shutdown=false leftover=false halt=%#x", unix.LINUX_REBOOT_CMD_POWER_OFF)},
+		// SIGTERM to init reaches the node, which exits 0 on it.
+		{"shutdown", "trap 'exit 0' TERM; echo ready >&2; while :; do sleep 0.05; done", true,
+			fmt.Sprintf("exited=true status=0 shutdown=true leftover=false halt=%#x", unix.LINUX_REBOOT_CMD_POWER_OFF)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := helperCmd("supervise", "SCRIPT="+c.script)
+			stderr, err := cmd.StderrPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out strings.Builder
+			cmd.Stdout = &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			sc := bufio.NewScanner(stderr)
+			if c.sigterm {
+				for sc.Scan() && sc.Text() != "ready" {
+				}
+				cmd.Process.Signal(unix.SIGTERM)
+			}
+			for sc.Scan() {
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("helper: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				cmd.Process.Kill()
+				t.Fatal("helper hung")
+			}
+			if got := strings.TrimSpace(out.String()); got != c.want {
+				t.Errorf("got  %s\nwant %s", got, c.want)
+			}
+		})
+	}
+}
+
+func TestDecideHalt(t *testing.T) {
+	exit := func(code int) unix.WaitStatus { return unix.WaitStatus(code << 8) }
+	killed := unix.WaitStatus(unix.SIGKILL)
+	for _, c := range []struct {
+		name      string
+		st        unix.WaitStatus
+		shutdown  bool
+		err       error
+		onFailure string
+		cmd       int
+		delayed   bool
+	}{
+		{"clean exit", exit(0), false, nil, "", unix.LINUX_REBOOT_CMD_POWER_OFF, false},
+		{"requested shutdown", exit(1), true, nil, "", unix.LINUX_REBOOT_CMD_POWER_OFF, false},
+		{"failure reboots", exit(1), false, nil, "", unix.LINUX_REBOOT_CMD_RESTART, true},
+		{"killed reboots", killed, false, nil, "reboot", unix.LINUX_REBOOT_CMD_RESTART, true},
+		{"failure powers off when asked", exit(2), false, nil, "poweroff", unix.LINUX_REBOOT_CMD_POWER_OFF, true},
+		{"start failure", 0, false, errors.New("no exe"), "", unix.LINUX_REBOOT_CMD_RESTART, true},
+	} {
+		d := decideHalt(c.st, c.shutdown, c.err, c.onFailure)
+		if d.cmd != c.cmd || (d.delay > 0) != c.delayed || d.reason == "" {
+			t.Errorf("%s: %+v", c.name, d)
+		}
+	}
+}
+
+func TestParseCmdline(t *testing.T) {
+	got := parseCmdline(`BOOT_IMAGE=/vmlinuz console=ttyS0 plinth.data=/dev/vdb quiet plinth.dataopts="prjquota,noatime" plinth.hostname=node-1` + "\n")
+	want := map[string]string{
+		"BOOT_IMAGE": "/vmlinuz", "console": "ttyS0", "plinth.data": "/dev/vdb", "quiet": "",
+		"plinth.dataopts": "prjquota,noatime", "plinth.hostname": "node-1",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got %v\nwant %v", got, want)
+	}
+	args := childArgs(got, []string{"-v", "2"})
+	wantArgs := []string{"--root", "/", "--ephemeral-dir", bootEphemeralDir, "--data-device", "/dev/vdb",
+		"--data-mount-options", "prjquota,noatime", "--node-name", "node-1", "-v", "2"}
+	if !slices.Equal(args, wantArgs) {
+		t.Errorf("child args %q\nwant %q", args, wantArgs)
+	}
+	// The child arguments are valid plinth-node flags.
+	if _, err := parseOptions(args, nil); err != nil {
+		t.Errorf("child args do not parse: %v", err)
+	}
+	if n, err := strconv.Atoi(got["plinth.verbosity"]); err == nil {
+		t.Errorf("absent verbosity parsed as %d", n)
+	}
+}

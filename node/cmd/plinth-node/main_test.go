@@ -1,0 +1,265 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// roleEnv makes the test binary play a part in a child process: the
+// plinth-node command itself (so the smoke test runs exactly main's code
+// path, also under Bazel where no Go toolchain is at hand), or one of the
+// init helpers that need a process of their own.
+const roleEnv = "PLINTH_NODE_TEST_ROLE"
+
+func TestMain(m *testing.M) {
+	switch role := os.Getenv(roleEnv); role {
+	case "":
+		os.Exit(m.Run())
+	case "plinth-node":
+		os.Exit(run(os.Args[1:]))
+	default:
+		os.Exit(runHelper(role))
+	}
+}
+
+// node is a plinth-node process started by a test.
+type node struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  bytes.Buffer
+	line chan string
+	done chan error
+}
+
+func startNode(t *testing.T, args ...string) *node {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), roleEnv+"=plinth-node")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{cmd: cmd, line: make(chan string, 1024), done: make(chan error, 1)}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			n.mu.Lock()
+			n.out.WriteString(sc.Text() + "\n")
+			n.mu.Unlock()
+			select {
+			case n.line <- sc.Text():
+			default:
+			}
+		}
+		n.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			<-n.done
+		}
+	})
+	return n
+}
+
+func (n *node) output() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.out.String()
+}
+
+// waitLine waits for a log line containing s. The limit only catches a
+// hang; it is no performance goal.
+func (n *node) waitLine(t *testing.T, s string) {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case l := <-n.line:
+			if strings.Contains(l, s) {
+				return
+			}
+		case err := <-n.done:
+			n.done <- err
+			t.Fatalf("plinth-node exited (%v) before logging %q:\n%s", err, s, n.output())
+		case <-timeout:
+			t.Fatalf("no log line %q within 30s:\n%s", s, n.output())
+		}
+	}
+}
+
+func (n *node) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-n.done:
+		return err
+	case <-time.After(40 * time.Second):
+		t.Fatalf("plinth-node did not exit within 40s:\n%s", n.output())
+		return nil
+	}
+}
+
+func TestHostedSmoke(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "node")
+	n := startNode(t, "--root", root, "--node-name", "smoke-1")
+	n.waitLine(t, "node smoke-1 is up")
+
+	for _, p := range []string{"data/volumes", "data/state/projects", "ephemeral/csi/publications", "kubelet/plugins", "kubelet/plugins_registry", "kubelet/pods"} {
+		if fi, err := os.Stat(filepath.Join(root, p)); err != nil || !fi.IsDir() {
+			t.Errorf("%s not created: %v", p, err)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(root, "data/volumes")); err == nil && fi.Mode().Perm() != 0o700 {
+		t.Errorf("data/volumes has mode %v, want 0700", fi.Mode())
+	}
+	pidFile := filepath.Join(root, "ephemeral/plinth-node.pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil || strings.TrimSpace(string(b)) != strconv.Itoa(n.cmd.Process.Pid) {
+		t.Errorf("PID file holds %q (%v), want %d", b, err, n.cmd.Process.Pid)
+	}
+
+	// A second node on the same tree refuses to start and leaves the
+	// first alone.
+	second := startNode(t, "--root", root, "--node-name", "smoke-2")
+	if err := second.wait(t); err == nil || !strings.Contains(second.output(), "another plinth-node is running") {
+		t.Errorf("second instance: %v\n%s", err, second.output())
+	}
+
+	if err := n.cmd.Process.Signal(unix.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.wait(t); err != nil {
+		t.Errorf("exit after SIGTERM: %v\n%s", err, n.output())
+	}
+	if !strings.Contains(n.output(), "stopped cleanly") {
+		t.Errorf("no clean stop logged:\n%s", n.output())
+	}
+	if _, err := os.Stat(pidFile); !os.IsNotExist(err) {
+		t.Errorf("PID file left after exit: %v", err)
+	}
+}
+
+func TestHostedSubtreeFlags(t *testing.T) {
+	base := t.TempDir()
+	root, kubelet, data := filepath.Join(base, "root"), filepath.Join(base, "kubelet"), filepath.Join(base, "data")
+	n := startNode(t, "--root", root, "--kubelet-dir", kubelet, "--data-dir", data, "--node-name", "sub",
+		"--allow-unenforced-capacity", "-v", "1")
+	n.waitLine(t, "node sub is up")
+	for _, p := range []string{filepath.Join(kubelet, "plugins_registry"), filepath.Join(data, "volumes"), filepath.Join(root, "ephemeral")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	for _, p := range []string{filepath.Join(root, "kubelet"), filepath.Join(root, "data")} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s created although its subtree was placed elsewhere", p)
+		}
+	}
+	n.cmd.Process.Signal(unix.SIGINT)
+	if err := n.wait(t); err != nil {
+		t.Errorf("exit after SIGINT: %v", err)
+	}
+}
+
+func TestCommandLineErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, 2, "--root is required"},
+		{[]string{"--root", "/x", "extra"}, 2, "unexpected arguments"},
+		{[]string{"--bogus"}, 2, "flag provided but not defined"},
+		{[]string{"--help"}, 0, "-kubelet-dir string"},
+		{[]string{"csi-serve"}, 1, "not implemented yet"},
+	} {
+		cmd := exec.Command(os.Args[0], c.args...)
+		cmd.Env = append(os.Environ(), roleEnv+"=plinth-node")
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != c.code || !strings.Contains(string(out), c.want) {
+			t.Errorf("plinth-node %q: exit %d, output:\n%s\nwant exit %d and %q", c.args, code, out, c.code, c.want)
+		}
+	}
+}
+
+func TestHelpDocumentsEveryFlag(t *testing.T) {
+	var buf bytes.Buffer
+	if _, err := parseOptions([]string{"--help"}, &buf); err == nil {
+		t.Fatal("--help did not return ErrHelp")
+	}
+	for _, f := range []string{"root", "data-dir", "ephemeral-dir", "kubelet-dir", "data-device", "data-fstype",
+		"data-mount-options", "node-name", "kubeconfig", "allow-unenforced-capacity", "v"} {
+		if !strings.Contains(buf.String(), "-"+f) {
+			t.Errorf("--help does not document -%s", f)
+		}
+	}
+}
+
+func TestOptions(t *testing.T) {
+	o, err := parseOptions([]string{"--root", "rel/root", "--kubelet-dir", "/var/lib/kubelet"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := os.Hostname()
+	if o.nodeName != strings.ToLower(h) {
+		t.Errorf("default node name %q, want lower-cased host name %q", o.nodeName, h)
+	}
+	tree, err := o.tree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd, _ := os.Getwd()
+	if got, want := tree.Data.Volumes.FullPath(), filepath.Join(wd, "rel/root/data/volumes"); got != want {
+		t.Errorf("relative root: volumes at %q, want %q", got, want)
+	}
+	if got := tree.Kubelet.Pods.FullPath(); got != "/var/lib/kubelet/pods" {
+		t.Errorf("kubelet pods at %q", got)
+	}
+	if o.dataMount() != nil {
+		t.Error("data mount without --data-device")
+	}
+	o, err = parseOptions([]string{"--root", "/", "--data-device", "/dev/vdb"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := o.dataMount(); m == nil || m.Source != "/dev/vdb" || m.FSType != "xfs" || m.Options != "prjquota" {
+		t.Errorf("data mount %+v", m)
+	}
+	for _, bad := range [][]string{
+		{"--root", "/x", "-v", "-1"},
+		{"--root", "/x", "--data-device", "/dev/x", "--data-fstype", ""},
+	} {
+		if _, err := parseOptions(bad, io.Discard); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// Must is a tiny helper for subprocess roles.
+func must(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(3)
+	}
+}
