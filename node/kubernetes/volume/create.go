@@ -1,0 +1,247 @@
+package volume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/pkg/fsquota"
+)
+
+// Info describes an existing volume.
+type Info struct {
+	ID   string
+	Mode Mode
+	// CapacityBytes is the volume's size: the project quota's byte limit
+	// of a filesystem volume (its recorded size when capacity is not
+	// enforced), the image size of a block volume.
+	CapacityBytes int64
+}
+
+// Create makes volume id of the given mode and size (rounded up to
+// Alignment) and returns it.
+//
+// It is idempotent: if the volume already exists with the same mode and
+// size, Create returns it; with another mode or size it fails with
+// ErrExists and touches nothing. A Create interrupted by a crash left an
+// intent record, and the next Create (or Recover) removes the partial volume
+// first, so every successful Create returns a volume that was completely
+// made. On failure (ErrNoSpace for a full disk, among others) nothing of
+// the volume is left behind.
+func (m *Manager) Create(ctx context.Context, id string, mode Mode, bytes int64) (Info, error) {
+	if err := ctx.Err(); err != nil {
+		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
+	}
+	if err := ValidateID(id); err != nil {
+		return Info{}, fmt.Errorf("creating volume: %w", err)
+	}
+	size, err := alignSize(bytes)
+	if err != nil {
+		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
+	}
+	switch mode {
+	case Filesystem:
+		if err := m.checkFilesystemAllowed(); err != nil {
+			return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
+		}
+	case Block:
+	default:
+		return Info{}, fmt.Errorf("creating volume %s: %w: unknown mode %v", id, ErrInvalid, mode)
+	}
+
+	unlock := m.locks.lock(id)
+	defer unlock()
+	if err := m.settle(id); err != nil {
+		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
+	}
+	cur, err := m.describe(id)
+	switch {
+	case err == nil:
+		if cur.Mode == mode && cur.CapacityBytes == size {
+			return cur, nil
+		}
+		return Info{}, fmt.Errorf("creating %v volume %s of %d bytes: %w: it is a %v volume of %d bytes",
+			mode, id, size, ErrExists, cur.Mode, cur.CapacityBytes)
+	case !errors.Is(err, ErrNotFound):
+		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
+	}
+
+	if err := m.writeIntent(id, intent{Op: OpCreate, Mode: mode.String(), Bytes: size}); err != nil {
+		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
+	}
+	if mode == Filesystem {
+		err = m.createFilesystem(id, size)
+	} else {
+		err = m.createBlock(id, size)
+	}
+	if err != nil {
+		// Undo now rather than at the next start: the caller will report
+		// the error and may never ask again. If undoing fails too, the
+		// intent record stays and Recover finishes the job.
+		if uerr := m.remove(id, 0, true); uerr != nil {
+			return Info{}, fmt.Errorf("creating volume %s: %w (and removing the partial volume failed: %v; it will be retried)", id, err, uerr)
+		}
+		if cerr := m.clearIntent(id); cerr != nil {
+			return Info{}, fmt.Errorf("creating volume %s: %w (and %v)", id, err, cerr)
+		}
+		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
+	}
+	if err := m.clearIntent(id); err != nil {
+		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
+	}
+	return Info{ID: id, Mode: mode, CapacityBytes: size}, nil
+}
+
+// settle finishes an operation on id that a crash interrupted, if any.
+// Callers hold id's lock.
+func (m *Manager) settle(id string) error {
+	in, err := m.readIntent(id)
+	if err != nil || in == nil {
+		return err
+	}
+	return m.finish(id, in)
+}
+
+// createFilesystem makes the volume directory with its quota (or, when
+// capacity is not enforced, with its size recorded in an xattr).
+func (m *Manager) createFilesystem(id string, size int64) error {
+	dir, err := m.Data.Volumes.Filesystem(id)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	path := dir.FullPath()
+
+	m.spaceMu.Lock()
+	defer m.spaceMu.Unlock()
+	if err := m.checkSpace(size); err != nil {
+		return err
+	}
+	if err := os.Mkdir(path, 0o700); err != nil {
+		return classifySpace(fmt.Errorf("creating volume directory: %w", err))
+	}
+	// World-writable like a fresh disk's root as seen by a container: pods
+	// run as arbitrary users, and the CSIDriver's fsGroupPolicy File lets
+	// the kubelet narrow ownership when the pod asks for an fsGroup. Only
+	// root can reach volumes/ itself (0700), so this opens the directory
+	// to the pods that mount it and to nobody else. Set by chmod because
+	// mkdir's mode is filtered by the umask.
+	if err := os.Chmod(path, 0o777); err != nil {
+		return fmt.Errorf("setting mode of volume directory: %w", err)
+	}
+	if m.CapacityEnforced() {
+		if m.ProjectIDs == nil {
+			return errors.New("quotas are enforced but the manager has no project ID allocator")
+		}
+		pid, err := m.ProjectIDs.Allocate(id)
+		if err != nil {
+			return fmt.Errorf("allocating project ID: %w", err)
+		}
+		if err := fsquota.SetQuota(path, pid, fsquota.Limits{Bytes: uint64(size), Inodes: InodeLimit(size)}); err != nil {
+			// remove() finds no project ID on the directory, so hand
+			// the claim back here.
+			if rerr := m.ProjectIDs.Release(pid, id); rerr != nil {
+				return fmt.Errorf("%w (and releasing project ID %d: %v)", err, pid, rerr)
+			}
+			return classifySpace(err)
+		}
+	} else if err := setRecordedCapacity(path, size); err != nil {
+		return err
+	}
+	if err := syncDir(m.Data.Volumes.FullPath()); err != nil {
+		return err
+	}
+	return nil
+}
+
+// createBlock makes the fully allocated image file.
+func (m *Manager) createBlock(id string, size int64) error {
+	img, err := m.Data.Volumes.Block(id)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	// O_EXCL: an image we did not create in this call is never reused.
+	f, err := os.OpenFile(img.FullPath(), os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return classifySpace(fmt.Errorf("creating image file: %w", err))
+	}
+	defer f.Close()
+	if err := fallocate(f, 0, size); err != nil {
+		return classifySpace(fmt.Errorf("allocating %d bytes for the image: %w", size, err))
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("syncing image file: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("closing image file: %w", err)
+	}
+	return syncDir(m.Data.Volumes.FullPath())
+}
+
+// checkSpace fails with ErrNoSpace when a filesystem volume of size bytes
+// would not fit. Quotas are limits, not reservations, so free space alone
+// would let volumes be promised more than the disk holds; with enforced
+// quotas the room still promised to other filesystem volumes (limit minus
+// usage) is subtracted first, so every volume can really be filled. Block
+// images are allocated up front and already absent from the free space.
+// Callers hold spaceMu.
+func (m *Manager) checkSpace(size int64) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(m.Data.Volumes.FullPath(), &st); err != nil {
+		return fmt.Errorf("checking free space: %w", err)
+	}
+	free := int64(st.Bavail) * st.Bsize
+	var promised int64
+	if m.CapacityEnforced() {
+		p, err := m.promisedBytes()
+		if err != nil {
+			return err
+		}
+		promised = p
+	}
+	if size > free-promised {
+		return fmt.Errorf("%w: %d bytes requested, %d bytes free on the data filesystem of which %d are promised to existing filesystem volumes",
+			ErrNoSpace, size, free, promised)
+	}
+	return nil
+}
+
+// promisedBytes sums, over filesystem volumes, the part of their quota they
+// have not used yet.
+func (m *Manager) promisedBytes() (int64, error) {
+	entries, err := m.Data.Volumes.List()
+	if err != nil {
+		return 0, fmt.Errorf("checking free space: %w", err)
+	}
+	var sum int64
+	for _, e := range entries {
+		if e.Kind != localstorage.VolumeFilesystem {
+			continue
+		}
+		dir, err := m.Data.Volumes.Filesystem(e.ID)
+		if err != nil {
+			continue
+		}
+		q, err := fsquota.GetQuota(dir.FullPath())
+		if err != nil {
+			// A directory without quota (or one removed meanwhile)
+			// promises nothing measurable.
+			continue
+		}
+		if q.Limits.Bytes > q.UsedBytes {
+			sum += int64(q.Limits.Bytes - q.UsedBytes)
+		}
+	}
+	return sum, nil
+}
+
+// classifySpace makes out-of-space errors match ErrNoSpace.
+func classifySpace(err error) error {
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		return fmt.Errorf("%w: %w", ErrNoSpace, err)
+	}
+	return err
+}

@@ -1,0 +1,237 @@
+package volume
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"source.plinth.dev/pkg/fsquota"
+)
+
+// Delete removes volume id: its data, its quota and its project ID. It is
+// idempotent (deleting a missing volume succeeds) and resumable: the
+// deletion is recorded first, so a crash halfway leaves a record that the
+// next Delete or Recover completes, and never a volume that looks whole
+// but has lost part of its files.
+//
+// Delete refuses (and removes nothing) when something is mounted inside the
+// volume directory, because removing files there would reach into another
+// filesystem.
+func (m *Manager) Delete(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("deleting volume %s: %w", id, err)
+	}
+	if err := ValidateID(id); err != nil {
+		return fmt.Errorf("deleting volume: %w", err)
+	}
+	unlock := m.locks.lock(id)
+	defer unlock()
+
+	in, err := m.readIntent(id)
+	if err != nil {
+		return fmt.Errorf("deleting volume %s: %w", id, err)
+	}
+	fsPath, imgPath := m.paths(id)
+	fsExists, imgExists := isDir(fsPath), exists(imgPath)
+	if !fsExists && !imgExists && in == nil {
+		return nil
+	}
+	var pid uint32
+	if in != nil {
+		pid = in.ProjectID
+	}
+	if fsExists {
+		if err := refuseNestedMounts(fsPath); err != nil {
+			return fmt.Errorf("deleting volume %s: %w", id, err)
+		}
+		if q, err := fsquota.GetQuota(fsPath); err == nil {
+			pid = q.ProjectID
+		}
+	}
+	if in == nil || in.Op != OpDelete || in.ProjectID != pid {
+		if err := m.writeIntent(id, intent{Op: OpDelete, ProjectID: pid}); err != nil {
+			return fmt.Errorf("deleting volume %s: %w", id, err)
+		}
+	}
+	// An interrupted Create may have claimed a project ID it never put on
+	// the directory; only then is the (slow) claim lookup needed.
+	lookup := in != nil && in.Op == OpCreate
+	if err := m.remove(id, pid, lookup); err != nil {
+		return fmt.Errorf("deleting volume %s: %w", id, err)
+	}
+	if err := m.clearIntent(id); err != nil {
+		return fmt.Errorf("deleting volume %s: %w", id, err)
+	}
+	return nil
+}
+
+// paths returns where volume id's directory and image would be. The ID must
+// be valid.
+func (m *Manager) paths(id string) (fsPath, imgPath string) {
+	dir, err := m.Data.Volumes.Filesystem(id)
+	if err != nil {
+		panic(fmt.Sprintf("volume: paths of unvalidated ID %q: %v", id, err))
+	}
+	img, err := m.Data.Volumes.Block(id)
+	if err != nil {
+		panic(fmt.Sprintf("volume: paths of unvalidated ID %q: %v", id, err))
+	}
+	return dir.FullPath(), img.FullPath()
+}
+
+// remove deletes whatever exists of volume id and releases its project ID
+// (pid, or the one on its directory, or with lookupPID the one claimed in
+// its name). Callers hold id's lock and have recorded an intent.
+func (m *Manager) remove(id string, pid uint32, lookupPID bool) error {
+	fsPath, imgPath := m.paths(id)
+	if isDir(fsPath) {
+		if err := refuseNestedMounts(fsPath); err != nil {
+			return err
+		}
+		if pid == 0 {
+			if q, err := fsquota.GetQuota(fsPath); err == nil {
+				pid = q.ProjectID
+			}
+		}
+		if err := removeContents(fsPath); err != nil {
+			return err
+		}
+		if pid != 0 && m.CapacityEnforced() {
+			if err := fsquota.ClearQuota(fsPath); err != nil {
+				return err
+			}
+		}
+		if err := os.Remove(fsPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("removing volume directory: %w", err)
+		}
+		if err := syncDir(m.Data.Volumes.FullPath()); err != nil {
+			return err
+		}
+	}
+	if exists(imgPath) {
+		if err := os.Remove(imgPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("removing image file: %w", err)
+		}
+		if err := syncDir(m.Data.Volumes.FullPath()); err != nil {
+			return err
+		}
+	}
+	if m.ProjectIDs == nil {
+		return nil
+	}
+	if pid == 0 && lookupPID {
+		found, ok, err := m.ProjectIDs.Lookup(id)
+		if err != nil {
+			return err
+		}
+		if ok {
+			pid = found
+		}
+	}
+	if pid != 0 {
+		// The files charged to pid are gone, so the ID can be reused.
+		// A claim held by another owner is not ours: leave it.
+		if err := m.ProjectIDs.Release(pid, id); err != nil && !errors.Is(err, fsquota.ErrIDInUse) {
+			return err
+		}
+	}
+	return nil
+}
+
+// removeContents deletes everything inside dir but dir itself, which must
+// stay until its quota is cleared.
+func removeContents(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("listing volume directory: %w", err)
+	}
+	for _, e := range entries {
+		// RemoveAll removes symlinks, never what they point to.
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("removing volume contents: %w", err)
+		}
+	}
+	return nil
+}
+
+// refuseNestedMounts fails when a mount point lies strictly inside dir
+// (a bind mount a privileged pod made, a forgotten test mount): removing
+// the volume's files would then delete files of that other mount. The
+// volume directory itself being a mount source is fine; publications are
+// bind mounts of it elsewhere.
+func refuseNestedMounts(dir string) error {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("checking for mounts inside %s: %w", dir, err)
+	}
+	defer f.Close()
+	prefix := filepath.Clean(dir) + "/"
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMountinfo(fields[4])
+		if strings.HasPrefix(mp, prefix) {
+			return fmt.Errorf("refusing to remove volume files: %s is mounted inside the volume directory; unmount it first", mp)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("checking for mounts inside %s: %w", dir, err)
+	}
+	return nil
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for space etc.) the
+// kernel uses in /proc/self/mountinfo paths.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' {
+			if v, ok := octal3(s[i+1 : min(i+4, len(s))]); ok {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func octal3(s string) (byte, bool) {
+	if len(s) != 3 {
+		return 0, false
+	}
+	var v int
+	for _, c := range s {
+		if c < '0' || c > '7' {
+			return 0, false
+		}
+		v = v*8 + int(c-'0')
+	}
+	if v > 255 {
+		return 0, false
+	}
+	return byte(v), true
+}
+
+func isDir(p string) bool {
+	fi, err := os.Lstat(p)
+	return err == nil && fi.IsDir()
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}

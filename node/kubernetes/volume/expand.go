@@ -1,0 +1,132 @@
+package volume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"source.plinth.dev/pkg/fsquota"
+)
+
+// Expand grows volume id to bytes (rounded up to Alignment) and returns it.
+// A volume never shrinks: asking for its current size or less returns it
+// unchanged, which also makes retries idempotent. A filesystem volume's
+// quota is raised (one quotactl, atomic); a block volume's image is
+// extended and the new part allocated. A failed allocation (ErrNoSpace)
+// leaves the image at its old size with no blocks allocated past its end:
+// XFS keeps the blocks a failed fallocate did get, beyond EOF, until the
+// file is truncated, and those would be lost to every other volume.
+//
+// A loop device serving a published block volume does not see the new
+// size until the CSI plugin refreshes it (NodeExpandVolume).
+func (m *Manager) Expand(ctx context.Context, id string, bytes int64) (Info, error) {
+	if err := ctx.Err(); err != nil {
+		return Info{}, fmt.Errorf("expanding volume %s: %w", id, err)
+	}
+	if err := ValidateID(id); err != nil {
+		return Info{}, fmt.Errorf("expanding volume: %w", err)
+	}
+	size, err := alignSize(bytes)
+	if err != nil {
+		return Info{}, fmt.Errorf("expanding volume %s: %w", id, err)
+	}
+	unlock := m.locks.lock(id)
+	defer unlock()
+	if err := m.settle(id); err != nil {
+		return Info{}, fmt.Errorf("expanding volume %s: %w", id, err)
+	}
+	cur, err := m.describe(id)
+	if err != nil {
+		return Info{}, fmt.Errorf("expanding volume %s: %w", id, err)
+	}
+	if size <= cur.CapacityBytes {
+		return cur, nil
+	}
+	if cur.Mode == Filesystem {
+		err = m.expandFilesystem(id, cur.CapacityBytes, size)
+	} else {
+		err = m.expandBlock(id, cur.CapacityBytes, size)
+	}
+	if err != nil {
+		return Info{}, fmt.Errorf("expanding volume %s from %d to %d bytes: %w", id, cur.CapacityBytes, size, err)
+	}
+	cur.CapacityBytes = size
+	return cur, nil
+}
+
+func (m *Manager) expandFilesystem(id string, from, to int64) error {
+	fsPath, _ := m.paths(id)
+	m.spaceMu.Lock()
+	defer m.spaceMu.Unlock()
+	if err := m.checkSpace(to - from); err != nil {
+		return err
+	}
+	if !m.CapacityEnforced() {
+		return setRecordedCapacity(fsPath, to)
+	}
+	q, err := fsquota.GetQuota(fsPath)
+	if err != nil {
+		return fmt.Errorf("reading the volume's quota: %w", err)
+	}
+	if err := fsquota.SetQuota(fsPath, q.ProjectID, fsquota.Limits{Bytes: uint64(to), Inodes: InodeLimit(to)}); err != nil {
+		return classifySpace(err)
+	}
+	return nil
+}
+
+func (m *Manager) expandBlock(id string, from, to int64) error {
+	_, imgPath := m.paths(id)
+	if err := m.writeIntent(id, intent{Op: OpExpand, Mode: Block.String(), Bytes: to, PreviousBytes: from}); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(imgPath, os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return errors.Join(fmt.Errorf("opening image file: %w", err), m.clearIntent(id))
+	}
+	defer f.Close()
+	if err := fallocate(f, from, to-from); err != nil {
+		ferr := classifySpace(fmt.Errorf("allocating %d more bytes: %w", to-from, err))
+		if terr := trimFile(f); terr != nil {
+			// Keep the intent record: Recover trims again.
+			return fmt.Errorf("%w (and trimming blocks past the end failed: %v)", ferr, terr)
+		}
+		return errors.Join(ferr, m.clearIntent(id))
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("syncing image file: %w", err)
+	}
+	return m.clearIntent(id)
+}
+
+// trimBlock frees blocks allocated past the end of volume id's image (left
+// by an interrupted or failed expansion). A missing image is fine.
+func (m *Manager) trimBlock(id string) error {
+	_, imgPath := m.paths(id)
+	f, err := os.OpenFile(imgPath, os.O_RDWR|unix.O_CLOEXEC, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("opening image file: %w", err)
+	}
+	defer f.Close()
+	return trimFile(f)
+}
+
+// trimFile frees f's blocks beyond its size. Truncating to the current
+// size does it on XFS and ext4 (both drop post-EOF extents on truncate);
+// the size itself does not change, so no data is lost.
+func trimFile(f *os.File) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("trimming image: %w", err)
+	}
+	if err := f.Truncate(fi.Size()); err != nil {
+		return fmt.Errorf("trimming image to %d bytes: %w", fi.Size(), err)
+	}
+	return f.Sync()
+}

@@ -1,0 +1,185 @@
+package volume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"source.plinth.dev/pkg/fsquota"
+)
+
+// Stats is a volume's size, usage and health.
+type Stats struct {
+	Info
+	// UsageKnown is false when usage cannot be measured cheaply (a
+	// filesystem volume without quota); the usage fields are then 0.
+	UsageKnown     bool
+	UsedBytes      int64
+	AvailableBytes int64
+	// Inode figures are set for filesystem volumes with a quota.
+	Inodes     int64
+	InodesUsed int64
+	InodesFree int64
+	// Abnormal reports a volume that exists but is not as Create left it
+	// (quota gone, image sparse); Message says what is wrong, or, for a
+	// normal volume, anything else worth knowing.
+	Abnormal bool
+	Message  string
+}
+
+// Stat reports volume id's capacity, usage and condition. For a filesystem
+// volume the usage comes from the project quota: one quotactl, no matter
+// how many files the volume holds (walking them, as the kubelet does
+// without a CSI stats source, costs time proportional to their number).
+// A block volume's usage is its whole size, which is allocated.
+func (m *Manager) Stat(ctx context.Context, id string) (Stats, error) {
+	if err := ctx.Err(); err != nil {
+		return Stats{}, fmt.Errorf("reading stats of volume %s: %w", id, err)
+	}
+	if err := ValidateID(id); err != nil {
+		return Stats{}, fmt.Errorf("reading stats of volume: %w", err)
+	}
+	in, err := m.readIntent(id)
+	if err != nil {
+		return Stats{}, fmt.Errorf("reading stats of volume %s: %w", id, err)
+	}
+	if in != nil && in.Op != OpExpand {
+		// Being created or deleted (or interrupted at it): not a volume.
+		return Stats{}, fmt.Errorf("reading stats of volume %s: %w (a %s is in progress or was interrupted)", id, ErrNotFound, in.Op)
+	}
+	fsPath, imgPath := m.paths(id)
+	var st Stats
+	switch {
+	case isDir(fsPath):
+		st, err = m.statFilesystem(id, fsPath)
+	case isRegular(imgPath):
+		st, err = statBlock(id, imgPath)
+	default:
+		return Stats{}, fmt.Errorf("reading stats of volume %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Stats{}, fmt.Errorf("reading stats of volume %s: %w", id, err)
+	}
+	if in != nil {
+		st.Abnormal = true
+		st.Message = fmt.Sprintf("an expansion to %d bytes was interrupted; it finishes on the next expansion or restart", in.Bytes)
+	}
+	return st, nil
+}
+
+func (m *Manager) statFilesystem(id, path string) (Stats, error) {
+	st := Stats{Info: Info{ID: id, Mode: Filesystem}}
+	q, err := fsquota.GetQuota(path)
+	if err == nil && q.Limits.Bytes > 0 {
+		st.CapacityBytes = int64(q.Limits.Bytes)
+		st.UsageKnown = true
+		st.UsedBytes = int64(q.UsedBytes)
+		st.AvailableBytes = max(st.CapacityBytes-st.UsedBytes, 0)
+		st.Inodes = int64(q.Limits.Inodes)
+		st.InodesUsed = int64(q.UsedInodes)
+		st.InodesFree = max(st.Inodes-st.InodesUsed, 0)
+		return st, nil
+	}
+	recorded, rerr := recordedCapacity(path)
+	if rerr != nil {
+		return Stats{}, rerr
+	}
+	st.CapacityBytes = recorded
+	switch {
+	case m.CapacityEnforced() && err != nil && !errors.Is(err, fsquota.ErrNoQuota):
+		st.Abnormal = true
+		st.Message = fmt.Sprintf("cannot read the project quota: %v", err)
+	case m.CapacityEnforced():
+		st.Abnormal = true
+		st.Message = "the volume has no project quota: its size is not enforced"
+	default:
+		st.Message = "capacity not enforced on this node (no project quotas); usage is not measured"
+	}
+	return st, nil
+}
+
+func statBlock(id, path string) (Stats, error) {
+	var s unix.Stat_t
+	if err := unix.Stat(path, &s); err != nil {
+		return Stats{}, fmt.Errorf("reading image file: %w", err)
+	}
+	st := Stats{
+		Info:       Info{ID: id, Mode: Block, CapacityBytes: s.Size},
+		UsageKnown: true,
+		UsedBytes:  s.Size,
+	}
+	if allocated := s.Blocks * 512; allocated < s.Size {
+		st.Abnormal = true
+		st.Message = fmt.Sprintf("the image is not fully allocated (%d of %d bytes): writes may fail when the data filesystem is full", allocated, s.Size)
+	}
+	return st, nil
+}
+
+// describe returns the existing complete volume id, or ErrNotFound.
+// Callers hold id's lock and have settled interrupted operations.
+func (m *Manager) describe(id string) (Info, error) {
+	fsPath, imgPath := m.paths(id)
+	fsExists, imgExists := isDir(fsPath), isRegular(imgPath)
+	switch {
+	case fsExists && imgExists:
+		return Info{}, fmt.Errorf("%w: volume %s exists both as a directory and as an image; remove the wrong one by hand", ErrExists, id)
+	case fsExists:
+		info := Info{ID: id, Mode: Filesystem}
+		q, err := fsquota.GetQuota(fsPath)
+		if err == nil && q.Limits.Bytes > 0 {
+			info.CapacityBytes = int64(q.Limits.Bytes)
+			return info, nil
+		}
+		size, err := recordedCapacity(fsPath)
+		if err != nil {
+			return Info{}, err
+		}
+		info.CapacityBytes = size
+		return info, nil
+	case imgExists:
+		fi, err := os.Stat(imgPath)
+		if err != nil {
+			return Info{}, fmt.Errorf("reading image file: %w", err)
+		}
+		return Info{ID: id, Mode: Block, CapacityBytes: fi.Size()}, nil
+	case exists(fsPath) || exists(imgPath):
+		return Info{}, fmt.Errorf("%w: the volumes directory has an entry for %s that is neither a directory nor a regular image file", ErrExists, id)
+	}
+	return Info{}, fmt.Errorf("volume %s: %w", id, ErrNotFound)
+}
+
+// Locate returns the mode and the path of volume id's data: the directory
+// of a filesystem volume, the image of a block volume. The CSI plugin
+// bind-mounts or loop-attaches that path; it is the only way other code
+// learns where a volume lives.
+func (m *Manager) Locate(ctx context.Context, id string) (Mode, string, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, "", err
+	}
+	if err := ValidateID(id); err != nil {
+		return 0, "", err
+	}
+	in, err := m.readIntent(id)
+	if err != nil {
+		return 0, "", err
+	}
+	if in != nil && in.Op != OpExpand {
+		return 0, "", fmt.Errorf("volume %s: %w (a %s is in progress or was interrupted)", id, ErrNotFound, in.Op)
+	}
+	fsPath, imgPath := m.paths(id)
+	switch {
+	case isDir(fsPath):
+		return Filesystem, fsPath, nil
+	case isRegular(imgPath):
+		return Block, imgPath, nil
+	}
+	return 0, "", fmt.Errorf("volume %s: %w", id, ErrNotFound)
+}
+
+func isRegular(p string) bool {
+	fi, err := os.Lstat(p)
+	return err == nil && fi.Mode().IsRegular()
+}

@@ -1,0 +1,248 @@
+// Package volume is the only code that knows what a Plinth volume looks like
+// on disk. The provisioner, the resizer, the CSI node plugin and the
+// standalone csi-serve controller all create, delete, grow and measure
+// volumes through a Manager, so there is one tested implementation of the
+// layout instead of one per caller.
+//
+// A filesystem volume is the directory data/volumes/<id>/ whose XFS (or
+// ext4) project quota is exactly the volume's size. A block volume is the
+// image file data/volumes/<id>.img, fully allocated with fallocate so a
+// write to the device can never fail for lack of space. Paths come from
+// node/core/localstorage; quotas from pkg/fsquota.
+//
+// Every mutating operation is idempotent and crash-safe. Before it touches
+// the volumes directory it writes an intent record (data/state/operations/
+// <id>) and it removes the record as its last step, so after a crash at any
+// point the record says what was half done: Recover (and the next call for
+// the same ID) undoes an interrupted Create, finishes an interrupted Delete
+// and trims an interrupted Expand. A volume without a record is complete.
+//
+// Despite its path below node/kubernetes the package imports nothing from
+// Kubernetes: it is plain Linux storage code that the Kubernetes-facing
+// parts call.
+package volume
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/pkg/fsquota"
+)
+
+// Sentinel errors. Every error a Manager returns for one of these conditions
+// wraps the sentinel (test with errors.Is), so the CSI server maps them to
+// gRPC codes and the controllers to Event reasons without parsing messages.
+var (
+	// ErrNotFound: no volume with that ID exists.
+	ErrNotFound = errors.New("volume not found")
+	// ErrExists: a volume with that ID exists with another mode or size.
+	ErrExists = errors.New("volume exists with different parameters")
+	// ErrInvalid: the request itself is malformed (bad ID, size, mode).
+	ErrInvalid = errors.New("invalid volume request")
+	// ErrNoSpace: the data filesystem cannot hold the volume.
+	ErrNoSpace = errors.New("not enough space for volume")
+	// ErrCapacityNotEnforced: a filesystem volume was requested but the
+	// data filesystem cannot enforce its size and the operator has not
+	// accepted unenforced capacity.
+	ErrCapacityNotEnforced = errors.New("capacity of filesystem volumes cannot be enforced")
+)
+
+// Mode is a volume's access type.
+type Mode int
+
+const (
+	// Filesystem volumes are directories with a project quota.
+	Filesystem Mode = iota + 1
+	// Block volumes are fully allocated image files served by loop devices.
+	Block
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Filesystem:
+		return "filesystem"
+	case Block:
+		return "block"
+	default:
+		return fmt.Sprintf("mode(%d)", int(m))
+	}
+}
+
+// ParseMode is the inverse of Mode.String.
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "filesystem":
+		return Filesystem, nil
+	case "block":
+		return Block, nil
+	}
+	return 0, fmt.Errorf("%w: unknown volume mode %q (want filesystem or block)", ErrInvalid, s)
+}
+
+// Alignment is the granularity of volume sizes: requests are rounded up to
+// a multiple of it. A loop device exposes whole 512-byte sectors and direct
+// I/O needs the backing filesystem's 4 KiB block alignment, and a quota
+// limit below a whole block cannot be filled anyway, so 4 KiB is the
+// smallest unit in which "exactly the requested size" is true for both
+// modes. Kubernetes sizes (Mi, Gi, and most decimal ones) are multiples
+// already.
+const Alignment = 4096
+
+// MaxBytes is the largest volume size accepted: well beyond any disk, and
+// far enough below 2^63 that rounding and arithmetic cannot overflow.
+const MaxBytes = int64(1) << 60
+
+// Inode limits of filesystem volumes. A volume may hold one inode per 4 KiB
+// of its size, and at least MinInodes. Inodes are not charged to the
+// project's byte limit, so without an inode limit a volume full of empty
+// files could exhaust the data filesystem's inodes for every other volume;
+// at one per 4 KiB the uncharged inode metadata (512 bytes per XFS inode)
+// stays below 1/8 of the volume's size. MinInodes keeps tiny volumes usable.
+const (
+	BytesPerInode = 4096
+	MinInodes     = 4096
+)
+
+// InodeLimit is the inode limit of a filesystem volume of the given size.
+func InodeLimit(bytes int64) uint64 {
+	return max(uint64(bytes)/BytesPerInode, MinInodes)
+}
+
+// Project IDs handed to volumes. The range starts high so IDs an operator
+// configured by hand in /etc/projects (conventionally small numbers) never
+// collide with ours.
+const (
+	FirstProjectID uint32 = 1 << 20
+	LastProjectID  uint32 = 1 << 30
+)
+
+// Manager creates, deletes, grows and measures volumes. Its exported fields
+// are its dependencies; fill them in (or use New) before the first call and
+// do not change them afterwards. A Manager is safe for concurrent use: calls
+// for one volume ID are serialised, calls for different IDs run in parallel.
+type Manager struct {
+	// Data is the placed and created data tree (volumes/ and state/).
+	Data *localstorage.DataDirectory
+	// ProjectIDs allocates project IDs for filesystem volumes. It is nil
+	// when project quotas are not enforced.
+	ProjectIDs *fsquota.IDAllocator
+	// QuotaError is nil when the data filesystem enforces project quotas
+	// and otherwise says why not (from fsquota.Probe).
+	QuotaError error
+	// AllowUnenforced accepts filesystem volumes although QuotaError is
+	// set. Their size is then recorded but not enforced.
+	AllowUnenforced bool
+
+	locks lockTable
+	// spaceMu serialises the "is there room?" check of filesystem volumes
+	// with the quota that claims the room, so two concurrent Creates
+	// cannot both be promised the same free space.
+	spaceMu sync.Mutex
+}
+
+// Config is what New needs.
+type Config struct {
+	// Data is the placed data tree; New creates it if needed.
+	Data *localstorage.DataDirectory
+	// QuotaError is the result of probing the volumes directory for
+	// project quota support (fsquota.Probe); nil means enforced.
+	QuotaError error
+	// AllowUnenforced: see Manager.AllowUnenforced.
+	AllowUnenforced bool
+}
+
+// New returns a Manager over cfg.Data, creating the data tree and, when
+// quotas are enforced, the project ID allocator over state/projects.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Data == nil || !cfg.Data.Placed() {
+		return nil, errors.New("creating volume manager: data directory not placed")
+	}
+	if err := cfg.Data.MkdirAll(); err != nil {
+		return nil, fmt.Errorf("creating volume manager: %w", err)
+	}
+	m := &Manager{Data: cfg.Data, QuotaError: cfg.QuotaError, AllowUnenforced: cfg.AllowUnenforced}
+	if cfg.QuotaError == nil {
+		ids, err := fsquota.NewIDAllocator(cfg.Data.State.Projects.FullPath(), FirstProjectID, LastProjectID)
+		if err != nil {
+			return nil, fmt.Errorf("creating volume manager: %w", err)
+		}
+		m.ProjectIDs = ids
+	}
+	return m, nil
+}
+
+// CapacityEnforced reports whether filesystem volumes get a real quota.
+func (m *Manager) CapacityEnforced() bool { return m.QuotaError == nil }
+
+// checkFilesystemAllowed refuses filesystem volumes whose size could not be
+// enforced, unless the operator accepted that.
+func (m *Manager) checkFilesystemAllowed() error {
+	if m.QuotaError == nil || m.AllowUnenforced {
+		return nil
+	}
+	return fmt.Errorf("%w: %v; fix the data filesystem, or pass --allow-unenforced-capacity to provision without size enforcement",
+		ErrCapacityNotEnforced, m.QuotaError)
+}
+
+// alignSize validates a requested size and rounds it up to Alignment.
+func alignSize(bytes int64) (int64, error) {
+	if bytes <= 0 {
+		return 0, fmt.Errorf("%w: size %d bytes is not positive", ErrInvalid, bytes)
+	}
+	if bytes > MaxBytes {
+		return 0, fmt.Errorf("%w: size %d bytes is larger than the maximum %d", ErrInvalid, bytes, MaxBytes)
+	}
+	return (bytes + Alignment - 1) / Alignment * Alignment, nil
+}
+
+// AlignSize returns the size a volume requested with bytes will really
+// have, or an error wrapping ErrInvalid.
+func AlignSize(bytes int64) (int64, error) { return alignSize(bytes) }
+
+// ValidateID checks a volume ID (see localstorage.ValidateVolumeID); its
+// errors wrap both ErrInvalid and localstorage.ErrInvalidName.
+func ValidateID(id string) error {
+	if err := localstorage.ValidateVolumeID(id); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// lockTable is a set of per-ID mutexes that disappear when unused, so a
+// long-running node does not accumulate one mutex per volume it ever saw.
+type lockTable struct {
+	mu    sync.Mutex
+	locks map[string]*idLock
+}
+
+type idLock struct {
+	sync.Mutex
+	refs int
+}
+
+// lock takes the mutex of id and returns its unlock function.
+func (t *lockTable) lock(id string) func() {
+	t.mu.Lock()
+	if t.locks == nil {
+		t.locks = make(map[string]*idLock)
+	}
+	l := t.locks[id]
+	if l == nil {
+		l = &idLock{}
+		t.locks[id] = l
+	}
+	l.refs++
+	t.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		t.mu.Lock()
+		l.refs--
+		if l.refs == 0 {
+			delete(t.locks, id)
+		}
+		t.mu.Unlock()
+	}
+}
