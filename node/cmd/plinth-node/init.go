@@ -30,6 +30,12 @@ import (
 // state ends with the boot, as its declaration says it must.
 const bootEphemeralDir = "/run/plinth"
 
+// bootKubeletDir is the kubelet's own default --root-dir, so a kubelet
+// configured with defaults and plinth-node agree where plugins live. The
+// node image must make it writable (e.g. a bind mount from the data
+// partition); plinth.kubeletdir= on the kernel command line changes it.
+const bootKubeletDir = "/var/lib/kubelet"
+
 // Delays before init reboots or powers off after its node process ended:
 // long enough to read the console or copy the log, short enough that a
 // crash-looping machine still gets its turn to recover.
@@ -154,8 +160,9 @@ func parseCmdline(s string) map[string]string {
 // line. initArgs (what the kernel passed to init: words after "--") come
 // last, so they override.
 func childArgs(cmdline map[string]string, initArgs []string) []string {
-	args := []string{"--root", "/", "--ephemeral-dir", bootEphemeralDir}
+	args := []string{"--root", "/", "--ephemeral-dir", bootEphemeralDir, "--kubelet-dir", bootKubeletDir}
 	for _, s := range []struct{ key, flag string }{
+		{"plinth.kubeletdir", "--kubelet-dir"},
 		{"plinth.data", "--data-device"},
 		{"plinth.datafs", "--data-fstype"},
 		{"plinth.dataopts", "--data-mount-options"},

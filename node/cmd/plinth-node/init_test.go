@@ -231,7 +231,7 @@ func TestParseCmdline(t *testing.T) {
 		t.Errorf("got %v\nwant %v", got, want)
 	}
 	args := childArgs(got, []string{"-v", "2"})
-	wantArgs := []string{"--root", "/", "--ephemeral-dir", bootEphemeralDir, "--data-device", "/dev/vdb",
+	wantArgs := []string{"--root", "/", "--ephemeral-dir", bootEphemeralDir, "--kubelet-dir", bootKubeletDir, "--data-device", "/dev/vdb",
 		"--data-mount-options", "prjquota,noatime", "--node-name", "node-1", "-v", "2"}
 	if !slices.Equal(args, wantArgs) {
 		t.Errorf("child args %q\nwant %q", args, wantArgs)

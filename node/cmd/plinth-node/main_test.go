@@ -248,6 +248,9 @@ func TestOptions(t *testing.T) {
 	}
 	for _, bad := range [][]string{
 		{"--root", "/x", "-v", "-1"},
+		{"--root", "/x", "--node-name", "(none)"},
+		{"--root", "/x", "--node-name", "Upper"},
+		{"--root", "/x", "--node-name", "a..b"},
 		{"--root", "/x", "--data-device", "/dev/x", "--data-fstype", ""},
 	} {
 		if _, err := parseOptions(bad, io.Discard); err == nil {

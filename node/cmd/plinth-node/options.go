@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"source.plinth.dev/node/core"
@@ -39,7 +40,8 @@ partition and runs the node's storage services under a supervision tree.
 As PID 1 (the node image's init) it first mounts /proc, /sys, /dev, /run and
 the cgroup2 hierarchy, then runs itself as a child with --root / and the
 settings from the kernel command line (plinth.data=DEVICE, plinth.datafs=TYPE,
-plinth.dataopts=OPTS, plinth.hostname=NAME, plinth.onfailure=reboot|poweroff),
+plinth.dataopts=OPTS, plinth.hostname=NAME, plinth.kubeletdir=DIR,
+plinth.verbosity=N, plinth.onfailure=reboot|poweroff),
 reaps orphaned processes, and powers off or reboots when its child ends.
 
 Otherwise it runs hosted under --root until SIGINT or SIGTERM, keeping every
@@ -94,6 +96,9 @@ func (o *options) complete() error {
 		}
 		o.nodeName = strings.ToLower(h)
 	}
+	if err := validateNodeName(o.nodeName); err != nil {
+		return err
+	}
 	if o.verbosity < 0 {
 		return fmt.Errorf("-v %d: verbosity cannot be negative", o.verbosity)
 	}
@@ -142,4 +147,17 @@ func (o *options) dataMount() *core.DataMount {
 		return nil
 	}
 	return &core.DataMount{Source: o.dataDevice, FSType: o.dataFSType, Options: o.dataMountOptions}
+}
+
+// nodeNamePattern is a DNS subdomain (RFC 1123), the rule for Kubernetes
+// node names; checked here, without importing Kubernetes, so a booted
+// machine with no host name ("(none)") fails at start with advice, not
+// later with an API error.
+var nodeNamePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+
+func validateNodeName(name string) error {
+	if len(name) > 253 || !nodeNamePattern.MatchString(name) {
+		return fmt.Errorf("node name %q is not a valid Kubernetes node name (lower-case letters, digits, '-' and '.', at most 253 characters); pass --node-name", name)
+	}
+	return nil
 }
