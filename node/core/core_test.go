@@ -159,8 +159,8 @@ func TestAllowUnenforcedCapacityWarnsLoudly(t *testing.T) {
 	if err := env.Data.CheckFilesystemProvisioning(); err != nil {
 		t.Errorf("provisioning refused although allowed: %v", err)
 	}
-	if !env.Data.CapacityUnenforced() {
-		t.Error("CapacityUnenforced is false")
+	if !env.Data.CapacityUnenforced() || !env.Data.AllowUnenforcedCapacity() {
+		t.Error("CapacityUnenforced or AllowUnenforcedCapacity is false")
 	}
 	rd, err := lt.Read("root", logtree.WithChildren(), logtree.WithBacklog(logtree.BacklogAll), logtree.OnlyAtLeast(logtree.WARNING))
 	if err != nil {

@@ -77,6 +77,10 @@ func (d *DataDir) QuotaEnforced() bool { return d.quotaErr == nil }
 // QuotaProbeError says why quotas are not enforced (nil if they are).
 func (d *DataDir) QuotaProbeError() error { return d.quotaErr }
 
+// AllowUnenforcedCapacity is the operator's setting: accept filesystem
+// volumes even when QuotaEnforced is false.
+func (d *DataDir) AllowUnenforcedCapacity() bool { return d.allowUnenforced }
+
 // CapacityUnenforced reports that filesystem volumes are provisioned
 // although their size is not enforced. Controllers use it to put a warning
 // Event on each such volume.

@@ -121,6 +121,14 @@ func (d *Directory) Entries() ([]string, error) {
 	return names, nil
 }
 
+// Sync fsyncs the directory, making the creations, renames and removals of
+// its entries durable. Anything that must survive a crash in the state it
+// was left in (a new volume, a removed intent record) needs it after the
+// change: the entry's own fsync does not cover its name.
+func (d *Directory) Sync() error {
+	return syncDir(d.FullPath())
+}
+
 // File is a regular file of the tree, declared with a `file:"name"` tag or
 // returned by a validating accessor.
 type File struct {

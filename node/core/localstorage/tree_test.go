@@ -380,3 +380,19 @@ func TestSubtreeMkdirAllCreatesParents(t *testing.T) {
 		t.Error("MkdirAll of a subtree created a sibling")
 	}
 }
+
+func TestDirectorySync(t *testing.T) {
+	r, _ := placedRoot(t)
+	if err := r.MkdirAll(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Data.Volumes.Sync(); err != nil {
+		t.Errorf("Sync of an existing directory: %v", err)
+	}
+	if err := os.Remove(r.Data.State.Operations.FullPath()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Data.State.Operations.Sync(); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Sync of a missing directory: %v, want ErrNotExist", err)
+	}
+}
