@@ -36,6 +36,9 @@ const bootEphemeralDir = "/run/plinth"
 // partition); plinth.kubeletdir= on the kernel command line changes it.
 const bootKubeletDir = "/var/lib/kubelet"
 
+// defaultPath is the PATH of the node process when the kernel gave none.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 // Delays before init reboots or powers off after its node process ended:
 // long enough to read the console or copy the log, short enough that a
 // crash-looping machine still gets its turn to recover.
@@ -291,6 +294,11 @@ func bootAndSupervise(log logtree.LeveledLogger, lt *logtree.LogTree) haltDecisi
 		if err := unix.Sethostname([]byte(h)); err != nil {
 			log.Warningf("setting host name %q: %v", h, err)
 		}
+	}
+	// The kernel starts init without PATH; the node's child processes
+	// (and anything they run) need one.
+	if os.Getenv("PATH") == "" {
+		os.Setenv("PATH", defaultPath)
 	}
 	exe, err := os.Executable()
 	if err != nil {

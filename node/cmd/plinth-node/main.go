@@ -31,6 +31,12 @@ func main() {
 func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), unix.SIGINT, unix.SIGTERM)
 	defer stop()
+	go func() {
+		// The first signal starts a clean shutdown; restoring the default
+		// handling lets a second one end a shutdown that hangs.
+		<-ctx.Done()
+		stop()
+	}()
 
 	if len(args) > 0 && args[0] == "csi-serve" {
 		if err := csiServe(ctx, args[1:]); err != nil {
