@@ -1,0 +1,87 @@
+package images
+
+import (
+	"context"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// DefaultBusybox is where Debian's busybox-static package installs the binary.
+const DefaultBusybox = "/bin/busybox"
+
+// Pause compiles test/images/pause as a static binary and returns its image.
+// repoRoot is the directory of the main module (source.plinth.dev).
+func Pause(ctx context.Context, repoRoot string) (Image, error) {
+	tmp, err := os.MkdirTemp("", "plinth-pause-")
+	if err != nil {
+		return Image{}, fmt.Errorf("building pause image: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "pause")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./test/images/pause")
+	cmd.Dir = repoRoot
+	// Static, so it runs in an image that has nothing else in it.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return Image{}, fmt.Errorf("building pause image: go build: %w\n%s", err, out)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return Image{}, fmt.Errorf("building pause image: %w", err)
+	}
+	return Image{
+		Ref:        PauseRef,
+		Entrypoint: []string{"/pause"},
+		Files:      []File{{Path: "pause", Mode: 0o755, Data: data}},
+	}, nil
+}
+
+// Busybox returns an image holding the static busybox binary at
+// busyboxPath as /bin/busybox, with a /bin symlink for each applet it
+// reports, so `sh`, `dd`, `sleep` and friends are on PATH.
+func Busybox(ctx context.Context, busyboxPath string) (Image, error) {
+	if err := checkStatic(busyboxPath); err != nil {
+		return Image{}, fmt.Errorf("building busybox image: %w (install busybox-static)", err)
+	}
+	data, err := os.ReadFile(busyboxPath)
+	if err != nil {
+		return Image{}, fmt.Errorf("building busybox image: %w", err)
+	}
+	out, err := exec.CommandContext(ctx, busyboxPath, "--list").Output()
+	if err != nil {
+		return Image{}, fmt.Errorf("building busybox image: listing applets: %w", err)
+	}
+	files := []File{{Path: "bin/busybox", Mode: 0o755, Data: data}}
+	for _, applet := range strings.Fields(string(out)) {
+		if applet == "busybox" || strings.Contains(applet, "/") {
+			continue
+		}
+		files = append(files, File{Path: "bin/" + applet, Link: "busybox"})
+	}
+	files = append(files,
+		File{Path: "etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")},
+		File{Path: "etc/group", Mode: 0o644, Data: []byte("root:x:0:\nnogroup:x:65534:\n")},
+		File{Path: "root", Mode: 0o700, Dir: true},
+	)
+	return Image{Ref: BusyboxRef, Cmd: []string{"sh"}, Files: files}, nil
+}
+
+// checkStatic fails unless path is an ELF executable without a program
+// interpreter: a dynamically linked binary would not run in these images.
+func checkStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked", path)
+		}
+	}
+	return nil
+}

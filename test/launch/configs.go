@@ -1,0 +1,234 @@
+package launch
+
+import (
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/template"
+
+	"source.plinth.dev/test/images"
+)
+
+// The configuration files of the components, written into the work
+// directory. Each setting that differs from upstream defaults says why.
+
+var containerdConfig = template.Must(template.New("containerd").Parse(`version = 2
+root = "{{.Root}}"
+state = "{{.State}}"
+# Plugins that would write outside the work directory (opt: /opt/containerd)
+# or that a node never uses.
+disabled_plugins = [
+  "io.containerd.internal.v1.opt",
+  "io.containerd.internal.v1.tracing",
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.tracing.processor.v1.otlp",
+]
+
+[grpc]
+  address = "{{.Socket}}"
+
+[ttrpc]
+  address = ""
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{{.SandboxImage}}"
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  # Hosts that drop CAP_SYS_RESOURCE (like some sandboxes) cannot lower
+  # oom_score_adj below the runtime's own; clamp instead of failing every
+  # pod sandbox with "can't get final child's PID from pipe".
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        # kubelet uses the cgroupfs driver; both must agree.
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{{.CNIBin}}"
+    conf_dir = "{{.CNIConf}}"
+`))
+
+var cniConfig = template.Must(template.New("cni").Parse(`{
+  "cniVersion": "0.4.0",
+  "name": "plinth",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "{{.Bridge}}",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": "{{.IPAMDir}}",
+        "ranges": [[{"subnet": "{{.PodCIDR}}"}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    }
+  ]
+}
+`))
+
+// The kubelet's configuration. Notes on the less obvious settings:
+//   - failCgroupV1: false keeps the kubelet running on cgroup v1 hosts.
+//   - podLogsDir and volumePluginDir keep pod logs and the flexvolume
+//     directory inside the work directory instead of /var/log/pods and
+//     /usr/libexec/kubernetes.
+//   - low eviction thresholds: a busy developer disk must not evict the
+//     test pods.
+//   - nodeStatusUpdateFrequency: 1s gets the node Ready a few seconds
+//     sooner; status is only written when it changes.
+var kubeletConfig = template.Must(template.New("kubelet").Parse(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: {{.NodeIP}}
+port: {{.Port}}
+readOnlyPort: 0
+healthzPort: 0
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: {{.CAFile}}}
+authorization: {mode: Webhook}
+tlsCertFile: {{.CertFile}}
+tlsPrivateKeyFile: {{.KeyFile}}
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+containerRuntimeEndpoint: unix://{{.Containerd}}
+imageServiceEndpoint: unix://{{.Containerd}}
+podLogsDir: {{.PodLogs}}
+volumePluginDir: {{.VolumePlugins}}
+resolvConf: /etc/resolv.conf
+serializeImagePulls: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: "50Mi"
+  nodefs.available: "1%"
+  nodefs.inodesFree: "1%"
+  imagefs.available: "1%"
+nodeStatusUpdateFrequency: 1s
+shutdownGracePeriod: 0s
+`))
+
+// writeTemplate renders t with data into path.
+func writeTemplate(path string, t *template.Template, data any) error {
+	var b strings.Builder
+	if err := t.Execute(&b, data); err != nil {
+		return fmt.Errorf("rendering %s: %w", filepath.Base(path), err)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// writeConfigs writes every component's configuration file.
+func (c *Cluster) writeConfigs() error {
+	if err := writeTemplate(c.containerdConfigPath(), containerdConfig, map[string]string{
+		"Root":         filepath.Join(c.DataDir, "containerd"),
+		"State":        filepath.Join(c.Dir, "run", "containerd"),
+		"Socket":       c.ContainerdSocket,
+		"SandboxImage": images.PauseRef,
+		"CNIBin":       c.cniBinDir,
+		"CNIConf":      filepath.Join(c.Dir, "cni", "net.d"),
+	}); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(c.Dir, "cni", "net.d"), 0o755); err != nil {
+		return fmt.Errorf("creating CNI config directory: %w", err)
+	}
+	if err := writeTemplate(filepath.Join(c.Dir, "cni", "net.d", "10-plinth.conflist"), cniConfig, map[string]string{
+		"Bridge":  bridgeName,
+		"IPAMDir": filepath.Join(c.Dir, "cni", "ipam"),
+		"PodCIDR": podCIDR,
+	}); err != nil {
+		return err
+	}
+	kubeletServing := c.pki.get("kubelet-serving")
+	if err := writeTemplate(filepath.Join(c.Dir, "kubelet.yaml"), kubeletConfig, map[string]any{
+		"NodeIP":        c.NodeIP,
+		"Port":          c.kubeletPort,
+		"CAFile":        c.pki.ca.certPath,
+		"CertFile":      kubeletServing.certPath,
+		"KeyFile":       kubeletServing.keyPath,
+		"Containerd":    c.ContainerdSocket,
+		"PodLogs":       filepath.Join(c.DataDir, "pod-logs"),
+		"VolumePlugins": filepath.Join(c.DataDir, "kubelet-volume-plugins"),
+	}); err != nil {
+		return err
+	}
+	for _, kc := range []struct{ file, cert string }{
+		{c.Kubeconfig, "admin"},
+		{c.kubeconfigPath("controller-manager"), "controller-manager"},
+		{c.kubeconfigPath("scheduler"), "scheduler"},
+		{c.kubeconfigPath("kubelet"), "kubelet"},
+		{c.NodeKubeconfig, "plinth-node"},
+	} {
+		if err := c.writeKubeconfig(kc.file, kc.cert); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var kubeconfigTemplate = template.Must(template.New("kubeconfig").Parse(`apiVersion: v1
+kind: Config
+clusters:
+- name: plinth
+  cluster:
+    server: {{.Server}}
+    certificate-authority-data: {{.CA}}
+users:
+- name: {{.User}}
+  user:
+    client-certificate-data: {{.Cert}}
+    client-key-data: {{.Key}}
+contexts:
+- name: plinth
+  context:
+    cluster: plinth
+    user: {{.User}}
+current-context: plinth
+`))
+
+// writeKubeconfig writes a self-contained kubeconfig (certificates inline,
+// so it keeps working when copied) for the identity named cert.
+func (c *Cluster) writeKubeconfig(path, cert string) error {
+	kp := c.pki.get(cert)
+	key, err := kp.keyPEM()
+	if err != nil {
+		return fmt.Errorf("writing kubeconfig for %s: %w", cert, err)
+	}
+	b64 := base64.StdEncoding.EncodeToString
+	var b strings.Builder
+	if err := kubeconfigTemplate.Execute(&b, map[string]string{
+		"Server": c.APIServerURL,
+		"CA":     b64(c.pki.ca.certPEM()),
+		"User":   cert,
+		"Cert":   b64(kp.certPEM()),
+		"Key":    b64(key),
+	}); err != nil {
+		return fmt.Errorf("writing kubeconfig for %s: %w", cert, err)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		return fmt.Errorf("writing kubeconfig for %s: %w", cert, err)
+	}
+	return nil
+}
+
+func (c *Cluster) kubeconfigPath(name string) string {
+	return filepath.Join(c.Dir, "kubeconfigs", name+".kubeconfig")
+}
+
+func (c *Cluster) containerdConfigPath() string {
+	return filepath.Join(c.Dir, "containerd.toml")
+}

@@ -1,0 +1,100 @@
+package launch
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// hostSnapshot records host state a cluster could leak, independently of
+// the sweep's own bookkeeping, so the teardown check does not merely
+// repeat the teardown's logic. Other work on a shared machine (builds,
+// other tests) also mounts things and starts processes, so only state a
+// cluster can produce is compared: mounts below the work directory or in
+// kubelet/containerd/netns locations, loop devices backed below the work
+// directory, processes of the cluster's programs, pod network links.
+type hostSnapshot struct {
+	mounts map[string]bool
+	loops  map[string]bool
+	procs  map[int]string
+	links  map[string]bool
+}
+
+// clusterPrograms are the executables (by base name) a cluster runs.
+var clusterPrograms = map[string]bool{
+	"etcd": true, "kube-apiserver": true, "kube-controller-manager": true, "kube-scheduler": true,
+	"kubelet": true, "containerd": true, "containerd-shim": true, "containerd-shim-runc-v2": true,
+	"runc": true, "pause": true, "busybox": true, "plinth-node": true,
+}
+
+func takeHostSnapshot(dir string) hostSnapshot {
+	s := hostSnapshot{mounts: map[string]bool{}, loops: map[string]bool{}, procs: map[int]string{}, links: map[string]bool{}}
+	if data, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 5 {
+				continue
+			}
+			mp := unescapeMount(f[4])
+			for _, p := range []string{dir + "/", "/run/netns/", "/run/containerd/", "/var/lib/kubelet/"} {
+				if strings.HasPrefix(mp+"/", p) {
+					s.mounts[mp] = true
+				}
+			}
+		}
+	}
+	for _, dev := range loopsUnder(dir) {
+		s.loops[dev] = true
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		if err != nil {
+			continue
+		}
+		if name := filepath.Base(strings.TrimSuffix(exe, " (deleted)")); clusterPrograms[name] {
+			s.procs[pid] = name
+		}
+	}
+	links, _ := os.ReadDir("/sys/class/net")
+	for _, l := range links {
+		if n := l.Name(); n == bridgeName || strings.HasPrefix(n, "veth") {
+			s.links[n] = true
+		}
+	}
+	return s
+}
+
+// diff describes what after has that s (before) did not; "" if nothing.
+func (s hostSnapshot) diff(after hostSnapshot) string {
+	var out []string
+	for m := range after.mounts {
+		if !s.mounts[m] {
+			out = append(out, "mount "+m)
+		}
+	}
+	for l := range after.loops {
+		if !s.loops[l] {
+			out = append(out, "loop device "+l)
+		}
+	}
+	for pid, name := range after.procs {
+		if _, ok := s.procs[pid]; !ok {
+			out = append(out, fmt.Sprintf("process %d (%s)", pid, name))
+		}
+	}
+	for l := range after.links {
+		if !s.links[l] {
+			out = append(out, "network link "+l)
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, "\n")
+}

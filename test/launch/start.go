@@ -1,0 +1,435 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"source.plinth.dev/test/images"
+)
+
+// kubeletTools are the host programs the kubelet may run; see
+// Paths.KubeletPATH. mount/umount do bind and tmpfs mounts, du/find and
+// nice/ionice serve volume metrics. losetup is missing on purpose: the
+// patched kubelet must never need it, and a test proves it.
+var kubeletTools = []string{"mount", "umount", "findmnt", "blkid", "blockdev", "du", "find", "nice", "ionice", "nsenter"}
+
+// Start launches a cluster and returns once its node is Ready and the
+// default service account exists (pods can be created). On error, whatever
+// was started is torn down again.
+func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("launching a cluster needs root (kubelet, containerd, mounts)")
+	}
+	if cfg.Dir == "" {
+		return nil, errors.New("launch: Config.Dir is empty")
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("resolving work directory: %w", err)
+	}
+	if cfg.DataSize == 0 {
+		cfg.DataSize = DefaultDataSize
+	}
+	logw := cfg.Log
+	if logw == nil {
+		logw = io.Discard
+	}
+	c = &Cluster{cfg: cfg, logw: logw, failed: make(chan struct{}), started: time.Now()}
+	c.Dir = dir
+
+	lock, prev, err := acquireLock(ctx, cfg.WaitForLock, c.logf)
+	if err != nil {
+		return nil, err
+	}
+	c.lock = lock
+	defer func() {
+		if err != nil {
+			if stopErr := c.Stop(context.Background()); stopErr != nil {
+				c.logf("teardown after failed start: %v", stopErr)
+			}
+			c = nil
+		}
+	}()
+	if prev.Dir != "" {
+		// The last launcher died without tearing down.
+		c.logf("cleaning up after a launcher that did not stop cleanly (work directory %s)", prev.Dir)
+		if err := sweep(prev.Dir, prev.Baseline); err != nil {
+			c.logf("cleanup of %s incomplete: %v", prev.Dir, err)
+		}
+		c.base = prev.Baseline
+	} else {
+		c.base = takeBaseline()
+	}
+	if err := writeLockState(lock, &lockState{PID: os.Getpid(), Dir: dir, Baseline: c.base}); err != nil {
+		return c, err
+	}
+	if err := prepareDir(dir, c.base); err != nil {
+		return c, err
+	}
+	if err := c.initPaths(ctx); err != nil {
+		return c, err
+	}
+	if err := c.startAll(ctx); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// initPaths settles names, ports and directories and writes all files.
+func (c *Cluster) initPaths(ctx context.Context) error {
+	var err error
+	if c.NodeName, err = nodeName(); err != nil {
+		return err
+	}
+	if c.NodeIP, err = nodeIP(); err != nil {
+		return err
+	}
+	c.BinDir = c.cfg.KubernetesBin
+	if c.BinDir == "" {
+		if c.BinDir, err = KubernetesBinaries(ctx, c.logw); err != nil {
+			return err
+		}
+	}
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"} {
+		if _, err := os.Stat(filepath.Join(c.BinDir, b)); err != nil {
+			return fmt.Errorf("kubernetes binaries in %s: %w", c.BinDir, err)
+		}
+	}
+	c.cniBinDir = "/usr/lib/cni"
+	if _, err := os.Stat(filepath.Join(c.cniBinDir, "bridge")); err != nil {
+		return fmt.Errorf("CNI plugins: %w (install containernetworking-plugins)", err)
+	}
+	ports, err := freePorts(4)
+	if err != nil {
+		return err
+	}
+	c.etcdURL = "http://127.0.0.1:" + strconv.Itoa(ports[0])
+	c.etcdPeerURL = "http://127.0.0.1:" + strconv.Itoa(ports[1])
+	c.apiPort, c.kubeletPort = ports[2], ports[3]
+	c.APIServerURL = "https://127.0.0.1:" + strconv.Itoa(c.apiPort)
+
+	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
+	c.NodeKubeconfig = filepath.Join(c.Dir, "kubeconfigs", "plinth-node.kubeconfig")
+	c.DataDir = filepath.Join(c.Dir, "data")
+	c.KubeletRootDir = filepath.Join(c.DataDir, "kubelet")
+	c.KubeletPATH = filepath.Join(c.Dir, "kubelet-path")
+	c.ContainerdSocket = filepath.Join(c.Dir, "run", "containerd.sock")
+	c.LogDir = filepath.Join(c.Dir, "logs")
+	for _, d := range []string{c.LogDir, c.KubeletPATH, filepath.Join(c.Dir, "kubeconfigs"), filepath.Join(c.Dir, "run"), filepath.Join(c.Dir, "images")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("creating %s: %w", d, err)
+		}
+	}
+	for _, tool := range kubeletTools {
+		if p, err := exec.LookPath(tool); err == nil {
+			if err := os.Symlink(p, filepath.Join(c.KubeletPATH, tool)); err != nil {
+				return fmt.Errorf("preparing kubelet PATH: %w", err)
+			}
+		}
+	}
+
+	ip := net.ParseIP(c.NodeIP)
+	c.pki, err = newPKI(filepath.Join(c.Dir, "pki"), []identity{
+		{name: "apiserver", cn: "kube-apiserver", server: true,
+			dns: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", c.NodeName},
+			ips: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv4(10, 96, 0, 1), ip}},
+		{name: "admin", cn: "plinth-admin", orgs: []string{"system:masters"}},
+		{name: "controller-manager", cn: "system:kube-controller-manager"},
+		{name: "scheduler", cn: "system:kube-scheduler"},
+		{name: "kubelet", cn: "system:node:" + c.NodeName, orgs: []string{"system:nodes"}},
+		{name: "kubelet-serving", cn: c.NodeName, server: true, dns: []string{c.NodeName, "localhost"}, ips: []net.IP{ip, net.IPv4(127, 0, 0, 1)}},
+		{name: "apiserver-kubelet-client", cn: "kube-apiserver-kubelet-client", orgs: []string{"system:masters"}},
+		{name: "plinth-node", cn: "system:plinth-node:" + c.NodeName, orgs: []string{plinthNodeGroup}},
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.writeConfigs(); err != nil {
+		return err
+	}
+	c.RESTConfig = &rest.Config{
+		Host: c.APIServerURL,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAFile:   c.pki.ca.certPath,
+			CertFile: c.pki.get("admin").certPath,
+			KeyFile:  c.pki.get("admin").keyPath,
+		},
+		QPS:   50,
+		Burst: 100,
+	}
+	c.Client, err = kubernetes.NewForConfig(c.RESTConfig)
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	c.mark("prepared")
+	return nil
+}
+
+// startAll brings the components up in dependency order, overlapping what
+// does not depend on each other (containerd and the images with the control
+// plane).
+func (c *Cluster) startAll(ctx context.Context) error {
+	data, err := mountDataFS(ctx, filepath.Join(c.Dir, "data.img"), c.DataDir, c.cfg.DataSize)
+	if err != nil {
+		return err
+	}
+	c.QuotaEnforced = data.quota
+	if !data.quota {
+		c.logf("this kernel cannot enforce XFS project quotas (no CONFIG_XFS_QUOTA); data filesystem mounted without them")
+	}
+	c.mark("data filesystem mounted")
+
+	if err := c.startEtcd(); err != nil {
+		return err
+	}
+	if err := c.startContainerd(); err != nil {
+		return err
+	}
+	imported := make(chan error, 1)
+	go func() { imported <- c.importImages(ctx) }()
+
+	if err := c.waitFor(ctx, "etcd", 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		return httpOK(ctx, c.etcdURL+"/health", nil)
+	}); err != nil {
+		return err
+	}
+	c.mark("etcd healthy")
+	if err := c.startAPIServer(); err != nil {
+		return err
+	}
+	if err := c.waitFor(ctx, "kube-apiserver /readyz", 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err == nil && string(body) == "ok", err
+	}); err != nil {
+		return err
+	}
+	c.mark("kube-apiserver ready")
+	if err := c.startControllers(); err != nil {
+		return err
+	}
+	if err := c.applyRBAC(ctx); err != nil {
+		return err
+	}
+	if err := <-imported; err != nil {
+		return err
+	}
+	c.mark("images imported")
+	if err := c.startKubelet(); err != nil {
+		return err
+	}
+	if c.cfg.PlinthNode != nil {
+		if err := c.startPlinthNode(); err != nil {
+			return err
+		}
+	}
+	if err := c.waitFor(ctx, "node "+c.NodeName+" Ready", 250*time.Millisecond, func(ctx context.Context) (bool, error) {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				return cond.Status == corev1.ConditionTrue, fmt.Errorf("node not ready: %s", cond.Message)
+			}
+		}
+		return false, nil
+	}); err != nil {
+		return err
+	}
+	c.mark("node Ready")
+	// Pods in a namespace are rejected until its default service account
+	// exists; the controller manager creates it shortly after start.
+	if err := c.waitFor(ctx, "service account default/default", 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil, err
+	}); err != nil {
+		return err
+	}
+	c.mark("ready for pods")
+	return nil
+}
+
+func (c *Cluster) run(name, bin string, args []string, env []string) error {
+	p, err := startProcess(name, c.LogDir, bin, args, env, c.fail)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.procs = append(c.procs, p)
+	c.mu.Unlock()
+	return nil
+}
+
+// hostPATH is the PATH of containerd (runc, shims) and other tools.
+const hostPATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+func (c *Cluster) startEtcd() error {
+	return c.run("etcd", filepath.Join(c.BinDir, "etcd"), []string{
+		"--name=plinth",
+		"--data-dir=" + filepath.Join(c.Dir, "etcd"),
+		"--listen-client-urls=" + c.etcdURL,
+		"--advertise-client-urls=" + c.etcdURL,
+		"--listen-peer-urls=" + c.etcdPeerURL,
+		"--initial-advertise-peer-urls=" + c.etcdPeerURL,
+		"--initial-cluster=plinth=" + c.etcdPeerURL,
+		// The data is thrown away at teardown; fsync only costs time.
+		"--unsafe-no-fsync",
+		"--log-level=warn",
+	}, []string{hostPATH})
+}
+
+func (c *Cluster) startAPIServer() error {
+	p := c.pki
+	return c.run("kube-apiserver", filepath.Join(c.BinDir, "kube-apiserver"), []string{
+		"--etcd-servers=" + c.etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=" + c.NodeIP,
+		"--secure-port=" + strconv.Itoa(c.apiPort),
+		"--tls-cert-file=" + p.get("apiserver").certPath,
+		"--tls-private-key-file=" + p.get("apiserver").keyPath,
+		"--client-ca-file=" + p.ca.certPath,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + p.saPubPath,
+		"--service-account-signing-key-file=" + p.saKeyPath,
+		"--service-cluster-ip-range=" + serviceCIDR,
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--allow-privileged=true",
+		"--kubelet-client-certificate=" + p.get("apiserver-kubelet-client").certPath,
+		"--kubelet-client-key=" + p.get("apiserver-kubelet-client").keyPath,
+		"--kubelet-certificate-authority=" + p.ca.certPath,
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
+		"--cert-dir=" + filepath.Join(c.Dir, "run", "apiserver"),
+		"--profiling=false",
+		"--v=1",
+	}, []string{hostPATH})
+}
+
+func (c *Cluster) startControllers() error {
+	p := c.pki
+	kcm := c.kubeconfigPath("controller-manager")
+	if err := c.run("kube-controller-manager", filepath.Join(c.BinDir, "kube-controller-manager"), []string{
+		"--kubeconfig=" + kcm,
+		// One instance: leader election would only delay the start.
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file=" + p.saKeyPath,
+		"--root-ca-file=" + p.ca.certPath,
+		"--cluster-signing-cert-file=" + p.ca.certPath,
+		"--cluster-signing-key-file=" + p.ca.keyPath,
+		// Bind claims to volumes within 2 s instead of 15 s.
+		"--pvclaimbinder-sync-period=2s",
+		"--v=1",
+	}, []string{hostPATH}); err != nil {
+		return err
+	}
+	return c.run("kube-scheduler", filepath.Join(c.BinDir, "kube-scheduler"), []string{
+		"--kubeconfig=" + c.kubeconfigPath("scheduler"),
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--v=1",
+	}, []string{hostPATH})
+}
+
+func (c *Cluster) startContainerd() error {
+	return c.run("containerd", "/usr/bin/containerd", []string{"--config=" + c.containerdConfigPath()}, []string{hostPATH})
+}
+
+func (c *Cluster) startKubelet() error {
+	return c.run("kubelet", filepath.Join(c.BinDir, "kubelet"), []string{
+		"--config=" + filepath.Join(c.Dir, "kubelet.yaml"),
+		"--kubeconfig=" + c.kubeconfigPath("kubelet"),
+		"--root-dir=" + c.KubeletRootDir,
+		"--cert-dir=" + filepath.Join(c.Dir, "run", "kubelet-pki"),
+		"--hostname-override=" + c.NodeName,
+		"--node-ip=" + c.NodeIP,
+		"--v=2",
+	}, []string{"PATH=" + c.KubeletPATH})
+}
+
+func (c *Cluster) startPlinthNode() error {
+	pn := c.cfg.PlinthNode
+	var args []string
+	if pn.Args != nil {
+		args = pn.Args(c.Paths)
+	}
+	return c.run("plinth-node", pn.Binary, args, []string{hostPATH})
+}
+
+// importImages builds the pause and busybox images and loads them, with the
+// configured extra images, into containerd's k8s.io namespace (the one the
+// CRI plugin uses).
+func (c *Cluster) importImages(ctx context.Context) error {
+	root, err := RepoRoot(".")
+	if err != nil {
+		return err
+	}
+	pause, err := images.Pause(ctx, root)
+	if err != nil {
+		return err
+	}
+	busybox, err := images.Busybox(ctx, images.DefaultBusybox)
+	if err != nil {
+		return err
+	}
+	paths := []string{}
+	for name, img := range map[string]images.Image{"pause": pause, "busybox": busybox} {
+		p := filepath.Join(c.Dir, "images", name+".tar")
+		if err := img.WriteFile(p); err != nil {
+			return err
+		}
+		paths = append(paths, p)
+	}
+	paths = append(paths, c.cfg.Images...)
+	if err := c.waitFor(ctx, "containerd socket", 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		err := exec.CommandContext(ctx, "ctr", "--address", c.ContainerdSocket, "version").Run()
+		return err == nil, err
+	}); err != nil {
+		return err
+	}
+	for _, p := range paths {
+		out, err := exec.CommandContext(ctx, "ctr", "--address", c.ContainerdSocket, "--namespace", "k8s.io", "images", "import", p).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("importing image %s: %w: %s", p, err, strings.TrimSpace(string(out)))
+		}
+	}
+	return nil
+}
+
+// httpOK reports whether GET url answers 200.
+func httpOK(ctx context.Context, url string, client *http.Client) (bool, error) {
+	if client == nil {
+		client = http.DefaultClient
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode == http.StatusOK, nil
+}
