@@ -73,6 +73,7 @@ func (m *Manager) Create(ctx context.Context, id string, mode Mode, bytes int64)
 	if err := m.writeIntent(id, intent{Op: OpCreate, Mode: mode.String(), Bytes: size}); err != nil {
 		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
 	}
+	m.crashPoint("create:intent")
 	if mode == Filesystem {
 		err = m.createFilesystem(id, size)
 	} else {
@@ -90,6 +91,7 @@ func (m *Manager) Create(ctx context.Context, id string, mode Mode, bytes int64)
 		}
 		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
 	}
+	m.crashPoint("create:done")
 	if err := m.clearIntent(id); err != nil {
 		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
 	}
@@ -132,6 +134,7 @@ func (m *Manager) createFilesystem(id string, size int64) error {
 	if err := os.Chmod(path, 0o777); err != nil {
 		return fmt.Errorf("setting mode of volume directory: %w", err)
 	}
+	m.crashPoint("create:mkdir")
 	if m.CapacityEnforced() {
 		if m.ProjectIDs == nil {
 			return errors.New("quotas are enforced but the manager has no project ID allocator")
@@ -140,6 +143,7 @@ func (m *Manager) createFilesystem(id string, size int64) error {
 		if err != nil {
 			return fmt.Errorf("allocating project ID: %w", err)
 		}
+		m.crashPoint("create:project-id")
 		if err := fsquota.SetQuota(path, pid, fsquota.Limits{Bytes: uint64(size), Inodes: InodeLimit(size)}); err != nil {
 			// remove() finds no project ID on the directory, so hand
 			// the claim back here.
@@ -169,6 +173,7 @@ func (m *Manager) createBlock(id string, size int64) error {
 		return classifySpace(fmt.Errorf("creating image file: %w", err))
 	}
 	defer f.Close()
+	m.crashPoint("create:image")
 	if err := fallocate(f, 0, size); err != nil {
 		return classifySpace(fmt.Errorf("allocating %d bytes for the image: %w", size, err))
 	}

@@ -60,6 +60,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	}
 	// An interrupted Create may have claimed a project ID it never put on
 	// the directory; only then is the (slow) claim lookup needed.
+	m.crashPoint("delete:intent")
 	lookup := in != nil && in.Op == OpCreate
 	if err := m.remove(id, pid, lookup); err != nil {
 		return fmt.Errorf("deleting volume %s: %w", id, err)
@@ -101,14 +102,17 @@ func (m *Manager) remove(id string, pid uint32, lookupPID bool) error {
 		if err := removeContents(fsPath); err != nil {
 			return err
 		}
+		m.crashPoint("delete:contents")
 		if pid != 0 && m.CapacityEnforced() {
 			if err := fsquota.ClearQuota(fsPath); err != nil {
 				return err
 			}
 		}
+		m.crashPoint("delete:quota")
 		if err := os.Remove(fsPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("removing volume directory: %w", err)
 		}
+		m.crashPoint("delete:rmdir")
 		if err := syncDir(m.Data.Volumes.FullPath()); err != nil {
 			return err
 		}
@@ -121,6 +125,7 @@ func (m *Manager) remove(id string, pid uint32, lookupPID bool) error {
 			return err
 		}
 	}
+	m.crashPoint("delete:data")
 	if m.ProjectIDs == nil {
 		return nil
 	}

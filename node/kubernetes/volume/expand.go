@@ -88,6 +88,7 @@ func (m *Manager) expandBlock(id string, from, to int64) error {
 		return errors.Join(fmt.Errorf("opening image file: %w", err), m.clearIntent(id))
 	}
 	defer f.Close()
+	m.crashPoint("expand:intent")
 	if err := fallocate(f, from, to-from); err != nil {
 		ferr := classifySpace(fmt.Errorf("allocating %d more bytes: %w", to-from, err))
 		if terr := trimFile(f); terr != nil {
@@ -99,6 +100,7 @@ func (m *Manager) expandBlock(id string, from, to int64) error {
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("syncing image file: %w", err)
 	}
+	m.crashPoint("expand:allocated")
 	return m.clearIntent(id)
 }
 

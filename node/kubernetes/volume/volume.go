@@ -140,6 +140,17 @@ type Manager struct {
 	// with the quota that claims the room, so two concurrent Creates
 	// cannot both be promised the same free space.
 	spaceMu sync.Mutex
+
+	// crashHook, when set (by tests), is called at the named points of
+	// every multi-step operation. A test makes it panic to stop the
+	// operation exactly as a crash would: no undo, no cleanup.
+	crashHook func(point string)
+}
+
+func (m *Manager) crashPoint(point string) {
+	if m.crashHook != nil {
+		m.crashHook(point)
+	}
 }
 
 // Config is what New needs.

@@ -1,0 +1,152 @@
+package volume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"source.plinth.dev/build/ktest"
+	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/pkg/fsquota"
+)
+
+// TestMain lets `make test-kernel` run these tests on the host (as root)
+// and in the kernel VM, where XFS and ext4 enforce project quotas.
+func TestMain(m *testing.M) { ktest.Main(m) }
+
+const MiB = 1 << 20
+
+// backend is a data filesystem a test runs against.
+type backend struct {
+	name string
+	// dir returns an empty directory on the backend's filesystem.
+	dir func(t *testing.T) string
+	// enforced: project quotas work there.
+	enforced bool
+}
+
+// backends returns the filesystems available here: the host's own (quotas
+// not enforced, the mode of development hosts) everywhere, plus XFS and
+// ext4 with project quotas inside the kernel VM.
+func backends(t *testing.T) []backend {
+	t.Helper()
+	ktest.RequireRoot(t)
+	bs := []backend{{name: "host-unenforced", dir: func(t *testing.T) string { return t.TempDir() }}}
+	if ktest.InVM() {
+		for _, disk := range []string{"xfs", "ext4"} {
+			bs = append(bs, backend{name: disk, enforced: true, dir: func(t *testing.T) string { return ktest.TempDir(t, disk) }})
+		}
+	}
+	return bs
+}
+
+// forEachBackend runs fn as a subtest on every backend.
+func forEachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) { fn(t, b) })
+	}
+}
+
+// newManager places a data tree in dir and returns a Manager over it,
+// probing quota support like the node does. Unenforced backends allow
+// unenforced capacity.
+func newManager(t *testing.T, dir string) *Manager {
+	t.Helper()
+	var d localstorage.DataDirectory
+	if err := d.Place(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.MkdirAll(); err != nil {
+		t.Fatal(err)
+	}
+	qerr := fsquota.Probe(d.Volumes.FullPath())
+	m, err := New(Config{Data: &d, QuotaError: qerr, AllowUnenforced: qerr != nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// newManagerOn is newManager on a backend, checking that the probe agrees
+// with what the backend promises.
+func newManagerOn(t *testing.T, b backend) *Manager {
+	t.Helper()
+	m := newManager(t, b.dir(t))
+	if m.CapacityEnforced() != b.enforced {
+		t.Fatalf("backend %s: quota probe says enforced=%v (%v), want %v", b.name, m.CapacityEnforced(), m.QuotaError, b.enforced)
+	}
+	return m
+}
+
+// tmpfsDir mounts a tmpfs of the given size for the test.
+func tmpfsDir(t *testing.T, size int64) string {
+	t.Helper()
+	ktest.RequireRoot(t)
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
+		t.Fatalf("mounting tmpfs: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, 0); err != nil {
+			t.Errorf("unmounting %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// assertGone fails unless volume id has left no trace: no entry in
+// volumes/, no intent record, no project ID claim.
+func assertGone(t *testing.T, m *Manager, id string) {
+	t.Helper()
+	fsPath, imgPath := m.paths(id)
+	for _, p := range []string{fsPath, imgPath} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s still exists (err=%v)", p, err)
+		}
+	}
+	if in, err := m.readIntent(id); err != nil || in != nil {
+		t.Errorf("intent record of %s: %+v, %v; want none", id, in, err)
+	}
+	if m.ProjectIDs != nil {
+		if pid, ok, err := m.ProjectIDs.Lookup(id); err != nil || ok {
+			t.Errorf("project ID claim of %s: %d, %v, %v; want none", id, pid, ok, err)
+		}
+	}
+	if _, err := m.Stat(context.Background(), id); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Stat(%s) = %v, want ErrNotFound", id, err)
+	}
+}
+
+// allocated returns the bytes allocated to the file at p.
+func allocated(t *testing.T, p string) (size, alloc int64) {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Size, st.Blocks * 512
+}
+
+// entries lists a directory's names (for "nothing left behind" checks).
+func entries(t *testing.T, dir string) []string {
+	t.Helper()
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, de := range des {
+		names = append(names, de.Name())
+	}
+	return names
+}
+
+func writeFile(t *testing.T, dir, name string, n int) error {
+	t.Helper()
+	return os.WriteFile(filepath.Join(dir, name), make([]byte, n), 0o644)
+}

@@ -1,0 +1,199 @@
+package volume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"source.plinth.dev/build/ktest"
+	"source.plinth.dev/pkg/fsquota"
+)
+
+// enforcedBackends are the VM filesystems with project quotas.
+func enforcedBackends(t *testing.T) []backend {
+	t.Helper()
+	ktest.RequireVM(t)
+	var bs []backend
+	for _, b := range backends(t) {
+		if b.enforced {
+			bs = append(bs, b)
+		}
+	}
+	if len(bs) == 0 {
+		t.Fatal("no quota-enforcing filesystem in the VM")
+	}
+	return bs
+}
+
+// TestQuotaIsTheVolumeSize checks on a real kernel that a filesystem volume
+// holds exactly its size: writes beyond it fail, Stat reports the quota's
+// usage, Expand raises the limit, the inode limit holds, and Delete gives
+// the project ID back.
+func TestQuotaIsTheVolumeSize(t *testing.T) {
+	ctx := context.Background()
+	for _, b := range enforcedBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			m := newManagerOn(t, b)
+			v, err := m.Create(ctx, "q", Filesystem, 4*MiB)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, dir, _ := m.Locate(ctx, "q")
+			if err := writeFile(t, dir, "a", 3*MiB); err != nil {
+				t.Fatalf("writing 3 MiB into a 4 MiB volume: %v", err)
+			}
+			err = writeFile(t, dir, "b", 2*MiB)
+			if !errors.Is(err, unix.ENOSPC) && !errors.Is(err, unix.EDQUOT) {
+				t.Fatalf("writing past the volume's size: %v, want ENOSPC or EDQUOT", err)
+			}
+			st, err := m.Stat(ctx, "q")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !st.UsageKnown || st.CapacityBytes != v.CapacityBytes || st.UsedBytes < 3*MiB || st.UsedBytes > v.CapacityBytes ||
+				st.AvailableBytes != st.CapacityBytes-st.UsedBytes || st.Inodes != int64(InodeLimit(v.CapacityBytes)) || st.InodesUsed < 2 || st.Abnormal {
+				t.Errorf("Stat = %+v", st)
+			}
+			// statfs inside the volume (what df in the pod shows) reports
+			// the quota as the size on XFS.
+			if b.name == "xfs" {
+				var sfs unix.Statfs_t
+				if err := unix.Statfs(dir, &sfs); err != nil {
+					t.Fatal(err)
+				}
+				if got := int64(sfs.Blocks) * sfs.Bsize; got != v.CapacityBytes {
+					t.Errorf("statfs size in the volume = %d, want %d", got, v.CapacityBytes)
+				}
+			}
+			if _, err := m.Expand(ctx, "q", 8*MiB); err != nil {
+				t.Fatal(err)
+			}
+			if err := writeFile(t, dir, "b", 2*MiB); err != nil {
+				t.Errorf("writing after Expand: %v", err)
+			}
+			if st, _ := m.Stat(ctx, "q"); st.CapacityBytes != 8*MiB {
+				t.Errorf("capacity after Expand = %d", st.CapacityBytes)
+			}
+			q, err := fsquota.GetQuota(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Delete(ctx, "q"); err != nil {
+				t.Fatal(err)
+			}
+			assertGone(t, m, "q")
+			claims, err := m.ProjectIDs.Claimed()
+			if err != nil || len(claims) != 0 {
+				t.Errorf("claims after Delete = %v, %v; want none (project %d released)", claims, err, q.ProjectID)
+			}
+		})
+	}
+}
+
+func TestInodeLimit(t *testing.T) {
+	ctx := context.Background()
+	for _, b := range enforcedBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			m := newManagerOn(t, b)
+			// A small volume gets MinInodes.
+			if _, err := m.Create(ctx, "i", Filesystem, MiB); err != nil {
+				t.Fatal(err)
+			}
+			_, dir, _ := m.Locate(ctx, "i")
+			var err error
+			n := 0
+			for ; n < MinInodes+10; n++ {
+				var f *os.File
+				f, err = os.Create(filepath.Join(dir, fmt.Sprint(n)))
+				if err != nil {
+					break
+				}
+				f.Close()
+			}
+			// The directory itself is one of the inodes.
+			if err == nil || n != MinInodes-1 {
+				t.Errorf("created %d files before %v; want to stop at %d", n, err, MinInodes-1)
+			}
+			if err := m.Delete(ctx, "i"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestNoOvercommitOfFilesystemVolumes(t *testing.T) {
+	ctx := context.Background()
+	for _, b := range enforcedBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			m := newManagerOn(t, b)
+			var st unix.Statfs_t
+			if err := unix.Statfs(m.Data.Volumes.FullPath(), &st); err != nil {
+				t.Fatal(err)
+			}
+			free := int64(st.Bavail) * st.Bsize
+			half := free / 2 / Alignment * Alignment
+			if _, err := m.Create(ctx, "h1", Filesystem, half); err != nil {
+				t.Fatal(err)
+			}
+			// Half the disk is promised to h1 though it holds nothing:
+			// a second volume of more than the rest must be refused.
+			if _, err := m.Create(ctx, "h2", Filesystem, half+64*MiB); !errors.Is(err, ErrNoSpace) {
+				t.Fatalf("Create beyond the unpromised space = %v, want ErrNoSpace", err)
+			}
+			assertGone(t, m, "h2")
+			if _, err := m.Expand(ctx, "h1", free+64*MiB); !errors.Is(err, ErrNoSpace) {
+				t.Errorf("Expand beyond free space = %v, want ErrNoSpace", err)
+			}
+			for _, id := range []string{"h1"} {
+				if err := m.Delete(ctx, id); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func TestStatReportsLostQuotaAndStrayClaimsAreReleased(t *testing.T) {
+	ctx := context.Background()
+	for _, b := range enforcedBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			m := newManagerOn(t, b)
+			if _, err := m.Create(ctx, "lost", Filesystem, MiB); err != nil {
+				t.Fatal(err)
+			}
+			_, dir, _ := m.Locate(ctx, "lost")
+			if err := fsquota.ClearQuota(dir); err != nil {
+				t.Fatal(err)
+			}
+			st, err := m.Stat(ctx, "lost")
+			if err != nil || !st.Abnormal {
+				t.Errorf("Stat of a volume whose quota was removed = %+v, %v; want abnormal", st, err)
+			}
+			// A claim whose volume is gone (crash between rmdir and
+			// release) is released by Recover; live claims stay.
+			if _, err := m.Create(ctx, "live", Filesystem, MiB); err != nil {
+				t.Fatal(err)
+			}
+			pid, err := m.ProjectIDs.Allocate("ghost")
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs, err := m.Recover(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			claims, _ := m.ProjectIDs.Claimed()
+			if _, still := claims[pid]; still {
+				t.Errorf("stray claim %d survived Recover (%+v)", pid, recs)
+			}
+			if _, ok, _ := m.ProjectIDs.Lookup("live"); !ok {
+				t.Errorf("Recover released the claim of a live volume")
+			}
+		})
+	}
+}
