@@ -367,56 +367,88 @@ func (d *Device) Close() error {
 	return nil
 }
 
-// Remove detaches the backing file, closes the device and deletes the
-// device node (LOOP_CLR_FD, close, LOOP_CTL_REMOVE), so a node with many
-// volumes over time does not accumulate idle loop devices. The Device is
-// closed afterwards, whatever the outcome.
+// Detach unbinds the backing file and closes the Device, leaving the
+// unbound /dev/loopN for the next Create to reuse (as `losetup -d` does).
+// This is the fast way to free a device: the number of devices then stays
+// at the peak number of volumes in use, and deleting a device costs the
+// kernel tens of milliseconds (see Remove).
 //
 // If another process still has the device open, the kernel defers the
-// detach until it closes, and Remove fails with an error wrapping EBUSY.
-// If another Create reused the number as soon as it was free, the device
-// is no longer ours and Remove succeeds without touching it.
+// detach until it closes; Detach waits up to a second for such openers
+// (udev's probes are brief) and then fails with an error wrapping EBUSY,
+// the detach still pending. If a concurrent Create reused the device as
+// soon as it was free, the device is no longer ours and Detach succeeds.
+func (d *Device) Detach() error {
+	_, err := d.detach("detaching")
+	return err
+}
+
+// Remove detaches the backing file like Detach and then deletes the device
+// itself (LOOP_CTL_REMOVE), so no /dev/loopN is left behind. Deleting a
+// block device waits for the kernel's RCU grace periods and takes far
+// longer than attaching one (~45 ms against ~0.1 ms). It can also pull a
+// free device from under a program that got its number from
+// LOOP_CTL_GET_FREE and has not opened it yet (Create retries then; losetup
+// may fail). Prefer Detach unless devices must not linger.
 func (d *Device) Remove() error {
-	defer d.f.Close()
-	before, err := d.Status()
-	if err != nil && !errors.Is(err, ErrDetached) {
-		return fmt.Errorf("removing %s: %w", d.path, err)
-	}
-	if err == nil {
-		backing, err := d.BackingFile()
-		if err != nil {
-			return fmt.Errorf("removing %s: %w", d.path, err)
-		}
-		err = control(d.f, func(fd int) error { return unix.IoctlSetInt(fd, unix.LOOP_CLR_FD, 0) })
-		if err != nil && !errors.Is(err, unix.ENXIO) {
-			return fmt.Errorf("removing %s: LOOP_CLR_FD: %w", d.path, err)
-		}
-		// With other openers the kernel only marks the device autoclear
-		// and returns success: the binding ends when the last opener
-		// closes. A binding to another file means a concurrent Create
-		// already reused the free device.
-		after, err := d.Status()
-		if err == nil && (after.BackingDev != before.BackingDev || after.BackingInode != before.BackingInode) {
-			return nil
-		}
-		if cerr := d.f.Close(); cerr != nil {
-			return fmt.Errorf("removing %s: close: %w", d.path, cerr)
-		}
-		if err == nil {
-			// Openers are often short-lived (udev's blkid probe, a
-			// racing Create that lost), so wait a little for them.
-			reused, err := waitDetached(d.number, backing, time.Second)
-			if err != nil {
-				return fmt.Errorf("removing %s: %w", d.path, err)
-			}
-			if reused {
-				return nil
-			}
-		}
-	} else if err := d.f.Close(); err != nil {
-		return fmt.Errorf("removing %s: close: %w", d.path, err)
+	reused, err := d.detach("removing")
+	if err != nil || reused {
+		return err
 	}
 	return removeNumber(d.number, d.path)
+}
+
+// detach implements Detach; reused reports that the number already serves
+// another Create.
+func (d *Device) detach(op string) (reused bool, err error) {
+	defer d.f.Close()
+	before, err := d.Status()
+	if errors.Is(err, ErrDetached) {
+		return false, d.close(op)
+	}
+	if err != nil {
+		return false, fmt.Errorf("%s %s: %w", op, d.path, err)
+	}
+	err = control(d.f, func(fd int) error { return unix.IoctlSetInt(fd, unix.LOOP_CLR_FD, 0) })
+	if err != nil && !errors.Is(err, unix.ENXIO) {
+		return false, fmt.Errorf("%s %s: LOOP_CLR_FD: %w", op, d.path, err)
+	}
+	after, err := d.Status()
+	if errors.Is(err, ErrDetached) {
+		return false, d.close(op)
+	}
+	if err != nil {
+		return false, fmt.Errorf("%s %s: %w", op, d.path, err)
+	}
+	if after.BackingDev != before.BackingDev || after.BackingInode != before.BackingInode {
+		return true, nil
+	}
+	// Still bound to our file: with other openers the kernel only marks
+	// the device autoclear and returns success; the binding ends when the
+	// last opener closes. Openers are often short-lived (udev's blkid
+	// probe, a racing Create that lost), so wait a little for them.
+	backing, err := d.BackingFile()
+	if cerr := d.close(op); cerr != nil {
+		return false, cerr
+	}
+	if errors.Is(err, ErrDetached) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("%s %s: %w", op, d.path, err)
+	}
+	reused, err = waitDetached(d.number, backing, time.Second)
+	if err != nil {
+		return false, fmt.Errorf("%s %s: %w", op, d.path, err)
+	}
+	return reused, nil
+}
+
+func (d *Device) close(op string) error {
+	if err := d.f.Close(); err != nil {
+		return fmt.Errorf("%s %s: close: %w", op, d.path, err)
+	}
+	return nil
 }
 
 // waitDetached waits until /dev/loopN no longer serves backing (a path as

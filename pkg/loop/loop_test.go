@@ -313,6 +313,29 @@ func TestRemoveLeavesNoDevice(t *testing.T) {
 	}
 }
 
+func TestDetachKeepsDeviceForReuse(t *testing.T) {
+	ktest.RequireRoot(t)
+	path := backing(t, "", 8*MiB)
+	d := create(t, path, loop.Options{})
+	if err := d.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	if got := boundTo(t, path); len(got) != 0 {
+		t.Errorf("devices still bound after Detach: %v", got)
+	}
+	if _, err := d.Status(); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Status after Detach: %v, want ErrClosed", err)
+	}
+	o, err := loop.Open(d.Path())
+	if err != nil {
+		t.Fatalf("the detached device should stay for reuse: %v", err)
+	}
+	defer o.Close()
+	if _, err := o.Status(); !errors.Is(err, loop.ErrDetached) {
+		t.Errorf("Status of the detached device: %v, want ErrDetached", err)
+	}
+}
+
 func TestRemoveWhileOpenElsewhere(t *testing.T) {
 	ktest.RequireRoot(t)
 	path := backing(t, "", 8*MiB)

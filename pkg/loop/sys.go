@@ -1,6 +1,7 @@
 package loop
 
 import (
+	"fmt"
 	"os"
 	"unsafe"
 
@@ -17,7 +18,9 @@ func control(f *os.File, fn func(fd int) error) error {
 	}
 	var ferr error
 	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
-		return err
+		// Control fails only when the file was closed; say so in the
+		// form callers can test for.
+		return fmt.Errorf("%w: %v", os.ErrClosed, err)
 	}
 	return ferr
 }
