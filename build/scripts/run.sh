@@ -1,3 +1,36 @@
 #!/usr/bin/env bash
-# run.sh — placeholder until its issue lands; says so instead of pretending.
-echo "run: not built yet (see the open issues)" >&2
+# run.sh — `make run`: a local single-node Kubernetes cluster with Plinth
+# storage (etcd, apiserver, controller-manager, scheduler, containerd, the
+# patched kubelet, plinth-node), until Ctrl-C. See test/launch.
+#
+# Environment: PLINTH_RUN_DIR (work directory, default /tmp/plinth-run),
+# PLINTH_CACHE (binary cache), PLINTH_RUN_ARGS (extra plinth-launch flags).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export PATH=/usr/local/go/bin:$PATH
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "make run needs root (kubelet, containerd, mounts): sudo make run" >&2
+	exit 1
+fi
+# A cluster already running: say so before building anything (the launcher
+# checks again, authoritatively, with the same lock).
+lock=/run/plinth-launch.lock
+if [ -e "$lock" ] && ! flock -n "$lock" true; then
+	echo "make run: a Plinth cluster is already running on this host ($(cat "$lock" 2>/dev/null || true))." >&2
+	echo "Use it (KUBECONFIG=<its work directory>/kubeconfig) or stop it with Ctrl-C in its terminal." >&2
+	exit 2
+fi
+
+build/scripts/apt-install.sh containerd runc containernetworking-plugins busybox-static xfsprogs iproute2 util-linux
+k8s_bin=$(third_party/kubernetes/build.sh)
+bin=$(mktemp -d /tmp/plinth-run-bin.XXXXXX)
+trap 'rm -rf "$bin"' EXIT
+go build -o "$bin/plinth-launch" ./test/launch/cmd/plinth-launch
+go build -o "$bin/plinth-node" ./node/cmd/plinth-node
+
+# Not exec: the trap removes the binaries afterwards. The launcher handles
+# Ctrl-C itself (its components run in their own process groups).
+# shellcheck disable=SC2086
+"$bin/plinth-launch" --dir "${PLINTH_RUN_DIR:-/tmp/plinth-run}" --k8s-bin "$k8s_bin" \
+	--plinth-node "$bin/plinth-node" ${PLINTH_RUN_ARGS:-}

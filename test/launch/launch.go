@@ -72,9 +72,8 @@ type Config struct {
 type PlinthNode struct {
 	// Binary is the plinth-node executable (go build ./node/cmd/plinth-node).
 	Binary string
-	// Args returns its arguments; it gets the cluster's paths, e.g. for
-	// --root (Paths.DataDir), the kubeconfig (Paths.NodeKubeconfig) and
-	// whether quotas are enforceable (Paths.QuotaEnforced).
+	// Args returns its arguments from the cluster's paths; nil means
+	// PlinthNodeArgs.
 	Args func(Paths) []string
 }
 

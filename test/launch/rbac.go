@@ -3,6 +3,7 @@ package launch
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -47,4 +48,24 @@ func (c *Cluster) applyRBAC(ctx context.Context) error {
 		return fmt.Errorf("creating ClusterRoleBinding %s: %w", PlinthNodeRole, err)
 	}
 	return nil
+}
+
+// PlinthNodeArgs are the plinth-node flags that fit this cluster: the node
+// tree under <Dir>/node, with the XFS data filesystem as its data directory
+// and the kubelet's root directory as its kubelet directory. On a host whose
+// kernel cannot enforce XFS project quotas it adds
+// --allow-unenforced-capacity, so filesystem volumes still work there (with
+// plinth-node's loud warnings) instead of being refused.
+func PlinthNodeArgs(p Paths) []string {
+	args := []string{
+		"--root=" + filepath.Join(p.Dir, "node"),
+		"--data-dir=" + p.DataDir,
+		"--kubelet-dir=" + p.KubeletRootDir,
+		"--node-name=" + p.NodeName,
+		"--kubeconfig=" + p.NodeKubeconfig,
+	}
+	if !p.QuotaEnforced {
+		args = append(args, "--allow-unenforced-capacity")
+	}
+	return args
 }

@@ -226,6 +226,16 @@ func (c *Cluster) startAll(ctx context.Context) error {
 	if err := c.applyRBAC(ctx); err != nil {
 		return err
 	}
+	// Pods are rejected until their namespace's default service account
+	// exists. The controller manager would create it a few seconds after
+	// its start; creating it here makes the cluster usable that much sooner.
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: metav1.NamespaceDefault}}
+	if err := c.waitFor(ctx, "service account default/default", 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Create(ctx, sa, metav1.CreateOptions{})
+		return err == nil || apierrors.IsAlreadyExists(err), err // the namespace may not exist yet
+	}); err != nil {
+		return err
+	}
 	if err := <-imported; err != nil {
 		return err
 	}
@@ -253,17 +263,6 @@ func (c *Cluster) startAll(ctx context.Context) error {
 		return err
 	}
 	c.mark("node Ready")
-	// Pods in a namespace are rejected until its default service account
-	// exists; the controller manager creates it shortly after start.
-	if err := c.waitFor(ctx, "service account default/default", 200*time.Millisecond, func(ctx context.Context) (bool, error) {
-		_, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		return err == nil, err
-	}); err != nil {
-		return err
-	}
 	c.mark("ready for pods")
 	return nil
 }
@@ -369,7 +368,7 @@ func (c *Cluster) startKubelet() error {
 
 func (c *Cluster) startPlinthNode() error {
 	pn := c.cfg.PlinthNode
-	var args []string
+	args := PlinthNodeArgs(c.Paths)
 	if pn.Args != nil {
 		args = pn.Args(c.Paths)
 	}

@@ -10,11 +10,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"source.plinth.dev/test/images"
 	"source.plinth.dev/test/launch"
 )
 
@@ -33,7 +35,7 @@ func main() {
 	bin := flag.String("k8s-bin", os.Getenv(launch.BinEnv), "directory with the Kubernetes binaries (default: build them)")
 	plinthNode := flag.String("plinth-node", "", "plinth-node binary to run on the node (empty: none)")
 	var nodeArgs argList
-	flag.Var(&nodeArgs, "plinth-node-arg", "argument for plinth-node, repeatable; {datadir}, {kubeconfig}, {kubelet-root}, {node} and {quota} are replaced")
+	flag.Var(&nodeArgs, "plinth-node-arg", "extra argument for plinth-node (repeatable), after launch.PlinthNodeArgs")
 	dataSize := flag.Int64("data-size-gib", 16, "size of the node's XFS data filesystem in GiB (sparse)")
 	flag.Parse()
 	if err := run(*dir, *bin, *plinthNode, nodeArgs, *dataSize<<30); err != nil {
@@ -59,13 +61,7 @@ func run(dir, bin, plinthNode string, nodeArgs []string, dataSize int64) error {
 	cfg := launch.Config{Dir: dir, KubernetesBin: bin, DataSize: dataSize, Log: os.Stderr}
 	if plinthNode != "" {
 		cfg.PlinthNode = &launch.PlinthNode{Binary: plinthNode, Args: func(p launch.Paths) []string {
-			r := strings.NewReplacer("{datadir}", p.DataDir, "{kubeconfig}", p.NodeKubeconfig,
-				"{kubelet-root}", p.KubeletRootDir, "{node}", p.NodeName, "{quota}", strconv.FormatBool(p.QuotaEnforced))
-			args := make([]string, len(nodeArgs))
-			for i, a := range nodeArgs {
-				args[i] = r.Replace(a)
-			}
-			return args
+			return append(launch.PlinthNodeArgs(p), nodeArgs...)
 		}}
 	}
 	start := time.Now()
@@ -78,7 +74,8 @@ func run(dir, bin, plinthNode string, nodeArgs []string, dataSize int64) error {
 	if err := os.WriteFile(example, []byte(exampleYAML), 0o644); err != nil {
 		return errors.Join(err, c.Stop(context.Background()))
 	}
-	printSummary(c, ready, example, plinthNode != "")
+	_, scErr := c.Client.StorageV1().StorageClasses().Get(ctx, storageClass, metav1.GetOptions{})
+	printSummary(c, ready, example, plinthNode != "", scErr == nil)
 
 	select {
 	case <-ctx.Done():
@@ -100,7 +97,7 @@ func run(dir, bin, plinthNode string, nodeArgs []string, dataSize int64) error {
 	return errors.Join(c.Err(), stopErr)
 }
 
-func printSummary(c *launch.Cluster, ready time.Duration, example string, withPlinthNode bool) {
+func printSummary(c *launch.Cluster, ready time.Duration, example string, plinthNode, storage bool) {
 	kubectl := filepath.Join(c.BinDir, "kubectl")
 	fmt.Printf(`
 Plinth cluster is up: node %s Ready after %.1fs.
@@ -111,10 +108,13 @@ Plinth cluster is up: node %s Ready after %.1fs.
 
 Work directory %s (logs in %s).
 Node data filesystem: XFS at %s (project quotas %s).
-`, c.NodeName, ready.Seconds(), c.Kubeconfig, kubectl, c.Dir, c.LogDir, c.DataDir, quotaWord(c.QuotaEnforced))
-	if withPlinthNode {
+plinth-node: %s.
+Images preloaded (use imagePullPolicy: Never): %s, %s.
+`, c.NodeName, ready.Seconds(), c.Kubeconfig, kubectl, c.Dir, c.LogDir, c.DataDir,
+		quotaWord(c.QuotaEnforced), nodeWord(plinthNode), images.BusyboxRef, images.PauseRef)
+	if storage {
 		fmt.Printf(`
-Storage: StorageClass %q, served by plinth-node. Try the example PVC + pod:
+Storage: StorageClass %q. Try the example PVC + pod:
 
   kubectl apply -f %s
   kubectl get pvc,pod
@@ -122,16 +122,23 @@ Storage: StorageClass %q, served by plinth-node. Try the example PVC + pod:
 %s`, storageClass, example, exampleYAML)
 	} else {
 		fmt.Printf(`
-Storage: NOT AVAILABLE in this cluster yet. plinth-node (provisioner and CSI
-plugin) is not built, so a PVC of StorageClass %q will stay Pending. Plain pods
-work; the images %s and %s are preloaded (use imagePullPolicy: Never).
-Once storage exists, this example gets a Bound PVC and a Running pod:
+Storage: NOT AVAILABLE yet. There is no StorageClass %q in this cluster
+because plinth-node has no provisioner and CSI plugin yet, so a PVC would stay
+Pending. Plain pods work. Once storage exists, this example gets a Bound PVC
+and a Running pod:
 
   kubectl apply -f %s
 
-%s`, storageClass, "plinth.local/busybox:1", "plinth.local/pause:1", example, exampleYAML)
+%s`, storageClass, example, exampleYAML)
 	}
 	fmt.Printf("\nCtrl-C stops the cluster and cleans up.\n")
+}
+
+func nodeWord(running bool) string {
+	if running {
+		return "running (log: plinth-node.log)"
+	}
+	return "not started (no --plinth-node binary given)"
 }
 
 func quotaWord(enforced bool) string {
