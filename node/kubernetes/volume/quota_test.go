@@ -44,10 +44,10 @@ func TestQuotaIsTheVolumeSize(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, dir, _ := m.Locate(ctx, "q")
-			if err := writeFile(t, dir, "a", 3*MiB); err != nil {
+			if err := asPodUser(t, func() error { return writeFile(t, dir, "a", 3*MiB) }); err != nil {
 				t.Fatalf("writing 3 MiB into a 4 MiB volume: %v", err)
 			}
-			err = writeFile(t, dir, "b", 2*MiB)
+			err = asPodUser(t, func() error { return writeFile(t, dir, "b", 2*MiB) })
 			if !errors.Is(err, unix.ENOSPC) && !errors.Is(err, unix.EDQUOT) {
 				t.Fatalf("writing past the volume's size: %v, want ENOSPC or EDQUOT", err)
 			}
@@ -73,7 +73,8 @@ func TestQuotaIsTheVolumeSize(t *testing.T) {
 			if _, err := m.Expand(ctx, "q", 8*MiB); err != nil {
 				t.Fatal(err)
 			}
-			if err := writeFile(t, dir, "b", 2*MiB); err != nil {
+			os.Remove(filepath.Join(dir, "b"))
+			if err := asPodUser(t, func() error { return writeFile(t, dir, "b", 2*MiB) }); err != nil {
 				t.Errorf("writing after Expand: %v", err)
 			}
 			if st, _ := m.Stat(ctx, "q"); st.CapacityBytes != 8*MiB {
@@ -105,16 +106,17 @@ func TestInodeLimit(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, dir, _ := m.Locate(ctx, "i")
-			var err error
 			n := 0
-			for ; n < MinInodes+10; n++ {
-				var f *os.File
-				f, err = os.Create(filepath.Join(dir, fmt.Sprint(n)))
-				if err != nil {
-					break
+			err := asPodUser(t, func() error {
+				for ; n < MinInodes+10; n++ {
+					f, err := os.Create(filepath.Join(dir, fmt.Sprint(n)))
+					if err != nil {
+						return err
+					}
+					f.Close()
 				}
-				f.Close()
-			}
+				return nil
+			})
 			// The directory itself is one of the inodes.
 			if err == nil || n != MinInodes-1 {
 				t.Errorf("created %d files before %v; want to stop at %d", n, err, MinInodes-1)
