@@ -36,6 +36,10 @@ const bootEphemeralDir = "/run/plinth"
 // partition); plinth.kubeletdir= on the kernel command line changes it.
 const bootKubeletDir = "/var/lib/kubelet"
 
+// bootModuleList lists the kernel modules init loads before starting the
+// node (see loadModules).
+const bootModuleList = "/etc/plinth/modules.list"
+
 // defaultPath is the PATH of the node process when the kernel gave none.
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -240,23 +244,96 @@ type haltDecision struct {
 	reason string
 }
 
-// decideHalt: a requested shutdown, or a node that exited 0 on its own,
-// powers off at once; a failure reboots (or powers off, with
-// plinth.onfailure=poweroff, which is what a test VM wants) after a delay.
-func decideHalt(st unix.WaitStatus, shutdown bool, startErr error, onFailure string) haltDecision {
-	failCmd := unix.LINUX_REBOOT_CMD_RESTART
-	if onFailure == "poweroff" {
-		failCmd = unix.LINUX_REBOOT_CMD_POWER_OFF
+// bootSettings are init's own settings from the kernel command line.
+type bootSettings struct {
+	// failCmd is what a failed node leads to: reboot, or power off with
+	// plinth.onfailure=poweroff (what a test VM wants).
+	failCmd int
+	// failDelay is how long init waits before acting on a failure
+	// (plinth.haltdelay=DURATION).
+	failDelay time.Duration
+	verbosity int
+	hostname  string
+}
+
+// parseBootSettings reads init's settings; bad values are reported and
+// replaced by defaults, because init must boot whatever the command line.
+func parseBootSettings(cmdline map[string]string) (bootSettings, []string) {
+	s := bootSettings{failCmd: unix.LINUX_REBOOT_CMD_RESTART, failDelay: failureHaltDelay, hostname: cmdline["plinth.hostname"]}
+	var problems []string
+	switch v := cmdline["plinth.onfailure"]; v {
+	case "", "reboot":
+	case "poweroff":
+		s.failCmd = unix.LINUX_REBOOT_CMD_POWER_OFF
+	default:
+		problems = append(problems, fmt.Sprintf("plinth.onfailure=%q is neither reboot nor poweroff; rebooting on failure", v))
 	}
+	if v, ok := cmdline["plinth.haltdelay"]; ok {
+		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+			s.failDelay = d
+		} else {
+			problems = append(problems, fmt.Sprintf("plinth.haltdelay=%q is not a duration; using %s", v, failureHaltDelay))
+		}
+	}
+	if v, ok := cmdline["plinth.verbosity"]; ok {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+			s.verbosity = n
+		} else {
+			problems = append(problems, fmt.Sprintf("plinth.verbosity=%q is not a level", v))
+		}
+	}
+	return s, problems
+}
+
+// decideHalt: a requested shutdown, or a node that exited 0 on its own,
+// powers off at once; a failure reboots (or powers off) after a delay.
+func decideHalt(st unix.WaitStatus, shutdown bool, startErr error, s bootSettings) haltDecision {
 	switch {
 	case startErr != nil:
-		return haltDecision{failCmd, failureHaltDelay, startErr.Error()}
+		return haltDecision{s.failCmd, s.failDelay, startErr.Error()}
 	case shutdown:
 		return haltDecision{unix.LINUX_REBOOT_CMD_POWER_OFF, 0, "shutdown requested; node process " + describeStatus(st)}
 	case st.Exited() && st.ExitStatus() == 0:
 		return haltDecision{unix.LINUX_REBOOT_CMD_POWER_OFF, 0, "node process exited cleanly"}
 	}
-	return haltDecision{failCmd, failureHaltDelay, "node process failed: " + describeStatus(st)}
+	return haltDecision{s.failCmd, s.failDelay, "node process failed: " + describeStatus(st)}
+}
+
+// loadModules loads the kernel modules listed in list (one .ko path per
+// line, dependencies first, "#" comments) with finit_module(2). A node
+// image whose kernel has the drivers built in has no list. Failures are
+// logged, not fatal: what needs a missing module fails later with its own,
+// more specific error (e.g. the data partition's mount).
+func loadModules(list string, log logtree.LeveledLogger) {
+	raw, err := os.ReadFile(list)
+	if errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	if err != nil {
+		log.Warningf("reading module list: %v", err)
+		return
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		p := strings.TrimSpace(line)
+		if p == "" || strings.HasPrefix(p, "#") {
+			continue
+		}
+		if err := loadModule(p); err != nil {
+			log.Warningf("loading module %s: %v", p, err)
+		}
+	}
+}
+
+func loadModule(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.FinitModule(int(f.Fd()), "", 0); err != nil && !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	return nil
 }
 
 // runInit is main when running as PID 1. It never returns: PID 1 exiting
@@ -276,25 +353,29 @@ func bootAndSupervise(log logtree.LeveledLogger, lt *logtree.LogTree) haltDecisi
 	// Ctrl-Alt-Del becomes SIGINT to init instead of an instant reboot.
 	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_CAD_OFF)
 
+	defaults, _ := parseBootSettings(nil)
 	if err := mountEarly("", earlyMounts(), log); err != nil {
-		return haltDecision{unix.LINUX_REBOOT_CMD_RESTART, failureHaltDelay, err.Error()}
+		return haltDecision{defaults.failCmd, defaults.failDelay, err.Error()}
 	}
 	if err := attachConsole("/dev/console"); err != nil {
 		log.Warningf("console: %v", err)
 	}
 	raw, err := os.ReadFile("/proc/cmdline")
 	if err != nil {
-		return haltDecision{unix.LINUX_REBOOT_CMD_RESTART, failureHaltDelay, fmt.Sprintf("reading kernel command line: %v", err)}
+		return haltDecision{defaults.failCmd, defaults.failDelay, fmt.Sprintf("reading kernel command line: %v", err)}
 	}
 	cmdline := parseCmdline(string(raw))
-	if v, err := strconv.Atoi(cmdline["plinth.verbosity"]); err == nil && v > 0 {
-		lt.SetVerbosity("", v)
+	settings, problems := parseBootSettings(cmdline)
+	for _, p := range problems {
+		log.Warning(p)
 	}
-	if h := cmdline["plinth.hostname"]; h != "" {
+	lt.SetVerbosity("", settings.verbosity)
+	if h := settings.hostname; h != "" {
 		if err := unix.Sethostname([]byte(h)); err != nil {
 			log.Warningf("setting host name %q: %v", h, err)
 		}
 	}
+	loadModules(bootModuleList, log)
 	// The kernel starts init without PATH; the node's child processes
 	// (and anything they run) need one.
 	if os.Getenv("PATH") == "" {
@@ -305,7 +386,7 @@ func bootAndSupervise(log logtree.LeveledLogger, lt *logtree.LogTree) haltDecisi
 		exe = "/proc/self/exe"
 	}
 	st, shutdown, err := superviseNode(log, exe, childArgs(cmdline, os.Args[1:]), sigs)
-	return decideHalt(st, shutdown, err, cmdline["plinth.onfailure"])
+	return decideHalt(st, shutdown, err, settings)
 }
 
 // halt stops every remaining process, flushes and unmounts what it can, and

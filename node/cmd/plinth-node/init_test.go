@@ -75,7 +75,8 @@ func runHelper(role string) int {
 		// Every orphan must have been reaped: no children are left.
 		var ws unix.WaitStatus
 		_, werr := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-		d := decideHalt(st, shutdown, nil, "")
+		settings, _ := parseBootSettings(nil)
+		d := decideHalt(st, shutdown, nil, settings)
 		fmt.Printf("exited=%v status=%d shutdown=%v leftover=%v halt=%#x\n", st.Exited(), st.ExitStatus(), shutdown, !errors.Is(werr, unix.ECHILD), d.cmd)
 		return 0
 	}
@@ -205,19 +206,51 @@ func TestDecideHalt(t *testing.T) {
 		err       error
 		onFailure string
 		cmd       int
-		delayed   bool
+		delay     time.Duration
 	}{
-		{"clean exit", exit(0), false, nil, "", unix.LINUX_REBOOT_CMD_POWER_OFF, false},
-		{"requested shutdown", exit(1), true, nil, "", unix.LINUX_REBOOT_CMD_POWER_OFF, false},
-		{"failure reboots", exit(1), false, nil, "", unix.LINUX_REBOOT_CMD_RESTART, true},
-		{"killed reboots", killed, false, nil, "reboot", unix.LINUX_REBOOT_CMD_RESTART, true},
-		{"failure powers off when asked", exit(2), false, nil, "poweroff", unix.LINUX_REBOOT_CMD_POWER_OFF, true},
-		{"start failure", 0, false, errors.New("no exe"), "", unix.LINUX_REBOOT_CMD_RESTART, true},
+		{"clean exit", exit(0), false, nil, "", unix.LINUX_REBOOT_CMD_POWER_OFF, 0},
+		{"requested shutdown", exit(1), true, nil, "", unix.LINUX_REBOOT_CMD_POWER_OFF, 0},
+		{"failure reboots", exit(1), false, nil, "", unix.LINUX_REBOOT_CMD_RESTART, failureHaltDelay},
+		{"killed reboots", killed, false, nil, "reboot", unix.LINUX_REBOOT_CMD_RESTART, failureHaltDelay},
+		{"failure powers off when asked", exit(2), false, nil, "poweroff", unix.LINUX_REBOOT_CMD_POWER_OFF, failureHaltDelay},
+		{"start failure", 0, false, errors.New("no exe"), "", unix.LINUX_REBOOT_CMD_RESTART, failureHaltDelay},
 	} {
-		d := decideHalt(c.st, c.shutdown, c.err, c.onFailure)
-		if d.cmd != c.cmd || (d.delay > 0) != c.delayed || d.reason == "" {
+		s, problems := parseBootSettings(map[string]string{"plinth.onfailure": c.onFailure})
+		if len(problems) > 0 {
+			t.Fatal(problems)
+		}
+		d := decideHalt(c.st, c.shutdown, c.err, s)
+		if d.cmd != c.cmd || d.delay != c.delay || d.reason == "" {
 			t.Errorf("%s: %+v", c.name, d)
 		}
+	}
+}
+
+func TestParseBootSettings(t *testing.T) {
+	s, problems := parseBootSettings(map[string]string{"plinth.haltdelay": "1500ms", "plinth.verbosity": "3", "plinth.hostname": "n1", "plinth.onfailure": "poweroff"})
+	if len(problems) > 0 || s.failDelay != 1500*time.Millisecond || s.verbosity != 3 || s.hostname != "n1" || s.failCmd != unix.LINUX_REBOOT_CMD_POWER_OFF {
+		t.Errorf("settings %+v, problems %q", s, problems)
+	}
+	// Bad values fall back to safe defaults, each with a complaint.
+	s, problems = parseBootSettings(map[string]string{"plinth.haltdelay": "soon", "plinth.verbosity": "-1", "plinth.onfailure": "explode"})
+	if len(problems) != 3 || s.failDelay != failureHaltDelay || s.verbosity != 0 || s.failCmd != unix.LINUX_REBOOT_CMD_RESTART {
+		t.Errorf("settings %+v, problems %q", s, problems)
+	}
+}
+
+func TestLoadModulesReportsFailures(t *testing.T) {
+	// Only failures can be tested on a host (loading would change its
+	// kernel); the boot test loads real modules.
+	var buf strings.Builder
+	log := logtree.New(logtree.WithSink(&buf)).LeveledFor("init")
+	list := filepath.Join(t.TempDir(), "modules.list")
+	if err := os.WriteFile(list, []byte("# comment\n\n/nonexistent/xfs.ko\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	loadModules(list, log)
+	loadModules(filepath.Join(t.TempDir(), "absent.list"), log)
+	if got := buf.String(); strings.Count(got, "loading module") != 1 || !strings.Contains(got, "/nonexistent/xfs.ko") {
+		t.Errorf("log:\n%s", got)
 	}
 }
 

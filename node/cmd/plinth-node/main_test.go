@@ -26,7 +26,11 @@ const roleEnv = "PLINTH_NODE_TEST_ROLE"
 func TestMain(m *testing.M) {
 	switch role := os.Getenv(roleEnv); role {
 	case "":
-		os.Exit(m.Run())
+		code := m.Run()
+		if theBoot.workDir != "" {
+			os.RemoveAll(theBoot.workDir)
+		}
+		os.Exit(code)
 	case "plinth-node":
 		os.Exit(run(os.Args[1:]))
 	default:

@@ -38,11 +38,14 @@ plinth-node is the node agent of Plinth: it prepares the node's data
 partition and runs the node's storage services under a supervision tree.
 
 As PID 1 (the node image's init) it first mounts /proc, /sys, /dev, /run and
-the cgroup2 hierarchy, then runs itself as a child with --root / and the
+the cgroup2 hierarchy, loads the kernel modules listed in
+/etc/plinth/modules.list, then runs itself as a child with --root / and the
 settings from the kernel command line (plinth.data=DEVICE, plinth.datafs=TYPE,
 plinth.dataopts=OPTS, plinth.hostname=NAME, plinth.kubeletdir=DIR,
-plinth.verbosity=N, plinth.onfailure=reboot|poweroff),
-reaps orphaned processes, and powers off or reboots when its child ends.
+plinth.verbosity=N; init arguments after "--" are passed on as flags). It
+reaps orphaned processes and, when its child ends, powers off (clean exit or
+SIGTERM/SIGINT/SIGPWR) or, on failure, reboots after a delay
+(plinth.onfailure=reboot|poweroff, plinth.haltdelay=DURATION, default 10s).
 
 Otherwise it runs hosted under --root until SIGINT or SIGTERM, keeping every
 directory it uses below the root (or below the directories given by flags).

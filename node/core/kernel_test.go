@@ -1,0 +1,54 @@
+package core
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"source.plinth.dev/build/ktest"
+	"source.plinth.dev/node/core/localstorage"
+)
+
+// TestMain lets `make test-kernel` run this package in the kernel VM too,
+// where real XFS and ext4 disks with and without project quotas exist.
+func TestMain(m *testing.M) { ktest.Main(m) }
+
+// TestDataDirOnRealFilesystems checks the node's verdict on quota support
+// with the real probe, on filesystems that do and do not enforce quotas.
+func TestDataDirOnRealFilesystems(t *testing.T) {
+	ktest.RequireVM(t)
+	for _, c := range []struct {
+		disk     string
+		enforced bool
+	}{
+		{"xfs", true},
+		{"ext4", true},
+		{"xfs-noquota", false},
+	} {
+		t.Run(c.disk, func(t *testing.T) {
+			var d localstorage.DataDirectory
+			if err := d.Place(ktest.TempDir(t, c.disk)); err != nil {
+				t.Fatal(err)
+			}
+			dd, err := PrepareDataDir(&d, DataDirOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dd.QuotaEnforced() != c.enforced {
+				t.Fatalf("QuotaEnforced = %v, want %v (probe: %v)", dd.QuotaEnforced(), c.enforced, dd.QuotaProbeError())
+			}
+			err = dd.CheckFilesystemProvisioning()
+			if c.enforced {
+				if err != nil {
+					t.Errorf("provisioning refused on %s: %v", c.disk, err)
+				}
+				return
+			}
+			// The refusal names the cause (the missing mount option) and
+			// the way out.
+			if !errors.Is(err, ErrCapacityNotEnforced) || !strings.Contains(err.Error(), "prjquota") || !strings.Contains(err.Error(), AllowUnenforcedCapacityFlag) {
+				t.Errorf("refusal on %s: %v", c.disk, err)
+			}
+		})
+	}
+}
