@@ -20,8 +20,10 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/supervisor"
 )
 
@@ -130,6 +132,7 @@ func Root(cfg Config) (supervisor.Runnable, error) {
 		if err := cfg.Root.Kubelet.MkdirAll(); err != nil {
 			return fmt.Errorf("creating kubelet tree: %w", err)
 		}
+		removeStaleTemporaryFiles(log, &cfg.Root.Ephemeral)
 
 		ready := make(chan *DataDir, 1)
 		if err := supervisor.Run(ctx, dataDirName, dataDirRunnable(cfg, ready)); err != nil {
@@ -190,6 +193,7 @@ func dataDirRunnable(cfg Config, ready chan<- *DataDir) supervisor.Runnable {
 		if err != nil {
 			return err
 		}
+		removeStaleTemporaryFiles(log, data)
 		switch {
 		case dd.QuotaEnforced():
 			log.Infof("data directory %s ready; project quotas enforced", data.FullPath())
@@ -217,5 +221,22 @@ func dataDirRunnable(cfg Config, ready chan<- *DataDir) supervisor.Runnable {
 		}
 		supervisor.Signal(ctx, supervisor.SignalDone)
 		return nil
+	}
+}
+
+// staleTemporaryAge is how old a temporary file of an atomic write must be
+// to count as left by a crash (see localstorage.RemoveStaleTemporaryFiles).
+const staleTemporaryAge = time.Minute
+
+// removeStaleTemporaryFiles clears what interrupted atomic writes left in
+// n. Failing to is only worth a warning: the files waste a few bytes and
+// are never mistaken for records.
+func removeStaleTemporaryFiles(log logtree.LeveledLogger, n localstorage.Node) {
+	removed, err := localstorage.RemoveStaleTemporaryFiles(n, staleTemporaryAge)
+	for _, p := range removed {
+		log.Infof("removed temporary file %s left by an interrupted write", p)
+	}
+	if err != nil {
+		log.Warningf("cleaning temporary files: %v", err)
 	}
 }

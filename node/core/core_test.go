@@ -120,6 +120,40 @@ func TestRootPreparesTreeAndStartsServices(t *testing.T) {
 	}
 }
 
+func TestRootRemovesStaleTemporaryFiles(t *testing.T) {
+	root, _ := placed(t)
+	if err := root.MkdirAll(); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	var stale []string
+	for _, d := range []string{root.Data.State.Operations.FullPath(), root.Ephemeral.CSI.Publications.FullPath()} {
+		p := filepath.Join(d, ".tmp-record-123")
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+		stale = append(stale, p)
+	}
+	got := make(chan *Env, 1)
+	r, err := Root(Config{Root: root, NodeName: "n", ProbeQuota: probeResult(nil), Services: []Service{envService("svc", got)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, lt := supervisor.TestHarness(t, r)
+	waitEnv(t, got)
+	for _, p := range stale {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s survived the start: %v", p, err)
+		}
+		if !strings.Contains(logs(t, lt), "removed temporary file "+p) {
+			t.Errorf("removal of %s not logged", p)
+		}
+	}
+}
+
 func TestUnenforcedQuotaRefusesFilesystemVolumes(t *testing.T) {
 	root, _ := placed(t)
 	got := make(chan *Env, 1)

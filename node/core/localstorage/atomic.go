@@ -6,6 +6,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strings"
+	"time"
 )
 
 // tempPrefix starts the names of WriteAtomic's temporary files. It begins
@@ -78,4 +81,47 @@ func syncDir(dir string) error {
 		return fmt.Errorf("syncing directory %s: %w", dir, err)
 	}
 	return nil
+}
+
+// RemoveStaleTemporaryFiles removes the temporary files that WriteAtomic
+// calls interrupted by a crash left in the directories declared in n (n
+// included; dynamic subdirectories are not visited). Only files older than
+// olderThan go, so a write in flight in another goroutine or process is
+// never pulled from under its writer: a write takes milliseconds, so a
+// minute is a safe margin. It returns the paths it removed.
+func RemoveStaleTemporaryFiles(n Node, olderThan time.Duration) ([]string, error) {
+	if n == nil {
+		return nil, errors.New("cleaning a nil node")
+	}
+	v := reflect.ValueOf(n)
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return nil, fmt.Errorf("cleaning %T: need a non-nil pointer", n)
+	}
+	cutoff := time.Now().Add(-olderThan)
+	var removed []string
+	err := walkDirectories(v.Elem(), func(d *Directory) error {
+		des, err := os.ReadDir(d.FullPath())
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("cleaning %s: %w", d.FullPath(), err)
+		}
+		for _, de := range des {
+			if !strings.HasPrefix(de.Name(), tempPrefix) || !de.Type().IsRegular() {
+				continue
+			}
+			info, err := de.Info()
+			if err != nil || info.ModTime().After(cutoff) {
+				continue // gone meanwhile, or possibly in flight
+			}
+			p := filepath.Join(d.FullPath(), de.Name())
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("removing stale temporary file: %w", err)
+			}
+			removed = append(removed, p)
+		}
+		return nil
+	})
+	return removed, err
 }

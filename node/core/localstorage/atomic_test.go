@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func stateFile(t *testing.T) (File, string) {
@@ -128,5 +129,44 @@ func TestWriteAtomicMissingDirectory(t *testing.T) {
 	}
 	if err := r.Ephemeral.PID.WriteAtomic([]byte("1"), 0o644); err == nil || !strings.Contains(err.Error(), "temporary file") {
 		t.Errorf("write into a missing directory: %v", err)
+	}
+}
+
+func TestRemoveStaleTemporaryFiles(t *testing.T) {
+	r, _ := placedRoot(t)
+	if err := r.MkdirAll(); err != nil {
+		t.Fatal(err)
+	}
+	pubs := r.Ephemeral.CSI.Publications.FullPath()
+	ops := r.Data.State.Operations.FullPath()
+	old := time.Now().Add(-time.Hour)
+	mk := func(p string, mtime time.Time) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stale1 := filepath.Join(pubs, tempPrefix+"a-1")
+	stale2 := filepath.Join(ops, tempPrefix+"b-2")
+	fresh := filepath.Join(ops, tempPrefix+"c-3") // a write in flight
+	record := filepath.Join(ops, "record")        // old, but a record
+	mk(stale1, old)
+	mk(stale2, old)
+	mk(fresh, time.Now())
+	mk(record, old)
+	removed, err := RemoveStaleTemporaryFiles(r, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 2 {
+		t.Errorf("removed %q, want the two stale temporary files", removed)
+	}
+	for p, want := range map[string]bool{stale1: false, stale2: false, fresh: true, record: true} {
+		if _, err := os.Stat(p); (err == nil) != want {
+			t.Errorf("%s exists=%v, want %v", p, err == nil, want)
+		}
 	}
 }
