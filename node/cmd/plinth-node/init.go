@@ -341,6 +341,14 @@ func loadModule(path string) error {
 func runInit() {
 	lt := logtree.New(logtree.WithSink(os.Stderr))
 	log := lt.LeveledFor("init")
+	defer func() {
+		// A panic in init would end PID 1 and panic the kernel, losing
+		// the reason; turn it into an orderly reboot that logs it.
+		if r := recover(); r != nil {
+			defaults, _ := parseBootSettings(nil)
+			halt(log, haltDecision{defaults.failCmd, defaults.failDelay, fmt.Sprintf("init panicked: %v", r)})
+		}
+	}()
 	d := bootAndSupervise(log, lt)
 	halt(log, d)
 }
