@@ -65,6 +65,24 @@ func TestWriteAtomic(t *testing.T) {
 	}
 }
 
+func TestWriteAtomicNoSync(t *testing.T) {
+	f, dir := stateFile(t)
+	if err := f.WriteAtomicNoSync([]byte("one"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.WriteAtomicNoSync([]byte("two"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.Read()
+	fi, serr := os.Stat(f.FullPath())
+	if err != nil || serr != nil || string(got) != "two" || fi.Mode().Perm() != 0o640 {
+		t.Errorf("content %q (%v), mode %v (%v)", got, err, fi.Mode(), serr)
+	}
+	if names := dirNames(t, dir); len(names) != 1 {
+		t.Errorf("temporary file left behind: %q", names)
+	}
+}
+
 func TestWriteAtomicFailedRenameKeepsOldContent(t *testing.T) {
 	f, dir := stateFile(t)
 	if err := f.WriteAtomic([]byte("old"), 0o600); err != nil {
