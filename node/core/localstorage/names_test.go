@@ -2,6 +2,7 @@ package localstorage
 
 import (
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -124,6 +125,27 @@ func FuzzValidateVolumeID(f *testing.F) {
 		e := classifyVolume(id+blockSuffix, 0)
 		if e.ID != "" && e.ID != id {
 			t.Fatalf("block name %q parses back as %q", id+blockSuffix, e.ID)
+		}
+	})
+}
+
+// FuzzValidateName checks that a name ChildFile accepts names exactly one
+// entry directly inside its directory, never a temporary file's name.
+func FuzzValidateName(f *testing.F) {
+	for _, s := range []string{"record", "..", "a/b", ".tmp-x", "\x00", "a\\b", " "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		var d Directory
+		if err := Place(&d, "/state"); err != nil {
+			t.Fatal(err)
+		}
+		c, err := d.ChildFile(name)
+		if err != nil {
+			return
+		}
+		if filepath.Dir(c.FullPath()) != "/state" || filepath.Base(c.FullPath()) != name || strings.HasPrefix(name, tempPrefix) {
+			t.Fatalf("name %q maps to %q", name, c.FullPath())
 		}
 	})
 }
