@@ -1,3 +1,80 @@
 #!/usr/bin/env bash
-# bench.sh — placeholder until its issue lands; says so instead of pretending.
-echo "bench: not built yet (see the open issues)" >&2
+# bench.sh — runs every benchmark of the project and prints, for benchmarks
+# that measure a baseline in the same run, how many times faster we are.
+#
+# To add a benchmark, append a line to HOST or KERNEL:
+#   "PACKAGE BENCH-REGEXP [BASELINE]"
+# HOST entries run with `go test -bench` on this machine (as root in CI);
+# KERNEL entries run inside the kernel test VM (build/ktest), for code that
+# needs kernel features the host lacks. BASELINE names the sub-benchmark
+# "impl=BASELINE" the other "impl=..." sub-benchmarks of the same parent are
+# compared with.
+#
+# Environment: BENCHTIME (default 1s) is passed as -benchtime; the raw
+# output (benchstat format) is kept in $PLINTH_BENCH_OUT if set.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+HOST=(
+	"./pkg/loop CreateRemove losetup"
+)
+KERNEL=(
+	"./pkg/fsquota SetQuota chmod"
+)
+
+benchtime=${BENCHTIME:-1s}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+out=${PLINTH_BENCH_OUT:-$work/bench.txt}
+: >"$out"
+baselines=()
+
+for entry in "${HOST[@]}"; do
+	read -r pkg re base <<<"$entry"
+	echo "bench: $pkg -bench $re (host)" >&2
+	go test -count=1 -run '^$' -bench "$re" -benchtime "$benchtime" "$pkg" | tee -a "$out"
+	[ -n "${base:-}" ] && baselines+=("$base")
+done
+
+if [ ${#KERNEL[@]} -gt 0 ]; then
+	build/scripts/apt-install.sh qemu-system-x86 xfsprogs e2fsprogs lz4
+	kernel=$(build/ktest/kernel.sh)
+	modules=$(echo "$kernel"/lib/modules/*)
+	CGO_ENABLED=0 go build -o "$work/ktest" ./build/ktest/cmd/ktest
+	for entry in "${KERNEL[@]}"; do
+		read -r pkg re base <<<"$entry"
+		echo "bench: $pkg -bench $re (VM, $(basename "$modules"))" >&2
+		bin="$work/$(echo "${pkg#./}" | tr / _).test"
+		CGO_ENABLED=0 go test -c -o "$bin" "$pkg"
+		# Strip the runner's console timestamps so the output stays in
+		# benchstat format.
+		"$work/ktest" -kernel "$kernel/vmlinux" -modules "$modules" "$bin" -- \
+			-test.run='^$' -test.bench="$re" -test.benchtime="$benchtime" |
+			sed -u 's/^\[ *[0-9.]*\] //' | tee -a "$out"
+		[ -n "${base:-}" ] && baselines+=("$base")
+	done
+fi
+
+# Ratios: baseline ns/op divided by each sibling's ns/op.
+if [ ${#baselines[@]} -gt 0 ]; then
+	echo
+	echo "bench: time per op against the baseline measured in this run"
+	awk -v bases="${baselines[*]}" '
+		BEGIN { n = split(bases, b, " "); for (i = 1; i <= n; i++) isbase[b[i]] = 1 }
+		/^Benchmark.*\/impl=/ && $4 == "ns/op" {
+			name = $1; sub(/-[0-9]+$/, "", name)
+			i = index(name, "/impl="); parent = substr(name, 1, i - 1); impl = substr(name, i + 6)
+			ns[parent, impl] = $3; impls[parent] = impls[parent] " " impl
+		}
+		END {
+			for (p in impls) {
+				m = split(impls[p], list, " ")
+				for (i = 1; i <= m; i++) if (isbase[list[i]]) base = list[i]
+				if (!base) continue
+				for (i = 1; i <= m; i++) if (list[i] != base)
+					printf "  %s: impl=%s %.0f ns/op = %.2fx the time of impl=%s (%.0f ns/op)\n",
+						p, list[i], ns[p, list[i]], ns[p, list[i]] / ns[p, base], base, ns[p, base]
+				base = ""
+			}
+		}' "$out" | sort
+fi

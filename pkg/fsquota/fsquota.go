@@ -85,9 +85,9 @@ func Probe(dir string) error {
 	if err != nil {
 		return fmt.Errorf("probing project quotas on %s: %w", dir, err)
 	}
-	defer d.Close()
+	defer unix.Close(d)
 	stat := fsQuotaStatV{Version: fsQStatVVersion}
-	err = control(d, func(fd uintptr) error {
+	err = call(d, func(fd uintptr) error {
 		return quotactlFd(fd, qcmd(qXGetQStatV, prjQuota), 0, unsafe.Pointer(&stat))
 	})
 	switch {
@@ -114,15 +114,26 @@ func Probe(dir string) error {
 		}
 		return fmt.Errorf("probing project quotas on %s: %s mounted without prjquota (%s): %w", dir, fsName, hint, ErrUnsupported)
 	}
-	if err := control(d, func(fd uintptr) error { _, err := getXattr(fd); return err }); err != nil {
+	if err := call(d, func(fd uintptr) error { _, err := getXattr(fd); return err }); err != nil {
 		return fmt.Errorf("probing project quotas on %s: FS_IOC_FSGETXATTR: %v: %w", dir, err, ErrUnsupported)
 	}
 	return nil
 }
 
-func openDir(dir string) (*os.File, error) {
-	return os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+// openDir opens dir for the ioctls and quotactls. It uses a raw descriptor
+// rather than an os.File: the descriptor never leaves the calling function,
+// and os.File's extra fstat and poller registration are a third of
+// SetQuota's cost in the VM.
+func openDir(dir string) (int, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	return fd, nil
 }
+
+// call runs fn with the descriptor as the syscalls want it.
+func call(fd int, fn func(fd uintptr) error) error { return fn(uintptr(fd)) }
 
 // SetQuota gives dir the project ID id (with PROJINHERIT, so everything
 // created below inherits it) and sets the project's hard limits. Calling it
@@ -140,8 +151,8 @@ func SetQuota(dir string, id uint32, l Limits) error {
 	if err != nil {
 		return fmt.Errorf("setting quota on %s: %w", dir, err)
 	}
-	defer d.Close()
-	return control(d, func(fd uintptr) error {
+	defer unix.Close(d)
+	return call(d, func(fd uintptr) error {
 		x, err := getXattr(fd)
 		if err != nil {
 			return fmt.Errorf("setting quota on %s: FS_IOC_FSGETXATTR: %w", dir, err)
@@ -188,9 +199,9 @@ func GetQuota(dir string) (*Quota, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading quota of %s: %w", dir, err)
 	}
-	defer d.Close()
+	defer unix.Close(d)
 	var q *Quota
-	err = control(d, func(fd uintptr) error {
+	err = call(d, func(fd uintptr) error {
 		x, err := getXattr(fd)
 		if err != nil {
 			return fmt.Errorf("FS_IOC_FSGETXATTR: %w", err)
@@ -232,8 +243,8 @@ func ClearQuota(dir string) error {
 	if err != nil {
 		return fmt.Errorf("clearing quota of %s: %w", dir, err)
 	}
-	defer d.Close()
-	return control(d, func(fd uintptr) error {
+	defer unix.Close(d)
+	return call(d, func(fd uintptr) error {
 		x, err := getXattr(fd)
 		if err != nil {
 			return fmt.Errorf("clearing quota of %s: FS_IOC_FSGETXATTR: %w", dir, err)

@@ -1,7 +1,6 @@
 package fsquota
 
 import (
-	"os"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -112,20 +111,6 @@ var (
 	_ [112]byte = [unsafe.Sizeof(fsDiskQuota{})]byte{}
 	_ [160]byte = [unsafe.Sizeof(fsQuotaStatV{})]byte{}
 )
-
-// control runs fn with f's raw descriptor, holding a reference so a
-// concurrent Close cannot recycle the number underneath.
-func control(f *os.File, fn func(fd uintptr) error) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var ferr error
-	if err := rc.Control(func(fd uintptr) { ferr = fn(fd) }); err != nil {
-		return err
-	}
-	return ferr
-}
 
 func ioctl(fd uintptr, req uintptr, arg unsafe.Pointer) error {
 	_, _, e := unix.Syscall(unix.SYS_IOCTL, fd, req, uintptr(arg))
