@@ -1,0 +1,92 @@
+package csi
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"source.plinth.dev/pkg/loop"
+)
+
+// reconcile brings the node in line with the publication records at start.
+// Records of an earlier boot describe mounts and loop devices that no
+// longer exist; their targets are cleaned (a device node there could name
+// a device number since given to another volume) and the records dropped,
+// so the kubelet's next publish starts fresh. Records of this boot are
+// verified and repaired. Finally, loop devices over this node's images
+// that no record accounts for (a crash between attaching and recording)
+// are removed. Problems are logged; none stops the plugin.
+func (s *Server) reconcile(ctx context.Context) {
+	for _, p := range s.store.all() {
+		func() {
+			unlock := s.locks.lock(volumeKey(p.VolumeID), targetKey(p.TargetPath))
+			defer unlock()
+			if p.BootID != s.boot {
+				if err := removeTarget(p.TargetPath); err != nil {
+					s.Log.Warningf("cleaning publication of %s at %s from an earlier boot: %v", p.VolumeID, p.TargetPath, err)
+				}
+				if err := s.store.remove(p.TargetPath); err != nil {
+					s.Log.Warningf("%v", err)
+				}
+				s.Log.Infof("dropped publication of %s at %s from an earlier boot", p.VolumeID, p.TargetPath)
+				return
+			}
+			_, source, err := s.Volumes.Locate(ctx, p.VolumeID)
+			if err != nil {
+				s.Log.Warningf("publication of %s at %s: the volume is gone (%v); leaving it for the kubelet to unpublish", p.VolumeID, p.TargetPath, err)
+				return
+			}
+			if err := s.ensure(ctx, p, source); err != nil {
+				s.Log.Warningf("re-establishing publication of %s at %s: %v", p.VolumeID, p.TargetPath, err)
+			}
+		}()
+	}
+	s.removeLeakedLoops()
+}
+
+// removeLeakedLoops removes loop devices bound to a file in the volumes
+// directory that no publication record claims.
+func (s *Server) removeLeakedLoops() {
+	claimed := make(map[int]bool)
+	for _, p := range s.store.all() {
+		if p.Loop != nil {
+			claimed[p.Loop.Number] = true
+		}
+	}
+	volumesDir := s.Volumes.Data.Volumes.FullPath() + "/"
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		backing := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), " (deleted)")
+		if !strings.HasPrefix(backing, volumesDir) {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(filepath.Dir(filepath.Dir(f))), "loop"))
+		if err != nil || claimed[n] {
+			continue
+		}
+		d, err := loop.Open("/dev/loop" + strconv.Itoa(n))
+		if err != nil {
+			continue
+		}
+		if err := d.Remove(); err != nil {
+			s.Log.Warningf("removing leaked loop device %s over %s: %v", d.Path(), backing, err)
+			continue
+		}
+		s.Log.Infof("removed leaked loop device /dev/loop%d over %s", n, backing)
+	}
+}
+
+// published reports the targets at which volume id is published.
+func (s *Server) published(id string) []string {
+	var out []string
+	for _, p := range s.store.forVolume(id) {
+		out = append(out, p.TargetPath)
+	}
+	return out
+}

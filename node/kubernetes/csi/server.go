@@ -1,0 +1,276 @@
+// Package csi is Plinth's CSI plugin: the Identity and Node services the
+// kubelet calls to publish volumes into pods, the kubelet plugin
+// registration server, and a development-only Controller service for the
+// standalone `plinth-node csi-serve`.
+//
+// Everything about a volume's on-disk shape comes from node/kubernetes/
+// volume; this package only knows how to present a volume at a target path
+// (a bind mount for filesystem volumes, a loop device and a device node for
+// block volumes) and how to remember that across restarts: each published
+// target has a record in the ephemeral CSI state directory, written before
+// the mount or device node appears, so after a crash the plugin finds every
+// publication it may have made and verifies it instead of trusting it.
+//
+// Like the volume layer, this package imports nothing from Kubernetes but
+// the kubelet's plugin registration API.
+package csi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/node/kubernetes/volume"
+	"source.plinth.dev/pkg/logtree"
+	"source.plinth.dev/pkg/supervisor"
+)
+
+// Version is reported by GetPluginInfo.
+const Version = "0.1.0"
+
+// Server implements the CSI Identity, Node and (optionally) Controller
+// services. Fill in the exported fields, call Start once, then serve it
+// with Serve or Run. Its handlers are safe for concurrent use: calls for
+// one volume, and calls for one target path, are serialised.
+type Server struct {
+	// Volumes is the volume layer the plugin publishes from.
+	Volumes *volume.Manager
+	// Kubelet is the kubelet's root directory. Target paths must lie
+	// below it, and the plugin socket lives in its plugins directory.
+	Kubelet *localstorage.KubeletDirectory
+	// State is where publication records are kept.
+	State *localstorage.CSIStateDirectory
+	// NodeName is the node ID reported to the CO and the value of the
+	// hostname topology key.
+	NodeName string
+	// Controller enables the development Controller service (csi-serve
+	// --controller-endpoint) and advertises it in the plugin capabilities.
+	Controller bool
+	// Log receives the plugin's log lines; nil means the supervisor's
+	// logger of the context passed to Start.
+	Log logtree.LeveledLogger
+
+	csi.UnimplementedIdentityServer
+	csi.UnimplementedNodeServer
+
+	store   store
+	locks   keyLocks
+	boot    string
+	started atomic.Bool
+}
+
+// Start loads the publication records and brings the node in line with
+// them: publications of an earlier boot are cleaned up (their device nodes
+// removed, never trusted), current ones are verified and repaired, and
+// loop devices over this node's images that no record claims are removed.
+// It must run before the first request is served.
+func (s *Server) Start(ctx context.Context) error {
+	if s.Volumes == nil || s.Kubelet == nil || s.State == nil || s.NodeName == "" {
+		return errors.New("starting CSI server: Volumes, Kubelet, State and NodeName are required")
+	}
+	if s.Log == nil {
+		s.Log = supervisor.Logger(ctx)
+	}
+	if err := localstorage.MkdirAll(s.State); err != nil {
+		return fmt.Errorf("starting CSI server: %w", err)
+	}
+	boot, err := bootID()
+	if err != nil {
+		return fmt.Errorf("starting CSI server: %w", err)
+	}
+	s.boot = boot
+	s.store.dir = &s.State.Publications
+	problems, err := s.store.load()
+	if err != nil {
+		return fmt.Errorf("starting CSI server: %w", err)
+	}
+	for _, p := range problems {
+		s.Log.Warningf("%s", p)
+	}
+	s.reconcile(ctx)
+	s.started.Store(true)
+	return nil
+}
+
+// Register adds the node plugin's services to g: Identity and Node.
+func (s *Server) Register(g *grpc.Server) {
+	csi.RegisterIdentityServer(g, s)
+	csi.RegisterNodeServer(g, s)
+}
+
+// RegisterController adds Identity and the development Controller service
+// to g (csi-serve serves them on their own endpoint). Set Controller so
+// Identity advertises it.
+func (s *Server) RegisterController(g *grpc.Server) {
+	csi.RegisterIdentityServer(g, s)
+	csi.RegisterControllerServer(g, &controller{s: s})
+}
+
+// NewGRPCServer returns a gRPC server whose every call is logged when it
+// fails and whose panics become Internal errors instead of killing the
+// node agent.
+func (s *Server) NewGRPCServer() *grpc.Server {
+	return grpc.NewServer(grpc.UnaryInterceptor(s.intercept))
+}
+
+func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			err = status.Errorf(codes.Internal, "%s panicked: %v", info.FullMethod, r)
+		}
+		method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
+		if err != nil {
+			s.Log.Warningf("%s failed after %v: %v", method, time.Since(start).Round(time.Microsecond), err)
+		} else if v := s.Log.V(1); v.Enabled() {
+			v.Infof("%s ok in %v", method, time.Since(start).Round(time.Microsecond))
+		}
+	}()
+	return handler(ctx, req)
+}
+
+// Listen opens a unix socket at path, replacing a stale socket left by an
+// unclean stop (nobody can be serving on it: the node holds its tree lock).
+// Only root may connect (0600): the kubelet and operators.
+func Listen(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("creating socket directory: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("listening on %s: a %v is in the way, not a stale socket", path, fi.Mode().Type())
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("removing stale socket %s: %w", path, err)
+		}
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("setting mode of socket %s: %w", path, err)
+	}
+	return l, nil
+}
+
+// ParseEndpoint accepts "unix://PATH" or "unix:PATH" or a bare absolute path.
+func ParseEndpoint(ep string) (string, error) {
+	p, ok := strings.CutPrefix(ep, "unix://")
+	if !ok {
+		p, ok = strings.CutPrefix(ep, "unix:")
+	}
+	if !ok && strings.Contains(ep, "://") {
+		return "", fmt.Errorf("endpoint %q: only unix sockets are supported", ep)
+	}
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("endpoint %q: want unix:///absolute/path", ep)
+	}
+	return filepath.Clean(p), nil
+}
+
+// Serve serves g on l until ctx ends, then stops gracefully (in-flight
+// calls finish; a mount in progress is never cut off halfway).
+func Serve(ctx context.Context, g *grpc.Server, l net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- g.Serve(l) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving CSI: %w", err)
+	case <-ctx.Done():
+		g.GracefulStop()
+		<-errc
+		return ctx.Err()
+	}
+}
+
+// Run is the supervisor runnable of the node plugin: it starts the server
+// and serves Identity and Node on the driver's socket in the kubelet's
+// plugins directory until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	dir, err := s.Kubelet.Plugins.Driver(names.DriverName)
+	if err != nil {
+		return err
+	}
+	l, err := Listen(dir.CSISocket.FullPath())
+	if err != nil {
+		return err
+	}
+	g := s.NewGRPCServer()
+	s.Register(g)
+	s.Log.Infof("serving CSI %s on %s", names.DriverName, dir.CSISocket.FullPath())
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	return Serve(ctx, g, l)
+}
+
+// keyLocks serialises calls per key (a volume ID, a target path). Locks
+// are taken in a fixed order (volume, then target) so two calls never wait
+// for each other crosswise.
+type keyLocks struct {
+	mu    sync.Mutex
+	locks map[string]*keyLock
+}
+
+type keyLock struct {
+	sync.Mutex
+	refs int
+}
+
+func (t *keyLocks) lock(keys ...string) func() {
+	sort.Strings(keys)
+	var unlocks []func()
+	for _, k := range keys {
+		unlocks = append(unlocks, t.lockOne(k))
+	}
+	return func() {
+		for i := len(unlocks) - 1; i >= 0; i-- {
+			unlocks[i]()
+		}
+	}
+}
+
+func (t *keyLocks) lockOne(key string) func() {
+	t.mu.Lock()
+	if t.locks == nil {
+		t.locks = make(map[string]*keyLock)
+	}
+	l := t.locks[key]
+	if l == nil {
+		l = &keyLock{}
+		t.locks[key] = l
+	}
+	l.refs++
+	t.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		t.mu.Lock()
+		l.refs--
+		if l.refs == 0 {
+			delete(t.locks, key)
+		}
+		t.mu.Unlock()
+	}
+}
+
+func volumeKey(id string) string     { return "1-volume/" + id }
+func targetKey(target string) string { return "2-target/" + target }
