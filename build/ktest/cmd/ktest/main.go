@@ -17,6 +17,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -125,6 +126,9 @@ func writeInitramfs(out string, o options, cfg *ktest.Config) error {
 	if err != nil {
 		return err
 	}
+	if err := checkStatic(self); err != nil {
+		return err
+	}
 	initBin, err := os.ReadFile(self)
 	if err != nil {
 		return err
@@ -162,6 +166,9 @@ func writeInitramfs(out string, o options, cfg *ktest.Config) error {
 			return fmt.Errorf("two test binaries called %s", name)
 		}
 		seen[name] = true
+		if err := checkStatic(t); err != nil {
+			return err
+		}
 		b, err := os.ReadFile(t)
 		if err != nil {
 			return err
@@ -179,6 +186,22 @@ func writeInitramfs(out string, o options, cfg *ktest.Config) error {
 		return err
 	}
 	return f.Close()
+}
+
+// checkStatic fails for a dynamically linked binary: the VM has no libc or
+// dynamic loader, and the kernel's "No such file" on exec would not say so.
+func checkStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked; build it with CGO_ENABLED=0", path)
+		}
+	}
+	return nil
 }
 
 // makeDisks formats a fresh sparse image for each ktest.Disks entry.
