@@ -17,8 +17,11 @@ fi
 # checks again, authoritatively, with the same lock).
 lock=/run/plinth-launch.lock
 if [ -e "$lock" ] && ! flock -n "$lock" true; then
-	echo "make run: a Plinth cluster is already running on this host ($(cat "$lock" 2>/dev/null || true))." >&2
-	echo "Use it (KUBECONFIG=<its work directory>/kubeconfig) or stop it with Ctrl-C in its terminal." >&2
+	state=$(cat "$lock" 2>/dev/null || true)
+	pid=$(sed -n 's/.*"pid":\([0-9]*\).*/\1/p' <<<"$state")
+	dir=$(sed -n 's/.*"dir":"\([^"]*\)".*/\1/p' <<<"$state")
+	echo "make run: a Plinth cluster is already running on this host (launcher pid ${pid:-?}, work directory ${dir:-?})." >&2
+	echo "Use it (export KUBECONFIG=${dir:-<its work directory>}/kubeconfig) or stop it with Ctrl-C in its terminal." >&2
 	exit 2
 fi
 

@@ -88,7 +88,7 @@ func findLeftovers(dir string, base baseline) Leftovers {
 		l.Processes = append(l.Processes, fmt.Sprintf("%d: %s", pid, cmdline(pid)))
 	}
 	l.Mounts = mountsUnder(dir)
-	l.LoopDevices = loopsUnder(dir)
+	l.LoopDevices = ownLoops(dir)
 	l.NetNS = newNetNS(base)
 	if !base.BridgeExists {
 		if _, err := os.Stat("/sys/class/net/" + bridgeName); err == nil {
@@ -141,7 +141,13 @@ func sweep(dir string, base baseline) error {
 			}
 		}
 	}
-	for _, dev := range loopsUnder(dir) {
+	// The data filesystem's device has autoclear: it goes away by itself
+	// once unmounted, a moment after the unmount returns. Give it that
+	// moment; detach what remains (block volumes of plinth-node).
+	for try := 0; try < 20 && len(ownLoops(dir)) > 0; try++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, dev := range ownLoops(dir) {
 		d, err := loop.Open(dev)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("detaching %s: %w", dev, err))
@@ -313,6 +319,65 @@ func unescapeMount(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// ownLoops lists the loop devices backed below dir that are ours to
+// detach: not those still mounted in another process's mount namespace.
+// On a shared machine a sandbox (bazel's linux-sandbox, unshare) may clone
+// the mount table while the cluster runs; its copy of the data mount keeps
+// the device busy until that namespace ends, and autoclear then frees it.
+// Nothing we can (or should) do about other namespaces, so such devices
+// are reported by pinnedLoops instead of counting as our leftovers.
+func ownLoops(dir string) []string {
+	pinned := pinnedLoops(dir)
+	var out []string
+	for _, dev := range loopsUnder(dir) {
+		if _, ok := pinned[dev]; !ok {
+			out = append(out, dev)
+		}
+	}
+	return out
+}
+
+// pinnedLoops maps loop devices backed below dir that are mounted in a
+// mount namespace other than ours to a process of that namespace.
+func pinnedLoops(dir string) map[string]string {
+	devs := map[string]string{} // "7:N" -> /dev/loopN
+	for _, dev := range loopsUnder(dir) {
+		if data, err := os.ReadFile("/sys/block/" + filepath.Base(dev) + "/dev"); err == nil {
+			devs[strings.TrimSpace(string(data))] = dev
+		}
+	}
+	out := map[string]string{}
+	if len(devs) == 0 {
+		return out
+	}
+	self, _ := os.Readlink("/proc/self/ns/mnt")
+	seen := map[string]bool{self: true}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+		if err != nil || seen[ns] {
+			continue
+		}
+		seen[ns] = true
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if f := strings.Fields(line); len(f) > 2 {
+				if dev, ok := devs[f[2]]; ok {
+					out[dev] = fmt.Sprintf("pid %d (%s)", pid, filepath.Base(strings.Fields(cmdline(pid) + " ?")[0]))
+				}
+			}
+		}
+	}
+	return out
 }
 
 // loopsUnder lists loop devices whose backing file is below dir.

@@ -46,7 +46,7 @@ func takeHostSnapshot(dir string) hostSnapshot {
 			}
 		}
 	}
-	for _, dev := range loopsUnder(dir) {
+	for _, dev := range ownLoops(dir) { // see ownLoops for what is not counted
 		s.loops[dev] = true
 	}
 	entries, _ := os.ReadDir("/proc")

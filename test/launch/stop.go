@@ -68,6 +68,9 @@ func (c *Cluster) Stop(ctx context.Context) error {
 		if err := sweep(c.Dir, c.base); err != nil {
 			errs = append(errs, err)
 		}
+		for dev, holder := range pinnedLoops(c.Dir) {
+			c.logf("warning: %s stays bound until the mount namespace of %s ends (it copied our mounts); the kernel then detaches it", dev, holder)
+		}
 		if l := findLeftovers(c.Dir, c.base); !l.Empty() {
 			errs = append(errs, fmt.Errorf("left behind on the host: %s", l))
 		} else if err := removeAllBut(c.Dir, "logs"); err != nil {
