@@ -73,6 +73,9 @@ const (
 	DefaultBackoffReset   = 30 * time.Second
 )
 
+// minBackoff is the smallest restart delay WithBackoff accepts.
+const minBackoff = time.Millisecond
+
 // stuckWarning is how long a cancelled runnable may take to return before
 // the supervisor logs a warning naming it (once).
 const stuckWarning = 5 * time.Second
@@ -113,11 +116,12 @@ func WithPropagatePanic() Option { return func(s *Supervisor) { s.propagatePanic
 // set this way have no jitter, so tests can rely on them. Without this
 // option the delays are DefaultBackoffInitial..DefaultBackoffMax plus up to
 // 20% random jitter, so that runnables failing together do not retry in
-// lockstep.
+// lockstep. An initial delay below 1ms is raised to 1ms so that a crash loop
+// cannot spin the CPU.
 func WithBackoff(initial, limit time.Duration) Option {
 	return func(s *Supervisor) {
-		s.backoffInitial = initial
-		s.backoffMax = max(limit, initial)
+		s.backoffInitial = max(initial, minBackoff)
+		s.backoffMax = max(limit, s.backoffInitial)
 		s.jitter = false
 	}
 }
