@@ -41,7 +41,9 @@ var ErrNotLoop = errors.New("not a loop device")
 // backing file bound to it.
 var ErrDetached = errors.New("loop device has no backing file")
 
-// Options say how Create configures a new device.
+// Options say how Create configures a new device. Partition scanning is
+// never enabled: a volume's contents are written by its user, and the host
+// should not parse partition tables it does not trust.
 type Options struct {
 	// ReadOnly makes the device reject writes. The kernel also forces
 	// read-only when the backing file is not open for writing; Create
@@ -228,7 +230,7 @@ func configure(n int, backing *os.File, flags uint32, opts Options) (*Device, er
 		f.Close()
 		return nil, fmt.Errorf("LOOP_CONFIGURE %s: %w", path, err)
 	}
-	d, err := newDevice(f, path)
+	d, err := newDevice(f, path, n)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -247,7 +249,7 @@ func Open(path string) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening loop device: %w", err)
 	}
-	d, err := newDevice(f, path)
+	d, err := newDevice(f, path, -1)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("opening loop device: %w", err)
@@ -255,7 +257,9 @@ func Open(path string) (*Device, error) {
 	return d, nil
 }
 
-func newDevice(f *os.File, path string) (*Device, error) {
+// newDevice checks that f is a loop device and wraps it. n is N of
+// /dev/loopN when known, else -1.
+func newDevice(f *os.File, path string, n int) (*Device, error) {
 	var st unix.Stat_t
 	if err := control(f, func(fd int) error { return unix.Fstat(fd, &st) }); err != nil {
 		return nil, fmt.Errorf("stat %s: %w", path, err)
@@ -263,11 +267,13 @@ func newDevice(f *os.File, path string) (*Device, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFBLK || unix.Major(st.Rdev) != Major {
 		return nil, fmt.Errorf("%s: %w", path, ErrNotLoop)
 	}
-	// The minor number encodes N shifted by the partition bits; sysfs
-	// knows the name without guessing max_part.
-	n, err := numberOf(st.Rdev)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	if n < 0 {
+		// The minor number encodes N shifted by the partition bits;
+		// sysfs knows the name without guessing max_part.
+		var err error
+		if n, err = numberOf(st.Rdev); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
 	}
 	return &Device{f: f, path: path, number: n, dev: st.Rdev}, nil
 }
