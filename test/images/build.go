@@ -22,7 +22,11 @@ func Pause(ctx context.Context, repoRoot string) (Image, error) {
 	}
 	defer os.RemoveAll(tmp)
 	bin := filepath.Join(tmp, "pause")
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./test/images/pause")
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = "/usr/local/go/bin/go" // where the project's machines have it
+	}
+	cmd := exec.CommandContext(ctx, goTool, "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./test/images/pause")
 	cmd.Dir = repoRoot
 	// Static, so it runs in an image that has nothing else in it.
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

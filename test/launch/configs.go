@@ -43,6 +43,9 @@ disabled_plugins = [
   # oom_score_adj below the runtime's own; clamp instead of failing every
   # pod sandbox with "can't get final child's PID from pipe".
   restrict_oom_score_adj = true
+  # Test pods need no AppArmor profile, and loading containerd's default one
+  # needs apparmor_parser, which a minimal host may lack.
+  disable_apparmor = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
