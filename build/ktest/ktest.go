@@ -17,6 +17,12 @@
 // lack the feature (this one has no XFS quota support). Tests that only
 // need root (loop devices) call RequireRoot and run both on the host and
 // in the VM.
+//
+// The VM has the disks listed in Disks, mounted under /mnt (XFS and ext4
+// with prjquota, and an XFS without quotas), a tmpfs /tmp, and the loop,
+// xfs and quota modules loaded. To run only some tests:
+//
+//	build/scripts/test-kernel.sh -test.run=Quota
 package ktest
 
 import (

@@ -63,7 +63,7 @@ func main() {
 	flag.StringVar(&o.modDir, "modules", "", "lib/modules/<version> directory of the same kernel")
 	flag.StringVar(&o.logFile, "log", "", "also write the console to this file")
 	flag.StringVar(&o.workDir, "workdir", "", "directory for disk images and the initramfs (default: a temporary one, removed afterwards)")
-	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "time limit for the whole VM run")
+	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "time limit for the whole VM run")
 	flag.DurationVar(&o.testTimeout, "test-timeout", 10*time.Minute, "time limit for each test binary (-test.timeout)")
 	flag.StringVar(&o.memory, "m", "1G", "VM memory")
 	flag.IntVar(&o.cpus, "smp", 2, "VM CPUs")
