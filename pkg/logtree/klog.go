@@ -21,10 +21,34 @@ const maxKLogLine = 64 << 10
 //	Lmmdd hh:mm:ss.uuuuuu threadid file:line] msg
 var klogHeader = regexp.MustCompile(`^([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6})\s+(\d+)\s+([^\s:\]]+):(\d+)\] ?(.*)$`)
 
+// logfmtLevel finds the level of a logrus/logfmt line, as containerd writes
+// them: time="..." level=warning msg="...".
+var logfmtLevel = regexp.MustCompile(`^time="[^"]*" level=([a-z]+) `)
+
+// logfmtSeverity maps the level of a logfmt line to a severity, so that a
+// containerd warning stays a warning; other lines are INFO.
+func logfmtSeverity(s string) Severity {
+	m := logfmtLevel.FindStringSubmatch(s)
+	if m == nil {
+		return INFO
+	}
+	switch m[1] {
+	case "warn", "warning":
+		return WARNING
+	case "error":
+		return ERROR
+	case "fatal", "panic":
+		return FATAL
+	}
+	return INFO
+}
+
 // KLogParser returns a writer for the stderr of a child process that logs
 // with klog (kubelet, containerd's klog-using plugins, ...). Each complete
 // line becomes an entry of l: klog lines keep their severity, time,
-// file:line and message; any other non-empty line becomes a raw INFO entry.
+// file:line and message; any other non-empty line becomes a raw entry,
+// INFO unless it is a logfmt line (time="..." level=... as written by
+// containerd and other logrus users) whose level says otherwise.
 // Partial lines are kept until their newline arrives or the writer is
 // closed. Close flushes a pending partial line; writes after Close fail.
 //
@@ -96,7 +120,7 @@ func (p *klogParser) line(s string) {
 	}
 	e, ok := parseKLogLine(s, p.now())
 	if !ok {
-		e = &Entry{Time: p.now(), Severity: INFO, Message: s}
+		e = &Entry{Time: p.now(), Severity: logfmtSeverity(s), Message: s}
 	}
 	if rl, ok := p.l.(rawLogger); ok {
 		rl.logRaw(e)
