@@ -143,10 +143,10 @@ func setupGuest() error {
 	if err := loadModules(GuestModules); err != nil {
 		return err
 	}
-	for i, d := range Disks {
-		dev := fmt.Sprintf("/dev/vd%c", 'a'+i)
-		if err := waitFor(dev, 10*time.Second); err != nil {
-			return fmt.Errorf("disk %s: %w", d.Name, err)
+	for _, d := range Disks {
+		dev, err := findDisk(d.Name, 10*time.Second)
+		if err != nil {
+			return err
 		}
 		mnt := filepath.Join(MountRoot, d.Name)
 		if err := os.MkdirAll(mnt, 0o755); err != nil {
@@ -155,6 +155,7 @@ func setupGuest() error {
 		if err := unix.Mount(dev, mnt, d.FS, 0, d.Options); err != nil {
 			return fmt.Errorf("mount -t %s -o %q %s %s: %w", d.FS, d.Options, dev, mnt, err)
 		}
+		fmt.Printf("ktest-init: %s on %s (%s, options %q)\n", dev, mnt, d.FS, d.Options)
 	}
 	return nil
 }
@@ -193,6 +194,25 @@ func loadModule(path string) error {
 		return err
 	}
 	return nil
+}
+
+// findDisk returns the device node of the virtio disk whose serial is
+// name. Disks appear asynchronously after the driver probes them.
+func findDisk(name string, timeout time.Duration) (string, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		serials, _ := filepath.Glob("/sys/block/vd*/serial")
+		for _, s := range serials {
+			if b, err := os.ReadFile(s); err == nil && strings.TrimSpace(string(b)) == name {
+				dev := "/dev/" + filepath.Base(filepath.Dir(s))
+				return dev, waitFor(dev, time.Until(deadline))
+			}
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("no disk with serial %q appeared (found %v)", name, serials)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // waitFor waits for a device node: devtmpfs creates it when the driver

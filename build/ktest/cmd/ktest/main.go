@@ -253,9 +253,11 @@ func boot(o options, nonce, initrd string, disks []string) (int, error) {
 		"-snapshot",
 	}
 	for i, p := range disks {
+		// The serial names the disk inside the VM (/sys/block/vdX/serial),
+		// so init does not depend on probe order.
 		id := "d" + strconv.Itoa(i)
 		args = append(args, "-drive", "id="+id+",file="+p+",if=none,format=raw,cache=unsafe",
-			"-device", "virtio-blk-device,drive="+id)
+			"-device", "virtio-blk-device,drive="+id+",serial="+ktest.Disks[i].Name)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
