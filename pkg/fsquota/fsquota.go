@@ -186,7 +186,12 @@ func setLimits(fd uintptr, id uint32, l Limits) error {
 		BlkHardlimit: (l.Bytes + basicBlock - 1) / basicBlock,
 		InoHardlimit: l.Inodes,
 	}
-	if err := quotactlFd(fd, qcmd(qXSetQLim, prjQuota), id, unsafe.Pointer(&q)); err != nil {
+	err := quotactlFd(fd, qcmd(qXSetQLim, prjQuota), id, unsafe.Pointer(&q))
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.ESRCH) {
+		// ENOSYS: no quota support at all; ESRCH: quotas not turned on.
+		return fmt.Errorf("setting limits of project %d: %w on this filesystem (Probe says why): quotactl_fd(Q_XSETQLIM): %w", id, ErrUnsupported, err)
+	}
+	if err != nil {
 		return fmt.Errorf("setting limits of project %d: quotactl_fd(Q_XSETQLIM): %w", id, err)
 	}
 	return nil

@@ -59,3 +59,29 @@ func TestProbeUnsupportedFilesystem(t *testing.T) {
 		t.Errorf("Probe on a missing directory: %v, want ErrNotExist", err)
 	}
 }
+
+// TestSetQuotaWithoutQuotaSupport checks that a filesystem without project
+// quotas gets a clear error and keeps the directory as it was. On the host
+// it uses a temporary directory (this host's kernel has no XFS quotas, and
+// its root filesystem no prjquota); in the VM the XFS mounted without
+// prjquota.
+func TestSetQuotaWithoutQuotaSupport(t *testing.T) {
+	ktest.RequireRoot(t)
+	var dir string
+	if ktest.InVM() {
+		dir = ktest.TempDir(t, "xfs-noquota")
+	} else {
+		dir = t.TempDir()
+		if fsquota.Probe(dir) == nil {
+			t.Skip("the host's temporary directory enforces project quotas")
+		}
+	}
+	err := fsquota.SetQuota(dir, 777, fsquota.Limits{Bytes: 1 << 20})
+	if !errors.Is(err, fsquota.ErrUnsupported) || !strings.Contains(err.Error(), "setting quota on "+dir) {
+		t.Fatalf("SetQuota on a filesystem without project quotas: %v, want ErrUnsupported naming the directory", err)
+	}
+	t.Logf("SetQuota: %v", err)
+	if _, err := fsquota.GetQuota(dir); !errors.Is(err, fsquota.ErrNoQuota) {
+		t.Errorf("after a failed SetQuota, GetQuota: %v, want ErrNoQuota (no project ID assigned)", err)
+	}
+}
