@@ -3,7 +3,6 @@ package provisioner
 import (
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -106,9 +105,10 @@ type request struct {
 // silently lacks it.
 var supportedParameters = map[string]bool{}
 
-// maxBytes is the largest size a volume can have: sizes are int64 all the way
-// down (quota limits, file sizes).
-var maxBytes = resource.NewQuantity(math.MaxInt64, resource.BinarySI)
+// maxBytes is the largest size a volume can have. It must stay below 2^63-1:
+// resource.Quantity silently clamps larger values (100Ei, say) to exactly
+// that, so a request of 2^63-1 may really have been anything bigger.
+var maxBytes = resource.NewQuantity(1<<60, resource.BinarySI)
 
 // validateClaim checks everything about a claim and its class before anything
 // is created, so bad input leaves nothing behind. Errors wrap errInvalidClaim
@@ -156,7 +156,7 @@ func validateClaim(pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageCl
 		return bad("no storage request")
 	}
 	if q.Cmp(*maxBytes) > 0 {
-		return bad("requested size %s is over the maximum of %d bytes", q.String(), int64(math.MaxInt64))
+		return bad("requested size %s is over the maximum of %s", q.String(), maxBytes.String())
 	}
 	// Value rounds a fractional byte count up, so a request is never shortened.
 	n := q.Value()

@@ -1,0 +1,235 @@
+// Package clusterobjects makes sure the cluster-wide objects Plinth storage
+// needs exist: the CSIDriver, the default StorageClass and the RBAC rules of
+// the node agent.
+//
+// Every node runs Ensure at start, so the objects appear with the first node
+// and come back if deleted, without an installer or a manifest to apply by
+// hand. That makes Ensure run concurrently on many nodes and repeatedly on
+// each: it only reads when everything is in place, treats "already exists"
+// as success, and never overwrites what an administrator may deliberately
+// have changed (the default-class annotation, for example). Only the RBAC
+// rules, which are Plinth's own and must match its code, are put back.
+package clusterobjects
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/pkg/logtree"
+)
+
+const (
+	// ClusterRoleName names the ClusterRole and ClusterRoleBinding of the
+	// node agent.
+	ClusterRoleName = "plinth:node-agent"
+	// NodeAgentGroup is the group the binding grants the role to. A node
+	// agent's client certificate carries it as its organisation (O=), so
+	// plinth-node does not need cluster-admin after the first start.
+	NodeAgentGroup = "plinth:node-agents"
+
+	annDefaultClass = "storageclass.kubernetes.io/is-default-class"
+	labelManagedBy  = "app.kubernetes.io/managed-by"
+	managedBy       = "plinth-node"
+)
+
+// CSIDriver is the CSIDriver object of the Plinth driver.
+//
+// No attach step (volumes are local), persistent volumes only, and
+// fsGroupPolicy File: the kubelet applies a pod's fsGroup to the volume,
+// which is what users of a directory-backed volume expect.
+func CSIDriver() *storagev1.CSIDriver {
+	attach, podInfo := false, false
+	policy := storagev1.FileFSGroupPolicy
+	return &storagev1.CSIDriver{
+		ObjectMeta: metav1.ObjectMeta{Name: names.DriverName, Labels: map[string]string{labelManagedBy: managedBy}},
+		Spec: storagev1.CSIDriverSpec{
+			AttachRequired:       &attach,
+			PodInfoOnMount:       &podInfo,
+			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent},
+			FSGroupPolicy:        &policy,
+		},
+	}
+}
+
+// StorageClass is the default StorageClass.
+//
+// WaitForFirstConsumer, because a volume exists on one node only: the
+// scheduler must pick the node (with the pod's other constraints) before the
+// volume is made there.
+func StorageClass() *storagev1.StorageClass {
+	reclaim := corev1.PersistentVolumeReclaimDelete
+	binding := storagev1.VolumeBindingWaitForFirstConsumer
+	expand := true
+	return &storagev1.StorageClass{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        names.StorageClassName,
+			Labels:      map[string]string{labelManagedBy: managedBy},
+			Annotations: map[string]string{annDefaultClass: "true"},
+		},
+		Provisioner:          names.DriverName,
+		ReclaimPolicy:        &reclaim,
+		VolumeBindingMode:    &binding,
+		AllowVolumeExpansion: &expand,
+	}
+}
+
+// ClusterRole holds what the node agent's controllers need, and no more:
+// the provisioner reads claims and classes and creates and deletes PVs; the
+// resizer updates PVs and claim status; all of them emit Events; the
+// provisioner reads its own Node for the hostname label. The agent may also
+// read (not change) the cluster objects it ensures, so a restricted agent
+// finds them in place without write access.
+func ClusterRole() *rbacv1.ClusterRole {
+	return &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: ClusterRoleName, Labels: map[string]string{labelManagedBy: managedBy}},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims/status"}, Verbs: []string{"patch", "update"}},
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}, Verbs: []string{"get", "list", "watch", "create", "delete", "patch", "update"}},
+			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
+			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csidrivers"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"},
+				ResourceNames: []string{ClusterRoleName}, Verbs: []string{"get"}},
+		},
+	}
+}
+
+// ClusterRoleBinding grants ClusterRole to NodeAgentGroup.
+func ClusterRoleBinding() *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: ClusterRoleName, Labels: map[string]string{labelManagedBy: managedBy}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: ClusterRoleName},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: NodeAgentGroup}},
+	}
+}
+
+// Ensure creates whichever of the objects is missing and reports, but
+// leaves, objects that differ in ways that cannot or should not be changed.
+// It returns an error only if an object could not be read or created.
+func Ensure(ctx context.Context, client kubernetes.Interface, log logtree.LeveledLogger) error {
+	var errs []error
+	if err := ensureCSIDriver(ctx, client, log); err != nil {
+		errs = append(errs, fmt.Errorf("ensuring CSIDriver %s: %w", names.DriverName, err))
+	}
+	if err := ensureStorageClass(ctx, client, log); err != nil {
+		errs = append(errs, fmt.Errorf("ensuring StorageClass %s: %w", names.StorageClassName, err))
+	}
+	if err := ensureRBAC(ctx, client, log); err != nil {
+		errs = append(errs, fmt.Errorf("ensuring RBAC %s: %w", ClusterRoleName, err))
+	}
+	return errors.Join(errs...)
+}
+
+func ensureCSIDriver(ctx context.Context, client kubernetes.Interface, log logtree.LeveledLogger) error {
+	api := client.StorageV1().CSIDrivers()
+	want := CSIDriver()
+	have, err := getOrCreate(ctx, want, api.Get, api.Create, log)
+	if err != nil || have == nil {
+		return err
+	}
+	// The spec fields are immutable; a differing driver object was made by
+	// someone else on purpose, or by an older Plinth. Say so; the kubelet
+	// keeps working with it either way.
+	if !reflect.DeepEqual(have.Spec.AttachRequired, want.Spec.AttachRequired) ||
+		!reflect.DeepEqual(have.Spec.FSGroupPolicy, want.Spec.FSGroupPolicy) ||
+		!reflect.DeepEqual(have.Spec.VolumeLifecycleModes, want.Spec.VolumeLifecycleModes) {
+		log.Warningf("CSIDriver %s exists with a different spec (attachRequired %v, fsGroupPolicy %v, modes %v); leaving it as it is",
+			want.Name, deref(have.Spec.AttachRequired), deref(have.Spec.FSGroupPolicy), have.Spec.VolumeLifecycleModes)
+	}
+	return nil
+}
+
+func ensureStorageClass(ctx context.Context, client kubernetes.Interface, log logtree.LeveledLogger) error {
+	api := client.StorageV1().StorageClasses()
+	want := StorageClass()
+	have, err := getOrCreate(ctx, want, api.Get, api.Create, log)
+	if err != nil || have == nil {
+		return err
+	}
+	if have.Provisioner != want.Provisioner {
+		log.Warningf("StorageClass %s exists but belongs to provisioner %q; leaving it alone", want.Name, have.Provisioner)
+	}
+	return nil
+}
+
+func ensureRBAC(ctx context.Context, client kubernetes.Interface, log logtree.LeveledLogger) error {
+	roles := client.RbacV1().ClusterRoles()
+	wantRole := ClusterRole()
+	role, err := getOrCreate(ctx, wantRole, roles.Get, roles.Create, log)
+	if err != nil {
+		return err
+	}
+	if role != nil && !reflect.DeepEqual(role.Rules, wantRole.Rules) {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur, err := roles.Get(ctx, wantRole.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cur.Rules = wantRole.Rules
+			_, err = roles.Update(ctx, cur, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("updating rules: %w", err)
+		}
+		log.Infof("updated the rules of ClusterRole %s", wantRole.Name)
+	}
+	bindings := client.RbacV1().ClusterRoleBindings()
+	wantBinding := ClusterRoleBinding()
+	binding, err := getOrCreate(ctx, wantBinding, bindings.Get, bindings.Create, log)
+	if err != nil {
+		return err
+	}
+	if binding != nil && binding.RoleRef != wantBinding.RoleRef {
+		log.Warningf("ClusterRoleBinding %s refers to %s %s; leaving it alone", wantBinding.Name, binding.RoleRef.Kind, binding.RoleRef.Name)
+	}
+	return nil
+}
+
+// getOrCreate returns the existing object (nil if it was just created).
+// Reading first means that on every start but the first, Ensure makes no
+// writes at all, and works with read-only access.
+func getOrCreate[T any](ctx context.Context, want T,
+	get func(context.Context, string, metav1.GetOptions) (T, error),
+	create func(context.Context, T, metav1.CreateOptions) (T, error),
+	log logtree.LeveledLogger,
+) (T, error) {
+	var zero T
+	name := any(want).(metav1.Object).GetName()
+	have, err := get(ctx, name, metav1.GetOptions{})
+	if err == nil {
+		return have, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return zero, fmt.Errorf("reading %s: %w", name, err)
+	}
+	if _, err := create(ctx, want, metav1.CreateOptions{}); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			// Another node won the race; read what it made.
+			return get(ctx, name, metav1.GetOptions{})
+		}
+		return zero, fmt.Errorf("creating %s: %w", name, err)
+	}
+	log.Infof("created %T %s", want, name)
+	return zero, nil
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}

@@ -1,0 +1,161 @@
+// Package kubernetes is the Kubernetes side of plinth-node: one runnable
+// that connects to the API server and starts the controllers that need it
+// as its supervised children.
+//
+//	kubernetes
+//	  cluster-objects   CSIDriver, default StorageClass, RBAC (then Done)
+//	  provisioner       PVC -> volume + PV; released PV -> delete
+//	  <extra>...        further children given the same clients
+//
+// The clientset is built once here and shared: it is only a connection pool
+// and rate limiter, safe to share and cheap to keep. Informers, queues and
+// caches are not shared: each controller builds its own inside its Run, so
+// a controller restarted by the supervisor never inherits a stale cache.
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"source.plinth.dev/node/kubernetes/clusterobjects"
+	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/node/kubernetes/provisioner"
+	"source.plinth.dev/pkg/supervisor"
+)
+
+// Client rate limits. client-go's defaults (5 QPS, burst 10) would cap
+// provisioning at a few volumes a second, far below what the API server
+// and the disk can do; these are well above that and still polite to a
+// shared control plane. Events get a separate, smaller budget so a burst of
+// Events never slows provisioning.
+const (
+	DefaultQPS        = 100
+	DefaultBurst      = 200
+	DefaultEventQPS   = 20
+	DefaultEventBurst = 50
+)
+
+// Clients are the API clients the Service shares with its children.
+type Clients struct {
+	// Client is for informers and writes.
+	Client kubernetes.Interface
+	// Events has its own rate limiter, for Events only.
+	Events kubernetes.Interface
+}
+
+// Child builds one further runnable of the Service from its clients.
+type Child func(Clients) supervisor.Runnable
+
+// Service is the Kubernetes runnable of a node.
+type Service struct {
+	// Kubeconfig is the path of the kubeconfig to use; empty means the
+	// in-cluster configuration.
+	Kubeconfig string
+	// QPS and Burst are the client rate limits; zero means the defaults.
+	QPS   float32
+	Burst int
+	// NodeName is this node's name.
+	NodeName string
+	// Volumes is the node's volume manager, shared by all children that
+	// touch volumes (there must be exactly one per data directory).
+	Volumes provisioner.Volumes
+	// OrphanGracePeriod is passed to the provisioner; zero means its default.
+	OrphanGracePeriod time.Duration
+	// Extra are further children (the CSI plugin, the resizer) started with
+	// the same clients.
+	Extra map[string]Child
+}
+
+// RESTConfig loads the client configuration with the Service's rate limits.
+func (s *Service) RESTConfig() (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if s.Kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("loading Kubernetes client configuration: %w", err)
+	}
+	cfg.QPS = s.QPS
+	if cfg.QPS <= 0 {
+		cfg.QPS = DefaultQPS
+	}
+	cfg.Burst = s.Burst
+	if cfg.Burst <= 0 {
+		cfg.Burst = DefaultBurst
+	}
+	cfg.UserAgent = fmt.Sprintf("plinth-node/%s (%s)", s.NodeName, names.DriverName)
+	return cfg, nil
+}
+
+// NewClients builds the shared clients from cfg.
+func NewClients(cfg *rest.Config) (Clients, error) {
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return Clients{}, fmt.Errorf("building Kubernetes client: %w", err)
+	}
+	ecfg := rest.CopyConfig(cfg)
+	ecfg.QPS, ecfg.Burst = DefaultEventQPS, DefaultEventBurst
+	events, err := kubernetes.NewForConfig(ecfg)
+	if err != nil {
+		return Clients{}, fmt.Errorf("building Kubernetes event client: %w", err)
+	}
+	return Clients{Client: client, Events: events}, nil
+}
+
+// Run connects to the API server, starts the children and runs until ctx
+// ends.
+func (s *Service) Run(ctx context.Context) error {
+	if s.NodeName == "" || s.Volumes == nil {
+		return errors.New("kubernetes service: NodeName and Volumes are required")
+	}
+	cfg, err := s.RESTConfig()
+	if err != nil {
+		return err
+	}
+	clients, err := NewClients(cfg)
+	if err != nil {
+		return err
+	}
+	children := map[string]supervisor.Runnable{
+		"cluster-objects": func(ctx context.Context) error {
+			// Failing here (API server not up yet, no rights) is retried by
+			// the supervisor with backoff; provisioning does not wait for
+			// it, since claims of an existing class can be served anyway.
+			if err := clusterobjects.Ensure(ctx, clients.Client, supervisor.Logger(ctx)); err != nil {
+				return err
+			}
+			supervisor.Signal(ctx, supervisor.SignalDone)
+			return nil
+		},
+		"provisioner": (&provisioner.Controller{
+			Client:            clients.Client,
+			EventClient:       clients.Events,
+			Driver:            names.DriverName,
+			NodeName:          s.NodeName,
+			Volumes:           s.Volumes,
+			OrphanGracePeriod: s.OrphanGracePeriod,
+		}).Run,
+	}
+	for name, child := range s.Extra {
+		if _, taken := children[name]; taken {
+			return fmt.Errorf("kubernetes service: child name %q is taken", name)
+		}
+		children[name] = child(clients)
+	}
+	if err := supervisor.RunGroup(ctx, children); err != nil {
+		return fmt.Errorf("starting Kubernetes children: %w", err)
+	}
+	supervisor.Logger(ctx).Infof("connected to %s as node %s (QPS %v, burst %d)", cfg.Host, s.NodeName, cfg.QPS, cfg.Burst)
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	<-ctx.Done()
+	return ctx.Err()
+}

@@ -1,0 +1,235 @@
+package provisioner
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const (
+	testDriver = "storage.plinth.dev"
+	testNode   = "node-a"
+	testUID    = "0b9b1a8e-7c2f-4d55-9a3e-1f2e3d4c5b6a"
+)
+
+func testClaim(mut ...func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
+	class := "local"
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "data", Namespace: "ns", UID: testUID,
+			Annotations: map[string]string{annStorageProvisioner: testDriver, annSelectedNode: testNode},
+		},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: &class,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceStorage: resource.MustParse("1Gi"),
+			}},
+		},
+	}
+	for _, m := range mut {
+		m(pvc)
+	}
+	return pvc
+}
+
+func testClass(mut ...func(*storagev1.StorageClass)) *storagev1.StorageClass {
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "local"}, Provisioner: testDriver}
+	for _, m := range mut {
+		m(sc)
+	}
+	return sc
+}
+
+func TestOwnsClaim(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ann  map[string]string
+		want bool
+	}{
+		{"ga annotation", map[string]string{annStorageProvisioner: testDriver, annSelectedNode: testNode}, true},
+		{"beta fallback", map[string]string{annBetaStorageProvisioner: testDriver, annSelectedNode: testNode}, true},
+		{"ga wins over beta", map[string]string{annStorageProvisioner: "other", annBetaStorageProvisioner: testDriver, annSelectedNode: testNode}, false},
+		{"other node", map[string]string{annStorageProvisioner: testDriver, annSelectedNode: "node-b"}, false},
+		{"not selected yet", map[string]string{annStorageProvisioner: testDriver}, false},
+		{"other driver", map[string]string{annStorageProvisioner: "ebs.csi.aws.com", annSelectedNode: testNode}, false},
+		{"no annotations", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pvc := testClaim(func(p *corev1.PersistentVolumeClaim) { p.Annotations = tc.ann })
+			if got := ownsClaim(pvc, testDriver, testNode); got != tc.want {
+				t.Errorf("ownsClaim = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if ownsClaim(nil, testDriver, testNode) {
+		t.Error("ownsClaim(nil) = true")
+	}
+}
+
+func TestClaimUIDOf(t *testing.T) {
+	for id, ok := range map[string]bool{
+		"pvc-" + testUID:                  true,
+		testUID:                           false,
+		"pvc-" + strings.ToUpper(testUID): false,
+		"pvc-" + testUID + "x":            false,
+		"pvc-../" + testUID[3:]:           false,
+		"pvc-":                            false,
+		"":                                false,
+		"pvc-0b9b1a8e_7c2f-4d55-9a3e-1f2e3d4c5b6a": false,
+	} {
+		if _, got := claimUIDOf(id); got != ok {
+			t.Errorf("claimUIDOf(%q) ok = %v, want %v", id, got, ok)
+		}
+	}
+	if uid, _ := claimUIDOf(volumeIDFor(testUID)); uid != testUID {
+		t.Errorf("round trip gave %q", uid)
+	}
+}
+
+func TestValidateClaim(t *testing.T) {
+	block := corev1.PersistentVolumeBlock
+	weird := corev1.PersistentVolumeMode("Tape")
+	retain := corev1.PersistentVolumeReclaimRetain
+	recycle := corev1.PersistentVolumeReclaimRecycle
+	size := func(s string) func(*corev1.PersistentVolumeClaim) {
+		return func(p *corev1.PersistentVolumeClaim) {
+			p.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse(s)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		claim   *corev1.PersistentVolumeClaim
+		class   *storagev1.StorageClass
+		wantErr string // substring; empty: valid
+		check   func(*testing.T, *request)
+	}{
+		{name: "filesystem default", claim: testClaim(), class: testClass(), check: func(t *testing.T, r *request) {
+			if r.mode != corev1.PersistentVolumeFilesystem || r.bytes != 1<<30 || r.reclaim != corev1.PersistentVolumeReclaimDelete || r.id != "pvc-"+testUID {
+				t.Errorf("got %+v", r)
+			}
+		}},
+		{name: "block retain RWOP", claim: testClaim(func(p *corev1.PersistentVolumeClaim) {
+			p.Spec.VolumeMode = &block
+			p.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod}
+		}), class: testClass(func(s *storagev1.StorageClass) { s.ReclaimPolicy = &retain }), check: func(t *testing.T, r *request) {
+			if r.mode != block || r.reclaim != retain {
+				t.Errorf("got %+v", r)
+			}
+		}},
+		{name: "fractional bytes round up", claim: testClaim(size("1500m")), class: testClass(), check: func(t *testing.T, r *request) {
+			if r.bytes != 2 {
+				t.Errorf("bytes = %d, want 2", r.bytes)
+			}
+		}},
+		{name: "zero size", claim: testClaim(size("0")), class: testClass(), wantErr: "not positive"},
+		{name: "negative size", claim: testClaim(size("-1Gi")), class: testClass(), wantErr: "not positive"},
+		{name: "2^63 bytes", claim: testClaim(size("9223372036854775808")), class: testClass(), wantErr: "over the maximum"},
+		{name: "exabytes", claim: testClaim(size("100Ei")), class: testClass(), wantErr: "over the maximum"},
+		{name: "no request", claim: testClaim(func(p *corev1.PersistentVolumeClaim) { p.Spec.Resources.Requests = nil }), class: testClass(), wantErr: "no storage request"},
+		{name: "unknown mode", claim: testClaim(func(p *corev1.PersistentVolumeClaim) { p.Spec.VolumeMode = &weird }), class: testClass(), wantErr: `unknown volume mode "Tape"`},
+		{name: "RWX", claim: testClaim(func(p *corev1.PersistentVolumeClaim) {
+			p.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce, corev1.ReadWriteMany}
+		}), class: testClass(), wantErr: `access mode "ReadWriteMany"`},
+		{name: "ROX", claim: testClaim(func(p *corev1.PersistentVolumeClaim) {
+			p.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadOnlyMany}
+		}), class: testClass(), wantErr: `access mode "ReadOnlyMany"`},
+		{name: "no access modes", claim: testClaim(func(p *corev1.PersistentVolumeClaim) { p.Spec.AccessModes = nil }), class: testClass(), wantErr: "no access mode"},
+		{name: "unknown parameters", claim: testClaim(), class: testClass(func(s *storagev1.StorageClass) {
+			s.Parameters = map[string]string{"zeta": "1", "fsType": "ext4"}
+		}), wantErr: "unknown parameters fsType, zeta"},
+		{name: "class of other driver", claim: testClaim(), class: testClass(func(s *storagev1.StorageClass) { s.Provisioner = "x" }), wantErr: "belongs to provisioner"},
+		{name: "recycle", claim: testClaim(), class: testClass(func(s *storagev1.StorageClass) { s.ReclaimPolicy = &recycle }), wantErr: "reclaim policy"},
+		{name: "selector", claim: testClaim(func(p *corev1.PersistentVolumeClaim) { p.Spec.Selector = &metav1.LabelSelector{} }), class: testClass(), wantErr: "selector"},
+		{name: "data source", claim: testClaim(func(p *corev1.PersistentVolumeClaim) {
+			p.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "x"}
+		}), class: testClass(), wantErr: "data sources"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := validateClaim(tc.claim, tc.class, testDriver)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.Is(err, errInvalidClaim) {
+					t.Fatalf("err = %v, want errInvalidClaim containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, r)
+		})
+	}
+}
+
+func TestBuildPVIsOwned(t *testing.T) {
+	pvc := testClaim()
+	r, err := validateClaim(pvc, testClass(), testDriver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv := buildPV(pvc, r, testDriver, "host-a", nodeLabelValue(testNode))
+	if pv.Name != "pvc-"+testUID || pv.Spec.CSI.VolumeHandle != pv.Name || pv.Spec.ClaimRef.UID != testUID ||
+		pv.Annotations[annProvisionedBy] != testDriver || *pv.Spec.VolumeMode != corev1.PersistentVolumeFilesystem {
+		t.Errorf("unexpected PV %+v", pv)
+	}
+	if ok, why := ownsVolume(pv, testDriver, "host-a"); !ok {
+		t.Errorf("own PV not owned: %s", why)
+	}
+	for name, mut := range map[string]func(*corev1.PersistentVolume){
+		"other host": func(p *corev1.PersistentVolume) {
+			p.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions[0].Values[0] = "host-b"
+		},
+		"no affinity":       func(p *corev1.PersistentVolume) { p.Spec.NodeAffinity = nil },
+		"empty terms":       func(p *corev1.PersistentVolume) { p.Spec.NodeAffinity.Required.NodeSelectorTerms = nil },
+		"no required":       func(p *corev1.PersistentVolume) { p.Spec.NodeAffinity.Required = nil },
+		"other driver":      func(p *corev1.PersistentVolume) { p.Spec.CSI.Driver = "other" },
+		"not CSI":           func(p *corev1.PersistentVolume) { p.Spec.CSI = nil },
+		"handle mismatch":   func(p *corev1.PersistentVolume) { p.Spec.CSI.VolumeHandle = "pvc-" + strings.Repeat("0", 36) },
+		"no provisioned-by": func(p *corev1.PersistentVolume) { p.Annotations = nil },
+		"foreign handle": func(p *corev1.PersistentVolume) {
+			p.Name = "../../etc"
+			p.Spec.CSI.VolumeHandle = "../../etc"
+		},
+	} {
+		p := buildPV(pvc, r, testDriver, "host-a", "x")
+		mut(p)
+		if ok, _ := ownsVolume(p, testDriver, "host-a"); ok {
+			t.Errorf("%s: PV considered ours", name)
+		}
+	}
+}
+
+func TestClaimTransform(t *testing.T) {
+	tf := claimTransform(testDriver, testNode)
+	own := testClaim()
+	own.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	got, _ := tf(own)
+	if g := got.(*corev1.PersistentVolumeClaim); g.ManagedFields != nil || g.Spec.Resources.Requests == nil {
+		t.Errorf("own claim: managed fields kept or spec lost: %+v", g)
+	}
+	foreign := testClaim(func(p *corev1.PersistentVolumeClaim) {
+		p.Annotations[annSelectedNode] = "node-b"
+		p.ResourceVersion = "7"
+	})
+	got, _ = tf(foreign)
+	g := got.(*corev1.PersistentVolumeClaim)
+	if g.Annotations != nil || g.Spec.AccessModes != nil || g.UID != testUID || g.Name != "data" || g.Namespace != "ns" || g.ResourceVersion != "7" {
+		t.Errorf("foreign claim not reduced to a stub: %+v", g)
+	}
+}
+
+func TestNodeLabelValue(t *testing.T) {
+	if v := nodeLabelValue("node-a"); v != "node-a" {
+		t.Errorf("short name changed to %q", v)
+	}
+	long := strings.Repeat("a", 70) + ".example.com"
+	v := nodeLabelValue(long)
+	if len(v) > 63 || v != nodeLabelValue(long) || v == nodeLabelValue(long+"x") {
+		t.Errorf("long name label %q not short, stable and distinct", v)
+	}
+}
