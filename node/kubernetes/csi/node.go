@@ -290,14 +290,11 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	defer unlock()
 	p := s.store.get(target)
 	if p == nil {
-		// No record: never published, or already unpublished. Remove
-		// only what this plugin could have left: a bind mount of this
-		// very volume, an empty directory, a device node.
-		if mode, source, err := s.Volumes.Locate(ctx, id); err == nil && mode == volume.Filesystem {
-			if err := unmountAll(source, target); err != nil {
-				return nil, status.Error(codes.Internal, err.Error())
-			}
-		} else if err := removeTarget(target); err != nil {
+		// No record: never published, or already unpublished. Undo only
+		// what provably serves this very volume (a bind mount of its
+		// directory, a device node of a loop device over its image), so
+		// a stray request can never remove anything else.
+		if err := s.unpublishUnrecorded(ctx, id, target); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
 		return &csi.NodeUnpublishVolumeResponse{}, nil
@@ -309,6 +306,35 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// unpublishUnrecorded removes a publication of volume id at target that has
+// no record (the record is written first, so this is only ever needed if
+// records were lost).
+func (s *Server) unpublishUnrecorded(ctx context.Context, id, target string) error {
+	mode, source, err := s.Volumes.Locate(ctx, id)
+	if err != nil {
+		return nil // not a volume of ours: nothing of ours can be there
+	}
+	if mode == volume.Filesystem {
+		if same, err := sameFile(source, target); err == nil && same {
+			return unmountAll(source, target)
+		}
+		return nil
+	}
+	var st, img unix.Stat_t
+	if unix.Lstat(target, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFBLK || unix.Major(st.Rdev) != loop.Major || unix.Stat(source, &img) != nil {
+		return nil
+	}
+	d, err := loop.Open(target)
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	if ls, err := d.Status(); err != nil || ls.BackingInode != img.Ino {
+		return nil
+	}
+	return removeTarget(target)
 }
 
 // unpublish tears down publication p and removes its record last, so a

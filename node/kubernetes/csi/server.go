@@ -72,6 +72,8 @@ type Server struct {
 	locks   keyLocks
 	boot    string
 	started atomic.Bool
+	// readBootID replaces bootID in tests that simulate a reboot.
+	readBootID func() (string, error)
 }
 
 // Start loads the publication records and brings the node in line with
@@ -89,7 +91,11 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := localstorage.MkdirAll(s.State); err != nil {
 		return fmt.Errorf("starting CSI server: %w", err)
 	}
-	boot, err := bootID()
+	readBoot := s.readBootID
+	if readBoot == nil {
+		readBoot = bootID
+	}
+	boot, err := readBoot()
 	if err != nil {
 		return fmt.Errorf("starting CSI server: %w", err)
 	}

@@ -1,0 +1,201 @@
+package csi
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+
+	"source.plinth.dev/node/kubernetes/volume"
+	"source.plinth.dev/pkg/loop"
+)
+
+// TestRestartKeepsPublications restarts the plugin (a new Server over the
+// same directories, nothing kept in memory) and checks that publications
+// are still served by the same mount and loop device, still answer stats,
+// and can be unpublished by the new server.
+func TestRestartKeepsPublications(t *testing.T) {
+	e := newEnv(t, "")
+	ctx := context.Background()
+	e.create("fs", volume.Filesystem, MiB)
+	e.create("blk", volume.Block, MiB)
+	if err := e.publish("fs", e.target("fs"), volume.Filesystem, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.publish("blk", e.target("blk"), volume.Block, true); err != nil {
+		t.Fatal(err)
+	}
+	before := e.srv.store.get(e.target("blk")).Loop
+	e.restart()
+	after := e.srv.store.get(e.target("blk"))
+	if after == nil || *after.Loop != *before {
+		t.Fatalf("block publication after restart: %+v, want loop %+v", after, before)
+	}
+	if n := mountCount(t, e.target("fs")); n != 1 {
+		t.Errorf("%d mounts at the filesystem target after restart, want 1", n)
+	}
+	for _, id := range []string{"fs", "blk"} {
+		resp, err := e.srv.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: e.target(id)})
+		if err != nil {
+			t.Fatalf("stats of %s after restart: %v", id, err)
+		}
+		if c := legacyCondition(t, resp); c.abnormal {
+			t.Errorf("%s abnormal after restart: %s", id, c.message)
+		}
+		if err := e.publish(id, e.target(id), map[string]volume.Mode{"fs": volume.Filesystem, "blk": volume.Block}[id], id == "blk"); err != nil {
+			t.Errorf("repeated publish of %s after restart: %v", id, err)
+		}
+	}
+	if n := mountCount(t, e.target("fs")); n != 1 {
+		t.Errorf("%d mounts after republish, want 1", n)
+	}
+}
+
+// TestStaleLoopDeviceIsNeverTrusted frees a published block volume's loop
+// device behind the plugin's back and lets a foreign file take the same
+// number (the kernel hands out the lowest free one), as happens across a
+// crash. On restart the plugin must notice that /dev/loopN now serves
+// someone else, leave that device alone, and serve the volume through a
+// new device whose node replaces the stale one.
+func TestStaleLoopDeviceIsNeverTrusted(t *testing.T) {
+	e := newEnv(t, "")
+	e.create("blk", volume.Block, MiB)
+	target := e.target("blk")
+	if err := e.publish("blk", target, volume.Block, false); err != nil {
+		t.Fatal(err)
+	}
+	old := e.srv.store.get(target).Loop
+	d, err := loop.Open("/dev/loop" + itoa(old.Number))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	foreign := filepath.Join(t.TempDir(), "foreign.img")
+	if err := os.WriteFile(foreign, make([]byte, 2*MiB), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ff, err := os.OpenFile(foreign, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ff.Close()
+	fd, err := loop.Create(ff, loop.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Remove()
+	t.Logf("volume was on loop%d; the foreign file got loop%d", old.Number, fd.Number())
+
+	e.restart()
+	now := e.srv.store.get(target)
+	if now == nil || now.Loop == nil {
+		t.Fatal("publication lost on restart")
+	}
+	if now.Loop.Rdev == fd.Dev() {
+		t.Fatalf("the plugin adopted the foreign loop device %s", fd.Path())
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(target, &st); err != nil || st.Rdev != now.Loop.Rdev {
+		t.Errorf("device node at the target: rdev %v (%v), want the new device %v", st.Rdev, err, now.Loop.Rdev)
+	}
+	if b, err := fd.BackingFile(); err != nil || b != foreign {
+		t.Errorf("foreign loop device now backs %q (%v), want it untouched", b, err)
+	}
+	if err := e.unpublish("blk", target); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := fd.BackingFile(); err != nil || b != foreign {
+		t.Errorf("unpublish touched the foreign loop device: %q, %v", b, err)
+	}
+}
+
+// TestRebootDropsStalePublications simulates a reboot (new boot ID; the
+// loop device is gone): the stale device node is removed, never trusted,
+// the record dropped, and a new publish builds everything afresh.
+func TestRebootDropsStalePublications(t *testing.T) {
+	e := newEnv(t, "")
+	e.create("blk", volume.Block, MiB)
+	target := e.target("blk")
+	if err := e.publish("blk", target, volume.Block, false); err != nil {
+		t.Fatal(err)
+	}
+	old := e.srv.store.get(target).Loop
+	d, err := loop.Open("/dev/loop" + itoa(old.Number))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	e.boot = "boot-2"
+	e.restart()
+	if p := e.srv.store.get(target); p != nil {
+		t.Errorf("record of the earlier boot survived: %+v", p)
+	}
+	if _, err := os.Lstat(target); !os.IsNotExist(err) {
+		t.Errorf("stale device node %s survived the reboot (%v)", target, err)
+	}
+	if err := e.publish("blk", target, volume.Block, false); err != nil {
+		t.Fatal(err)
+	}
+	if p := e.srv.store.get(target); p == nil || p.BootID != "boot-2" {
+		t.Errorf("republished record %+v, want boot-2", p)
+	}
+}
+
+// TestLeakedLoopDeviceIsRemoved attaches a loop device over a volume image
+// without a record (a crash between attaching and recording) and checks
+// that the next start removes it.
+func TestLeakedLoopDeviceIsRemoved(t *testing.T) {
+	e := newEnv(t, "")
+	e.create("blk", volume.Block, MiB)
+	_, image, _ := e.volumes.Locate(context.Background(), "blk")
+	d, err := attachImage(image, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := d.Number()
+	d.Close()
+	e.restart()
+	if b, err := os.ReadFile("/sys/block/loop" + itoa(n) + "/loop/backing_file"); err == nil && string(b) == image+"\n" {
+		t.Errorf("leaked loop%d over %s survived the restart", n, image)
+		if d, err := loop.Open("/dev/loop" + itoa(n)); err == nil {
+			d.Remove()
+		}
+	}
+}
+
+// TestUnpublishWithoutRecordTouchesOnlyOurs checks the cleanup path for
+// targets without a record: a bind mount of the volume is removed, other
+// paths (an unrelated empty directory, a foreign mount) are left alone.
+func TestUnpublishWithoutRecordTouchesOnlyOurs(t *testing.T) {
+	e := newEnv(t, "")
+	e.create("fs", volume.Filesystem, MiB)
+	// Empty directories of the kubelet must not be removed by a stray
+	// unpublish naming them.
+	if err := e.unpublish("fs", e.root.Kubelet.Pods.FullPath()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(e.root.Kubelet.Pods.FullPath()); err != nil {
+		t.Errorf("unpublish removed the kubelet's pods directory: %v", err)
+	}
+	target := e.target("lost")
+	if err := e.publish("fs", target, volume.Filesystem, false); err != nil {
+		t.Fatal(err)
+	}
+	// Lose the record.
+	if err := e.srv.store.remove(target); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.unpublish("fs", target); err != nil {
+		t.Fatal(err)
+	}
+	if n := mountCount(t, target); n != 0 {
+		t.Errorf("unrecorded bind mount of the volume not removed (%d mounts)", n)
+	}
+}
