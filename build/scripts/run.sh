@@ -27,13 +27,15 @@ fi
 
 build/scripts/apt-install.sh containerd runc containernetworking-plugins busybox-static xfsprogs iproute2 util-linux
 k8s_bin=$(third_party/kubernetes/build.sh)
-bin=$(mktemp -d /tmp/plinth-run-bin.XXXXXX)
-trap 'rm -rf "$bin"' EXIT
-go build -o "$bin/plinth-launch" ./test/launch/cmd/plinth-launch
-go build -o "$bin/plinth-node" ./node/cmd/plinth-node
+# A fixed output directory lets go build skip linking when nothing changed
+# (it compares the build IDs of the existing binaries); the lock above keeps
+# two runs from writing it at once.
+bin=${PLINTH_CACHE:-$HOME/.cache/plinth}/run-bin
+mkdir -p "$bin"
+go build -o "$bin/" ./test/launch/cmd/plinth-launch ./node/cmd/plinth-node
 
-# Not exec: the trap removes the binaries afterwards. The launcher handles
-# Ctrl-C itself (its components run in their own process groups).
+# The launcher handles Ctrl-C itself: its components run in their own
+# process groups and are stopped in order.
 # shellcheck disable=SC2086
-"$bin/plinth-launch" --dir "${PLINTH_RUN_DIR:-/tmp/plinth-run}" --k8s-bin "$k8s_bin" \
+exec "$bin/plinth-launch" --dir "${PLINTH_RUN_DIR:-/tmp/plinth-run}" --k8s-bin "$k8s_bin" \
 	--plinth-node "$bin/plinth-node" ${PLINTH_RUN_ARGS:-}
