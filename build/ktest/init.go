@@ -59,6 +59,21 @@ func ParseResult(line, nonce string) (code int, ok bool) {
 	return code, err == nil
 }
 
+// PackageLine is printed after each test binary ends.
+func PackageLine(nonce, name string, code int) string {
+	return fmt.Sprintf("%s %s %s exit=%d", packagePrefix, nonce, name, code)
+}
+
+// ParsePackage recognises a PackageLine with the given nonce.
+func ParsePackage(line, nonce string) (name string, code int, ok bool) {
+	i := strings.Index(line, packagePrefix+" "+nonce+" ")
+	if i < 0 {
+		return "", 0, false
+	}
+	_, err := fmt.Sscanf(line[i+len(packagePrefix)+len(nonce)+2:], "%s exit=%d", &name, &code)
+	return name, code, err == nil
+}
+
 // Exit codes of the guest beyond the tests' own.
 const (
 	// ExitSetup: init could not prepare the VM (module, disk, mount).
@@ -94,7 +109,7 @@ func RunInit(tests ...string) {
 	code := 0
 	for _, bin := range cfg.Tests {
 		c := runTest(bin, cfg)
-		fmt.Printf("%s %s %s exit=%d\n", packagePrefix, cfg.Nonce, filepath.Base(bin), c)
+		fmt.Println(PackageLine(cfg.Nonce, filepath.Base(bin), c))
 		if c != 0 && code == 0 {
 			code = c
 		}

@@ -22,3 +22,13 @@ func TestResultLine(t *testing.T) {
 		}
 	}
 }
+
+func TestPackageLine(t *testing.T) {
+	name, code, ok := ParsePackage("[  3.2] "+PackageLine("n0nce", "pkg_loop.test", 2), "n0nce")
+	if !ok || name != "pkg_loop.test" || code != 2 {
+		t.Errorf("ParsePackage = %q, %d, %v; want pkg_loop.test, 2, true", name, code, ok)
+	}
+	if _, _, ok := ParsePackage(PackageLine("other", "x.test", 0), "n0nce"); ok {
+		t.Error("ParsePackage accepted a line with another nonce")
+	}
+}

@@ -281,6 +281,7 @@ func boot(o options, nonce, initrd string, disks []string) (int, error) {
 		return exitNoResult, fmt.Errorf("starting qemu: %w", err)
 	}
 	code, haveResult := 0, false
+	var summary []string
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -291,6 +292,16 @@ func boot(o options, nonce, initrd string, disks []string) (int, error) {
 		if c, ok := ktest.ParseResult(line, nonce); ok {
 			code, haveResult = c, true
 		}
+		if name, c, ok := ktest.ParsePackage(line, nonce); ok {
+			verdict := "ok"
+			if c != 0 {
+				verdict = fmt.Sprintf("FAIL (exit %d)", c)
+			}
+			summary = append(summary, fmt.Sprintf("ktest: %-40s %s", name, verdict))
+		}
+	}
+	for _, l := range summary {
+		fmt.Fprintln(os.Stderr, l)
 	}
 	werr := cmd.Wait()
 	fmt.Fprintf(os.Stderr, "ktest: VM ran %.1fs\n", time.Since(start).Seconds())
