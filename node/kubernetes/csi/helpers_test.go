@@ -32,7 +32,7 @@ const MiB = 1 << 20
 // env is a plugin over real directories: a data tree, a kubelet tree and
 // an ephemeral tree, all below one temporary directory.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	dir     string
 	root    localstorage.Root
 	volumes *volume.Manager
@@ -43,7 +43,7 @@ type env struct {
 // newEnv builds an env on dataDir (a fresh temporary directory when "") and
 // starts a server on it. Needs root: the plugin mounts and attaches loop
 // devices.
-func newEnv(t *testing.T, dataDir string) *env {
+func newEnv(t testing.TB, dataDir string) *env {
 	t.Helper()
 	ktest.RequireRoot(t)
 	e := &env{t: t, dir: t.TempDir(), boot: "boot-1"}

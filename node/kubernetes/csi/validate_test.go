@@ -1,0 +1,212 @@
+package csi
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"source.plinth.dev/node/kubernetes/volume"
+)
+
+// snapshot lists every path below dir with its type, to prove a refused
+// request touched nothing.
+func snapshot(t testing.TB, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		out = append(out, p+" "+d.Type().String())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestBadRequestsAreRefusedAndTouchNothing(t *testing.T) {
+	e := newEnv(t, "")
+	ctx := context.Background()
+	e.create("vol", volume.Filesystem, MiB)
+	e.create("blk", volume.Block, MiB)
+	kubelet := e.root.Kubelet.FullPath()
+	outside := t.TempDir()
+	// A symlink inside the kubelet directory that leads out of it.
+	if err := os.Symlink(outside, filepath.Join(kubelet, "pods", "escape")); err != nil {
+		t.Fatal(err)
+	}
+	good := e.target("good")
+	mount := capability(volume.Filesystem, rwo)
+	withMount := func(f func(*csi.VolumeCapability_MountVolume)) *csi.VolumeCapability {
+		c := capability(volume.Filesystem, rwo)
+		f(c.GetMount())
+		return c
+	}
+	cases := []struct {
+		name   string
+		id     string
+		target string
+		cap    *csi.VolumeCapability
+		stage  string
+		want   codes.Code
+	}{
+		{"empty id", "", good, mount, "", codes.InvalidArgument},
+		{"dot-dot id", "..", good, mount, "", codes.InvalidArgument},
+		{"id with slash", "a/b", good, mount, "", codes.InvalidArgument},
+		{"id of 200 characters", strings.Repeat("a", 200), good, mount, "", codes.InvalidArgument},
+		{"id with NUL", "vol\x00", good, mount, "", codes.InvalidArgument},
+		{"upper-case id", "VOL", good, mount, "", codes.InvalidArgument},
+		{"unknown id", "missing", good, mount, "", codes.NotFound},
+		{"empty target", "vol", "", mount, "", codes.InvalidArgument},
+		{"relative target", "vol", "pods/x", mount, "", codes.InvalidArgument},
+		{"target outside", "vol", filepath.Join(outside, "x"), mount, "", codes.InvalidArgument},
+		{"target /etc", "vol", "/etc/plinth-test", mount, "", codes.InvalidArgument},
+		{"target with ..", "vol", kubelet + "/pods/../../x", mount, "", codes.InvalidArgument},
+		{"target is the kubelet dir", "vol", kubelet, mount, "", codes.InvalidArgument},
+		{"target with trailing slash", "vol", good + "/", mount, "", codes.InvalidArgument},
+		{"target with NUL", "vol", good + "\x00", mount, "", codes.InvalidArgument},
+		{"target through a symlink out", "vol", filepath.Join(kubelet, "pods", "escape", "x"), mount, "", codes.PermissionDenied},
+		{"staging path outside", "vol", good, mount, "/tmp/stage", codes.InvalidArgument},
+		{"no capability", "vol", good, nil, "", codes.InvalidArgument},
+		{"no access mode", "vol", good, &csi.VolumeCapability{AccessType: mount.AccessType}, "", codes.InvalidArgument},
+		{"no access type", "vol", good, &csi.VolumeCapability{AccessMode: mount.AccessMode}, "", codes.InvalidArgument},
+		{"multi-node mode", "vol", good, capability(volume.Filesystem, csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER), "", codes.InvalidArgument},
+		{"unknown access mode", "vol", good, capability(volume.Filesystem, csi.VolumeCapability_AccessMode_UNKNOWN), "", codes.InvalidArgument},
+		{"fs type", "vol", good, withMount(func(m *csi.VolumeCapability_MountVolume) { m.FsType = "ext4" }), "", codes.InvalidArgument},
+		{"mount flag suid", "vol", good, withMount(func(m *csi.VolumeCapability_MountVolume) { m.MountFlags = []string{"suid"} }), "", codes.InvalidArgument},
+		{"mount flag bind", "vol", good, withMount(func(m *csi.VolumeCapability_MountVolume) { m.MountFlags = []string{"bind"} }), "", codes.InvalidArgument},
+		{"block access to a filesystem volume", "vol", good, capability(volume.Block, rwo), "", codes.InvalidArgument},
+		{"mount access to a block volume", "blk", good, mount, "", codes.InvalidArgument},
+	}
+	before, beforeOut := snapshot(t, kubelet), snapshot(t, outside)
+	for _, tc := range cases {
+		_, err := e.srv.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
+			VolumeId: tc.id, TargetPath: tc.target, VolumeCapability: tc.cap, StagingTargetPath: tc.stage,
+		})
+		wantCode(t, "NodePublishVolume: "+tc.name, err, tc.want)
+		if status.Convert(err).Message() == "" {
+			t.Errorf("%s: error without a message", tc.name)
+		}
+	}
+	// Unpublish, stats and expand refuse the same IDs and paths.
+	for _, tc := range cases {
+		if tc.cap == nil || tc.want == codes.PermissionDenied || strings.Contains(tc.name, "access") || strings.Contains(tc.name, "mode") ||
+			strings.Contains(tc.name, "flag") || tc.name == "fs type" || tc.name == "staging path outside" || tc.name == "unknown id" {
+			continue
+		}
+		_, err := e.srv.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: tc.id, TargetPath: tc.target})
+		wantCode(t, "NodeUnpublishVolume: "+tc.name, err, codes.InvalidArgument)
+	}
+	for _, tc := range []struct {
+		name, id, path string
+		want           codes.Code
+	}{
+		{"empty id", "", good, codes.InvalidArgument},
+		{"bad id", "../x", good, codes.InvalidArgument},
+		{"empty path", "vol", "", codes.InvalidArgument},
+		{"unknown volume", "missing", good, codes.NotFound},
+		{"unpublished path", "vol", good, codes.NotFound},
+		{"relative path", "vol", "some/path", codes.NotFound},
+	} {
+		_, err := e.srv.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: tc.id, VolumePath: tc.path})
+		wantCode(t, "NodeGetVolumeStats: "+tc.name, err, tc.want)
+		_, err = e.srv.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: tc.id, VolumePath: tc.path})
+		wantCode(t, "NodeExpandVolume: "+tc.name, err, tc.want)
+	}
+	if after := snapshot(t, kubelet); !slices.Equal(before, after) {
+		t.Errorf("refused requests changed the kubelet directory:\nbefore %v\nafter  %v", before, after)
+	}
+	if after := snapshot(t, outside); !slices.Equal(beforeOut, after) {
+		t.Errorf("refused requests changed a directory outside: %v", after)
+	}
+	if _, err := os.Lstat("/etc/plinth-test"); err == nil {
+		t.Errorf("/etc/plinth-test was created")
+	}
+}
+
+// FuzzValidateRequest throws arbitrary volume IDs and paths at the node
+// service. Whatever the input: no panic, no Internal error, and a request
+// that fails changes nothing in the kubelet directory; one that succeeds
+// names the real volume and a path strictly inside the kubelet directory,
+// and is then unpublished cleanly. The seed corpus runs with every `go
+// test`; make test-sanity fuzzes for 10 seconds.
+func FuzzValidateRequest(f *testing.F) {
+	seeds := []struct {
+		prefix byte
+		id     string
+		path   string
+	}{
+		{0, "vol", "/etc/passwd"}, {1, "vol", "pods/ok"}, {2, "vol", "x"}, {2, "vol", "../../x"},
+		{2, "..", "x"}, {2, "vol\x00", "x"}, {2, strings.Repeat("a", 200), "x"}, {1, "vol", ""},
+		{2, "missing", "y"}, {2, "vol", "a/b"}, {2, "vol", "x/"}, {3, "vol", "tmp"}, {2, "blk", "b"},
+		{1, "vol", "plugins"}, {2, "vol", "escape/x"}, {0, "vol", "relative"},
+	}
+	for _, s := range seeds {
+		f.Add(s.prefix, s.id, s.path)
+	}
+	e := newEnv(f, "")
+	ctx := context.Background()
+	e.create("vol", volume.Filesystem, MiB)
+	kubelet := e.root.Kubelet.FullPath()
+	if err := os.Symlink("/tmp", filepath.Join(kubelet, "pods", "escape")); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, prefix byte, id, path string) {
+		switch prefix % 4 {
+		case 1:
+			path = kubelet + "/" + path
+		case 2:
+			path = e.root.Kubelet.Pods.FullPath() + "/" + path
+		case 3:
+			path = "/" + path
+		}
+		before := snapshot(t, kubelet)
+		_, err := e.srv.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
+			VolumeId: id, TargetPath: path, VolumeCapability: capability(volume.Filesystem, rwo),
+		})
+		switch status.Code(err) {
+		case codes.OK:
+			if id != "vol" || !e.root.Kubelet.Contains(path) || path == kubelet || filepath.Clean(path) != path {
+				t.Fatalf("published volume %q at %q", id, path)
+			}
+			if _, err := e.srv.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: path}); err != nil {
+				t.Fatalf("unpublishing %q: %v", path, err)
+			}
+			if _, err := os.Lstat(path); err == nil {
+				t.Fatalf("target %q left after unpublish", path)
+			}
+		case codes.InvalidArgument, codes.NotFound, codes.PermissionDenied, codes.FailedPrecondition, codes.AlreadyExists:
+			if after := snapshot(t, kubelet); !slices.Equal(before, after) {
+				t.Fatalf("refused publish of %q at %q (%v) changed the kubelet directory", id, path, err)
+			}
+		default:
+			t.Fatalf("publish of %q at %q: %v", id, path, err)
+		}
+		for _, call := range []func() error{
+			func() error {
+				_, err := e.srv.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: path})
+				return err
+			},
+			func() error {
+				_, err := e.srv.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: id, VolumePath: path})
+				return err
+			},
+		} {
+			switch c := status.Code(call()); c {
+			case codes.InvalidArgument, codes.NotFound:
+			default:
+				t.Fatalf("stats/expand of unpublished %q at %q: %v", id, path, c)
+			}
+		}
+	})
+}
