@@ -190,7 +190,9 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"--root", "/x", "extra"}, 2, "unexpected arguments"},
 		{[]string{"--bogus"}, 2, "flag provided but not defined"},
 		{[]string{"--help"}, 0, "-kubelet-dir string"},
-		{[]string{"csi-serve"}, 1, "not implemented yet"},
+		// The subcommand is dispatched before the node's flags are parsed.
+		{[]string{"csi-serve"}, 1, "plinth-node csi-serve:"},
+		{[]string{"csi-serve", "--help"}, 0, "Usage: plinth-node csi-serve"},
 	} {
 		cmd := exec.Command(os.Args[0], c.args...)
 		cmd.Env = append(os.Environ(), roleEnv+"=plinth-node")
