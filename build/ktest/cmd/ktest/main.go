@@ -48,6 +48,7 @@ const (
 
 type options struct {
 	kernel, modDir, logFile, workDir string
+	initBin                          string
 	timeout, testTimeout             time.Duration
 	memory                           string
 	cpus                             int
@@ -62,6 +63,7 @@ func main() {
 	flag.StringVar(&o.kernel, "kernel", "", "kernel image qemu can boot with -machine microvm (an uncompressed vmlinux, PVH)")
 	flag.StringVar(&o.modDir, "modules", "", "lib/modules/<version> directory of the same kernel")
 	flag.StringVar(&o.logFile, "log", "", "also write the console to this file")
+	flag.StringVar(&o.initBin, "init", "", "static binary to boot as /init instead of this one (a test binary using ktest.Main runs itself)")
 	flag.StringVar(&o.workDir, "workdir", "", "directory for disk images and the initramfs (default: a temporary one, removed afterwards)")
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "time limit for the whole VM run")
 	flag.DurationVar(&o.testTimeout, "test-timeout", 10*time.Minute, "time limit for each test binary (-test.timeout)")
@@ -122,9 +124,12 @@ func run(o options) (int, error) {
 }
 
 func writeInitramfs(out string, o options, cfg *ktest.Config) error {
-	self, err := os.Executable()
-	if err != nil {
-		return err
+	self := o.initBin
+	if self == "" {
+		var err error
+		if self, err = os.Executable(); err != nil {
+			return err
+		}
 	}
 	if err := checkStatic(self); err != nil {
 		return err
