@@ -243,9 +243,10 @@ func (m *Manager) promisedBytes() (int64, error) {
 	return sum, nil
 }
 
-// classifySpace makes out-of-space errors match ErrNoSpace.
+// classifySpace makes out-of-space errors match ErrNoSpace (EFBIG: larger
+// than the filesystem allows a file to be).
 func classifySpace(err error) error {
-	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) || errors.Is(err, unix.EFBIG) {
 		return fmt.Errorf("%w: %w", ErrNoSpace, err)
 	}
 	return err
