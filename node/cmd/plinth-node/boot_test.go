@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -176,6 +177,7 @@ func writeInitrd(work, bin, modDir string) (string, error) {
 // vm is a booted VM whose console the test reads.
 type vm struct {
 	cmd    *exec.Cmd
+	stdin  io.WriteCloser
 	mu     sync.Mutex
 	log    strings.Builder
 	lines  chan string
@@ -200,7 +202,9 @@ func boot(t *testing.T, e bootEnv, settings []string, initArgs ...string) *vm {
 	}
 	cmd := exec.Command("qemu-system-x86_64",
 		"-machine", "microvm", "-accel", "tcg", "-cpu", "max", "-m", "512M", "-smp", "1",
-		"-nographic", "-nodefaults", "-no-reboot", "-serial", "stdio",
+		// mon:stdio multiplexes qemu's monitor on the console, so that
+		// "Ctrl-a b" on stdin sends a serial break (see sysrq).
+		"-nographic", "-nodefaults", "-no-reboot", "-serial", "mon:stdio",
 		"-kernel", e.kernel, "-initrd", e.initrd, "-append", strings.Join(kargs, " "),
 		"-snapshot",
 		"-drive", "id=d0,file="+e.disk+",if=none,format=raw,cache=unsafe", "-device", "virtio-blk-device,drive=d0")
@@ -209,7 +213,11 @@ func boot(t *testing.T, e bootEnv, settings []string, initArgs ...string) *vm {
 		t.Fatal(err)
 	}
 	cmd.Stderr = cmd.Stdout
-	v := &vm{cmd: cmd, lines: make(chan string, 4096), exited: make(chan error, 1)}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &vm{cmd: cmd, stdin: in, lines: make(chan string, 4096), exited: make(chan error, 1)}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -238,6 +246,21 @@ func boot(t *testing.T, e bootEnv, settings []string, initArgs ...string) *vm {
 		}
 	})
 	return v
+}
+
+// sysrq sends the magic SysRq key to the guest kernel: a serial break
+// (qemu's "Ctrl-a b") followed by the key. It needs sysrq_always_enabled
+// on the kernel command line.
+func (v *vm) sysrq(t *testing.T, key byte) {
+	t.Helper()
+	if _, err := v.stdin.Write([]byte{0x01, 'b'}); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel takes the key that follows the break as the command.
+	time.Sleep(200 * time.Millisecond)
+	if _, err := v.stdin.Write([]byte{key}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (v *vm) console() string {
@@ -316,5 +339,24 @@ func TestBootFailurePowersOff(t *testing.T) {
 	}
 	if strings.Contains(v.console(), "Kernel panic") {
 		t.Error("kernel panic: init exited instead of powering off")
+	}
+}
+
+func TestBootCleanShutdownPowersOff(t *testing.T) {
+	e := prepareBoot(t)
+	// loglevel=5 shows the kernel's XFS unmount notice.
+	v := boot(t, e, []string{"plinth.data=/dev/vda", "plinth.hostname=boot-stop", "plinth.onfailure=reboot", "sysrq_always_enabled", "loglevel=5"})
+	v.expect(t, "node boot-stop is up")
+	// SysRq-e sends SIGTERM to every process but init: the node gets the
+	// signal a service manager would send, must stop cleanly and exit 0,
+	// and init must then power off (not reboot, which with -no-reboot
+	// would also end qemu but is reported differently).
+	v.sysrq(t, 'e')
+	v.expect(t, "shutting down", "stopped cleanly", "powering off in 0s: node process exited cleanly", "XFS (vda): Unmounting Filesystem", "reboot: Power down")
+	select {
+	case err := <-v.exited:
+		v.exited <- err
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the VM did not power off")
 	}
 }
