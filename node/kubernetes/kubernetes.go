@@ -26,6 +26,7 @@ import (
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/provisioner"
+	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/supervisor"
 )
 
@@ -63,8 +64,9 @@ type Service struct {
 	// NodeName is this node's name.
 	NodeName string
 	// Volumes is the node's volume manager, shared by all children that
-	// touch volumes (there must be exactly one per data directory).
-	Volumes provisioner.Volumes
+	// touch volumes (there must be exactly one per data directory: its
+	// per-volume locks only work within one Manager).
+	Volumes *volume.Manager
 	// OrphanGracePeriod is passed to the provisioner; zero means its default.
 	OrphanGracePeriod time.Duration
 	// Extra are further children (the CSI plugin, the resizer) started with
@@ -125,6 +127,20 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Settle what a crash interrupted (half-made or half-deleted volumes)
+	// before any controller looks at the volumes directory.
+	log := supervisor.Logger(ctx)
+	recs, err := s.Volumes.Recover(ctx)
+	for _, r := range recs {
+		if r.Err != nil {
+			log.Warningf("recovering volume %s: %s failed: %v", r.ID, r.Action, r.Err)
+		} else {
+			log.Infof("recovered volume %s: %s", r.ID, r.Action)
+		}
+	}
+	if err != nil {
+		return err
+	}
 	children := map[string]supervisor.Runnable{
 		"cluster-objects": func(ctx context.Context) error {
 			// Failing here (API server not up yet, no rights) is retried by
@@ -154,7 +170,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := supervisor.RunGroup(ctx, children); err != nil {
 		return fmt.Errorf("starting Kubernetes children: %w", err)
 	}
-	supervisor.Logger(ctx).Infof("connected to %s as node %s (QPS %v, burst %d)", cfg.Host, s.NodeName, cfg.QPS, cfg.Burst)
+	log.Infof("connected to %s as node %s (QPS %v, burst %d)", cfg.Host, s.NodeName, cfg.QPS, cfg.Burst)
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	<-ctx.Done()
 	return ctx.Err()

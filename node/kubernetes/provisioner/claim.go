@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"source.plinth.dev/node/kubernetes/volume"
 )
 
 // Annotations and labels the controller reads or writes. The provisioner and
@@ -105,10 +107,10 @@ type request struct {
 // silently lacks it.
 var supportedParameters = map[string]bool{}
 
-// maxBytes is the largest size a volume can have. It must stay below 2^63-1:
-// resource.Quantity silently clamps larger values (100Ei, say) to exactly
-// that, so a request of 2^63-1 may really have been anything bigger.
-var maxBytes = resource.NewQuantity(1<<60, resource.BinarySI)
+// maxBytes is the largest size a volume can have. It is well below 2^63-1,
+// which matters: resource.Quantity silently clamps larger values (100Ei,
+// say) to exactly 2^63-1, so that request may really have been anything.
+var maxBytes = resource.NewQuantity(volume.MaxBytes, resource.BinarySI)
 
 // validateClaim checks everything about a claim and its class before anything
 // is created, so bad input leaves nothing behind. Errors wrap errInvalidClaim

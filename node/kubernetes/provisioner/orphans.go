@@ -7,6 +7,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"source.plinth.dev/node/kubernetes/volume"
 )
 
 // Orphans are volumes on this node that nothing refers to: the process died
@@ -47,13 +49,21 @@ func (r *run) reconcileOrphansLoop(ctx context.Context) {
 
 // reconcileOrphans runs one orphan check.
 func (r *run) reconcileOrphans(ctx context.Context, grace time.Duration) error {
-	ids, err := r.Volumes.List(ctx)
+	entries, err := r.Volumes.List(ctx)
 	if err != nil {
 		return fmt.Errorf("listing volumes: %w", err)
 	}
 	now := r.clock.Now()
-	present := make(map[string]bool, len(ids))
-	for _, id := range ids {
+	present := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		id := e.ID
+		if id == "" || (e.Problem != "" && e.Pending == "") {
+			// Not a volume (a foreign file), or a volume in a state the
+			// volume manager cannot read: what is not provably ours and
+			// whole is reported, never removed.
+			r.reportForeign(e)
+			continue
+		}
 		present[id] = true
 		if !r.unreferenced(id) {
 			r.forgetCandidate(id)
@@ -78,12 +88,12 @@ func (r *run) reconcileOrphans(ctx context.Context, grace time.Duration) error {
 }
 
 // unreferenced reports, from the caches, whether no PV and no claim refer to
-// the volume. A volume ID not in our format is never unreferenced: we do not
-// know what refers to it, so it is reported and left alone.
+// the volume. A volume whose ID is not in our format is never unreferenced:
+// we do not know what refers to it.
 func (r *run) unreferenced(id string) bool {
 	uid, ok := claimUIDOf(id)
 	if !ok {
-		r.reportForeign(id)
+		r.reportForeign(volume.Entry{Info: volume.Info{ID: id}, Problem: "not a volume ID this provisioner makes"})
 		return false
 	}
 	if _, exists, _ := r.volumes.GetByKey(id); exists {
@@ -113,13 +123,16 @@ func (r *run) forgetCandidate(id string) {
 	r.orphanMu.Unlock()
 }
 
-func (r *run) reportForeign(id string) {
+// reportForeign logs an entry of the volumes directory that is left alone,
+// once per incarnation of the controller.
+func (r *run) reportForeign(e volume.Entry) {
+	key := "report:" + e.Name + "/" + e.ID
 	r.orphanMu.Lock()
-	defer r.orphanMu.Unlock()
-	key := "foreign:" + id
-	if _, seen := r.firstSeen[key]; !seen {
-		r.firstSeen[key] = r.clock.Now()
-		r.log.Warningf("volume %q in the volumes directory is not in this driver's format; leaving it alone", id)
+	_, seen := r.reported[key]
+	r.reported[key] = true
+	r.orphanMu.Unlock()
+	if !seen {
+		r.log.Warningf("leaving %q (volume %q) in the volumes directory alone: %s", e.Name, e.ID, e.Problem)
 	}
 }
 

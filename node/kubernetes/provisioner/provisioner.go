@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
+	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/logtree"
 )
 
@@ -58,47 +59,23 @@ const (
 	defaultRetryMax          = 5 * time.Minute
 )
 
-// VolumeMode is how a volume is presented: a directory or a block device.
-type VolumeMode int
-
-const (
-	Filesystem VolumeMode = iota
-	Block
-)
-
-// CreatedVolume is what Volumes.Create reports about a volume that exists
-// (newly made or found from an earlier attempt).
-type CreatedVolume struct {
-	// CapacityEnforced is false for a filesystem volume whose size could not
-	// be enforced (no quota support, explicitly allowed by the operator).
-	CapacityEnforced bool
-}
-
-// Volumes is the part of the volume package the provisioner uses. Create and
-// Delete must be idempotent and resumable after a crash at any point.
+// Volumes is the part of the volume manager (*volume.Manager) the
+// provisioner uses. Create and Delete are idempotent and resumable after a
+// crash at any point; that is what makes the controller's retries safe.
 type Volumes interface {
-	// Create makes the volume id of exactly bytes, or confirms that it exists
-	// with that mode and size.
-	Create(ctx context.Context, id string, mode VolumeMode, bytes int64) (CreatedVolume, error)
-	// Delete removes the volume id and its data; a missing volume is success.
+	Create(ctx context.Context, id string, mode volume.Mode, bytes int64) (volume.Info, error)
 	Delete(ctx context.Context, id string) error
-	// List returns the IDs of all volumes on this node, including ones whose
-	// creation or deletion was interrupted.
-	List(ctx context.Context) ([]string, error)
-	// Classify maps an error of Create to what the controller should do.
-	Classify(err error) ErrorClass
+	List(ctx context.Context) ([]volume.Entry, error)
+	// CapacityEnforced is false when filesystem volumes get no quota (the
+	// operator allowed that, or Create refuses them).
+	CapacityEnforced() bool
 }
 
-// ErrorClass is how the controller reacts to a volume error.
-type ErrorClass int
-
-const (
-	// Transient errors are retried with backoff.
-	Transient ErrorClass = iota
-	// Permanent errors (invalid request, size conflict) are reported and not
-	// retried until the claim changes.
-	Permanent
-)
+// permanent reports whether a volume error cannot go away by retrying
+// (invalid request, or a volume of that ID with other parameters).
+func permanent(err error) bool {
+	return errors.Is(err, volume.ErrInvalid) || errors.Is(err, volume.ErrExists)
+}
 
 // Controller is the provisioner runnable. Fill in the fields, then pass Run
 // to the supervisor. Run builds all informers, queues and caches afresh, so a

@@ -46,6 +46,7 @@ type run struct {
 	locks     keyLocks
 	orphanMu  sync.Mutex
 	firstSeen map[string]time.Time // orphan candidates and when we first saw them
+	reported  map[string]bool      // entries left alone, already logged
 }
 
 // Run provisions and deletes volumes until ctx ends.
@@ -63,6 +64,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		clock:      orDefault[clock.WithTicker](c.Clock, clock.RealClock{}),
 		label:      nodeLabelValue(c.NodeName),
 		firstSeen:  map[string]time.Time{},
+		reported:   map[string]bool{},
 	}
 	var err error
 	if r.hostname, err = r.lookupHostname(ctx); err != nil {

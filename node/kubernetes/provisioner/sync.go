@@ -7,8 +7,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"source.plinth.dev/node/kubernetes/volume"
 )
 
 // syncClaim provisions the volume and PV for one claim, or confirms an
@@ -71,19 +74,22 @@ func (r *run) syncClaim(ctx context.Context, key string) error {
 		return nil
 	}
 
-	mode := Filesystem
+	mode := volume.Filesystem
 	if req.mode == corev1.PersistentVolumeBlock {
-		mode = Block
+		mode = volume.Block
 	}
-	created, err := r.Volumes.Create(ctx, id, mode, req.bytes)
+	info, err := r.Volumes.Create(ctx, id, mode, req.bytes)
 	if err != nil {
 		r.failClaim(pvc, fmt.Sprintf("creating volume %s: %v", id, err))
-		if r.Volumes.Classify(err) == Permanent {
+		if permanent(err) {
 			return nil
 		}
 		return fmt.Errorf("creating volume %s: %w", id, err)
 	}
-	if !created.CapacityEnforced {
+	// The volume may be slightly larger than asked (sizes are rounded up
+	// to whole blocks); the PV states what the volume really holds.
+	req.size = *resource.NewQuantity(info.CapacityBytes, resource.BinarySI)
+	if mode == volume.Filesystem && !r.Volumes.CapacityEnforced() {
 		r.recorder.Eventf(pvc, corev1.EventTypeWarning, ReasonCapacityNotEnforced,
 			"volume %s is not limited to its %s: this node cannot enforce quotas (allowed by the operator)", id, req.size.String())
 	}

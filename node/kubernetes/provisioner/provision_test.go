@@ -1,0 +1,289 @@
+package provisioner
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/node/kubernetes/volume"
+)
+
+func TestProvisionFilesystemAndBlock(t *testing.T) {
+	e := newEnv(t, true)
+	e.start(e.controller())
+	fsClaim := e.createClaim(claim{name: "fs", size: "64Mi"})
+	blkClaim := e.createClaim(claim{name: "blk", size: "32Mi", mode: corev1.PersistentVolumeBlock,
+		access: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod}, betaAnn: true})
+
+	for _, tc := range []struct {
+		pvc   *corev1.PersistentVolumeClaim
+		mode  corev1.PersistentVolumeMode
+		vmode volume.Mode
+		bytes int64
+	}{
+		{fsClaim, corev1.PersistentVolumeFilesystem, volume.Filesystem, 64 << 20},
+		{blkClaim, corev1.PersistentVolumeBlock, volume.Block, 32 << 20},
+	} {
+		_, pv := e.waitBound(tc.pvc.Name)
+		id := "pvc-" + string(tc.pvc.UID)
+		if pv.Name != id {
+			t.Errorf("%s: PV name %q, want %q", tc.pvc.Name, pv.Name, id)
+		}
+		csi := pv.Spec.CSI
+		if csi == nil || csi.Driver != names.DriverName || csi.VolumeHandle != id {
+			t.Errorf("%s: CSI source %+v", tc.pvc.Name, csi)
+		}
+		if got := pv.Spec.Capacity[corev1.ResourceStorage]; got.Value() != tc.bytes {
+			t.Errorf("%s: capacity %s, want %d", tc.pvc.Name, got.String(), tc.bytes)
+		}
+		if ref := pv.Spec.ClaimRef; ref == nil || ref.UID != tc.pvc.UID || ref.Name != tc.pvc.Name || ref.Namespace != e.ns {
+			t.Errorf("%s: claimRef %+v", tc.pvc.Name, ref)
+		}
+		if pv.Spec.VolumeMode == nil || *pv.Spec.VolumeMode != tc.mode {
+			t.Errorf("%s: volume mode %v", tc.pvc.Name, pv.Spec.VolumeMode)
+		}
+		if pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
+			t.Errorf("%s: reclaim policy %s", tc.pvc.Name, pv.Spec.PersistentVolumeReclaimPolicy)
+		}
+		if h, ok := affinityHostname(pv); !ok || h != e.node {
+			t.Errorf("%s: node affinity %+v", tc.pvc.Name, pv.Spec.NodeAffinity)
+		}
+		if pv.Annotations[annProvisionedBy] != names.DriverName {
+			t.Errorf("%s: annotations %v", tc.pvc.Name, pv.Annotations)
+		}
+		if !slices.Equal(pv.Spec.AccessModes, tc.pvc.Spec.AccessModes) {
+			t.Errorf("%s: access modes %v", tc.pvc.Name, pv.Spec.AccessModes)
+		}
+		st, err := e.vols.Stat(context.Background(), id)
+		if err != nil {
+			t.Fatalf("%s: volume: %v", tc.pvc.Name, err)
+		}
+		if st.Mode != tc.vmode || st.CapacityBytes != tc.bytes {
+			t.Errorf("%s: volume is %v of %d bytes", tc.pvc.Name, st.Mode, st.CapacityBytes)
+		}
+		e.waitEvent(tc.pvc.UID, ReasonProvisioningSucceeded, id)
+	}
+	// Capacity cannot be enforced on this host's filesystem: the
+	// filesystem claim (only) gets a warning.
+	e.waitEvent(fsClaim.UID, ReasonCapacityNotEnforced, "cannot enforce")
+	for _, ev := range e.events(blkClaim.UID) {
+		if ev.Reason == ReasonCapacityNotEnforced {
+			t.Errorf("block claim got %s", ev.Reason)
+		}
+	}
+}
+
+func TestDeleteReleasedAndRetain(t *testing.T) {
+	e := newEnv(t, true)
+	retainClass := e.class + "-retain"
+	e.createClass(retainClass, corev1.PersistentVolumeReclaimRetain, nil)
+	e.start(e.controller())
+	del := e.createClaim(claim{name: "del"})
+	blk := e.createClaim(claim{name: "blk", mode: corev1.PersistentVolumeBlock})
+	keep := e.createClaim(claim{name: "keep", class: retainClass})
+	_, delPV := e.waitBound("del")
+	e.waitBound("blk")
+	_, keepPV := e.waitBound("keep")
+	if keepPV.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain {
+		t.Fatalf("retain class gave policy %s", keepPV.Spec.PersistentVolumeReclaimPolicy)
+	}
+	if len(e.volumeIDs()) != 3 {
+		t.Fatalf("volumes before deletion: %v", e.volumeIDs())
+	}
+	ctx := context.Background()
+	for _, c := range []*corev1.PersistentVolumeClaim{del, blk, keep} {
+		if err := e.client.CoreV1().PersistentVolumeClaims(e.ns).Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []*corev1.PersistentVolumeClaim{del, blk} {
+		id := volumeIDFor(c.UID)
+		eventually(t, 60*time.Second, "PV "+id+" deleted", func() (bool, error) {
+			_, err := e.client.CoreV1().PersistentVolumes().Get(ctx, id, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), err
+		})
+		if slices.Contains(e.volumeIDs(), id) {
+			t.Errorf("volume %s still exists after its PV was deleted", id)
+		}
+	}
+	e.waitEvent(delPV.UID, ReasonVolumeDeleted, "reclaim policy Delete")
+
+	// Retain: the PV is Released and stays, and so does the volume.
+	eventually(t, 30*time.Second, "retained PV Released", func() (bool, error) {
+		pv, err := e.client.CoreV1().PersistentVolumes().Get(ctx, keepPV.Name, metav1.GetOptions{})
+		return err == nil && pv.Status.Phase == corev1.VolumeReleased, err
+	})
+	time.Sleep(2 * time.Second) // give a wrong deletion time to happen
+	if _, err := e.client.CoreV1().PersistentVolumes().Get(ctx, keepPV.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("retained PV: %v", err)
+	}
+	if ids := e.volumeIDs(); !slices.Equal(ids, []string{keepPV.Name}) {
+		t.Errorf("volumes after deletion: %v, want only the retained %s", ids, keepPV.Name)
+	}
+	for _, ev := range e.events(keepPV.UID) {
+		if ev.Reason == ReasonVolumeDeleted {
+			t.Errorf("retained PV got event %s: %s", ev.Reason, ev.Message)
+		}
+	}
+}
+
+// TestBadInput: every request that cannot be served gets a ProvisioningFailed
+// Event with a clear reason, and leaves neither a volume nor a PV.
+func TestBadInput(t *testing.T) {
+	e := newEnv(t, true)
+	paramsClass := e.class + "-params"
+	e.createClass(paramsClass, corev1.PersistentVolumeReclaimDelete, map[string]string{"fsType": "ext4"})
+	e.start(e.controller())
+	for _, tc := range []struct {
+		claim claim
+		want  string
+	}{
+		{claim{name: "rwx", access: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}}, `access mode "ReadWriteMany" is not supported`},
+		{claim{name: "rox", access: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce, corev1.ReadOnlyMany}}, `access mode "ReadOnlyMany" is not supported`},
+		{claim{name: "params", class: paramsClass}, "unknown parameters fsType"},
+		{claim{name: "huge", size: "8Ei"}, "over the maximum"},
+		{claim{name: "clamped", size: "100Ei"}, "over the maximum"},
+		{claim{name: "no-class", class: "does-not-exist"}, `StorageClass "does-not-exist" not found`},
+		// Larger than the host's disk, below the size limit: a full disk.
+		{claim{name: "full-fs", size: "1Pi"}, "not enough space"},
+		{claim{name: "full-blk", size: "1Pi", mode: corev1.PersistentVolumeBlock}, "not enough space"},
+	} {
+		t.Run(tc.claim.name, func(t *testing.T) {
+			pvc := e.createClaim(tc.claim)
+			e.waitEvent(pvc.UID, ReasonProvisioningFailed, tc.want)
+			e.noPV(pvc.UID)
+			if ids := e.volumeIDs(); len(ids) != 0 {
+				t.Errorf("volumes left behind: %v", ids)
+			}
+		})
+	}
+	// Inputs the API server itself refuses never reach the controller;
+	// validateClaim still checks them (see TestValidateClaim).
+	for name, c := range map[string]*corev1.PersistentVolumeClaim{
+		"zero size":    e.claimObject(claim{name: "zero", size: "0"}),
+		"unknown mode": e.claimObject(claim{name: "tape", mode: "Tape"}),
+	} {
+		if _, err := e.client.CoreV1().PersistentVolumeClaims(e.ns).Create(context.Background(), c, metav1.CreateOptions{}); err == nil {
+			t.Errorf("%s: API server accepted the claim; the controller must then refuse it (extend this test)", name)
+		}
+	}
+	// A good claim after all that still works: bad input did not wedge
+	// the controller.
+	e.createClaim(claim{name: "good"})
+	e.waitBound("good")
+}
+
+// TestCapacityNotEnforcedRefused: on a node that cannot enforce quotas and
+// was not told to accept that, filesystem claims fail clearly while block
+// claims still work.
+func TestCapacityNotEnforcedRefused(t *testing.T) {
+	e := newEnv(t, false)
+	if e.vols.CapacityEnforced() {
+		t.Skip("this host enforces project quotas; the refusal path is covered in the kernel VM")
+	}
+	e.start(e.controller())
+	fs := e.createClaim(claim{name: "fs"})
+	e.createClaim(claim{name: "blk", mode: corev1.PersistentVolumeBlock})
+	e.waitBound("blk")
+	e.waitEvent(fs.UID, ReasonProvisioningFailed, "--allow-unenforced-capacity")
+	e.noPV(fs.UID)
+	if ids := e.volumeIDs(); len(ids) != 1 {
+		t.Errorf("volumes: %v, want only the block volume", ids)
+	}
+}
+
+// TestForeignObjects: claims and PVs that are not ours, including malformed
+// ones, are left exactly as they are and do not disturb the controller.
+func TestForeignObjects(t *testing.T) {
+	e := newEnv(t, true)
+	ctx := context.Background()
+	// Foreign claims: another node, another driver, not yet scheduled.
+	otherNode := e.createClaim(claim{name: "other-node", node: "some-other-node"})
+	// (The PV controller keeps the provisioner annotation in line with the
+	// class, so a claim of another driver has a class of that driver.)
+	e.createClassFor("ebs.csi.aws.com", e.class+"-ebs", corev1.PersistentVolumeReclaimDelete, nil)
+	otherDriver := e.claimObject(claim{name: "other-driver", class: e.class + "-ebs"})
+	otherDriver.Annotations[annStorageProvisioner] = "ebs.csi.aws.com"
+	unscheduled := e.claimObject(claim{name: "unscheduled"})
+	delete(unscheduled.Annotations, annSelectedNode)
+	var foreignClaims []*corev1.PersistentVolumeClaim
+	foreignClaims = append(foreignClaims, otherNode)
+	for _, c := range []*corev1.PersistentVolumeClaim{otherDriver, unscheduled} {
+		made, err := e.client.CoreV1().PersistentVolumeClaims(e.ns).Create(ctx, c, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		foreignClaims = append(foreignClaims, made)
+	}
+	// Foreign PVs, Released with policy Delete (what would make us delete
+	// a volume of ours), some carrying our label so the informer sees them.
+	mk := func(name string, mut func(*corev1.PersistentVolume)) string {
+		fs := corev1.PersistentVolumeFilesystem
+		pv := &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{labelNode: nodeLabelValue(e.node)},
+				Annotations: map[string]string{annProvisionedBy: names.DriverName}},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")},
+				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
+				VolumeMode:                    &fs,
+				ClaimRef:                      &corev1.ObjectReference{Namespace: e.ns, Name: "gone-" + name, UID: "00000000-0000-0000-0000-000000000001"},
+				PersistentVolumeSource: corev1.PersistentVolumeSource{
+					CSI: &corev1.CSIPersistentVolumeSource{Driver: names.DriverName, VolumeHandle: name},
+				},
+			},
+		}
+		mut(pv)
+		if _, err := e.client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating PV %s: %v", name, err)
+		}
+		t.Cleanup(func() { _ = e.client.CoreV1().PersistentVolumes().Delete(ctx, name, metav1.DeleteOptions{}) })
+		return name
+	}
+	foreignPVs := []string{
+		mk("pvc-00000000-0000-0000-0000-0000000000a1", func(pv *corev1.PersistentVolume) {}), // no node affinity
+		mk("pvc-00000000-0000-0000-0000-0000000000a2", func(pv *corev1.PersistentVolume) { // another driver
+			pv.Spec.CSI.Driver = "other.example.com"
+		}),
+		mk("pvc-00000000-0000-0000-0000-0000000000a3", func(pv *corev1.PersistentVolume) { // another node
+			pv.Spec.NodeAffinity = buildPV(e.claimObject(claim{name: "x"}), &request{id: pv.Name, class: testClass()}, names.DriverName, "other-host", "x").Spec.NodeAffinity
+		}),
+		mk("pvc-00000000-0000-0000-0000-0000000000a4", func(pv *corev1.PersistentVolume) { // not CSI
+			pv.Spec.CSI = nil
+			pv.Spec.HostPath = &corev1.HostPathVolumeSource{Path: "/tmp/x"}
+		}),
+		mk("weird-name", func(pv *corev1.PersistentVolume) {}), // handle not ours
+	}
+	// A volume directory entry for one of them, so a wrong deletion shows.
+	if _, err := e.vols.Create(ctx, foreignPVs[0], volume.Filesystem, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	e.start(e.controller())
+	mine := e.createClaim(claim{name: "mine"})
+	e.waitBound("mine")
+	time.Sleep(3 * time.Second) // the PV controller marks the foreign PVs Released meanwhile
+	for _, name := range foreignPVs {
+		if _, err := e.client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Errorf("foreign PV %s: %v", name, err)
+		}
+	}
+	for _, c := range foreignClaims {
+		got, err := e.client.CoreV1().PersistentVolumeClaims(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
+		if err != nil || got.Spec.VolumeName != "" {
+			t.Errorf("foreign claim %s touched: %v %q", c.Name, err, got.Spec.VolumeName)
+		}
+		e.noPV(c.UID)
+	}
+	want := []string{foreignPVs[0], volumeIDFor(mine.UID)}
+	slices.Sort(want)
+	if ids := e.volumeIDs(); !slices.Equal(ids, want) {
+		t.Errorf("volumes: %v", ids)
+	}
+}
