@@ -9,9 +9,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	"source.plinth.dev/node/core"
 	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/node/kubernetes"
+	"source.plinth.dev/node/kubernetes/provisioner"
 )
 
 // options are plinth-node's command-line flags.
@@ -29,6 +32,11 @@ type options struct {
 	kubeconfig              string
 	allowUnenforcedCapacity bool
 	verbosity               int
+
+	// Kubernetes client and provisioner settings (node/kubernetes).
+	kubeAPIQPS        float64
+	kubeAPIBurst      int
+	orphanGracePeriod time.Duration
 }
 
 const usageHeader = `Usage: plinth-node [flags]
@@ -70,6 +78,10 @@ func parseOptions(args []string, out io.Writer) (*options, error) {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for the Kubernetes API (optional)")
 	fs.BoolVar(&o.allowUnenforcedCapacity, strings.TrimPrefix(core.AllowUnenforcedCapacityFlag, "--"), false,
 		"provision filesystem volumes even if the data filesystem cannot enforce their size (development hosts without project quotas; logs a loud warning)")
+	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", kubernetes.DefaultQPS, "queries per second to the Kubernetes API (client-side rate limit; Events have their own smaller budget)")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", kubernetes.DefaultBurst, "burst of queries to the Kubernetes API above --kube-api-qps")
+	fs.DurationVar(&o.orphanGracePeriod, "orphan-grace-period", provisioner.DefaultOrphanGracePeriod,
+		"how long a volume must have had no PV and no claim before the provisioner removes it")
 	fs.IntVar(&o.verbosity, "v", 0, "log verbosity: V(n) debug messages with n <= this level are logged")
 	fs.Usage = func() {
 		fmt.Fprint(out, usageHeader)
@@ -101,6 +113,9 @@ func (o *options) complete() error {
 	}
 	if err := validateNodeName(o.nodeName); err != nil {
 		return err
+	}
+	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst <= 0 || o.orphanGracePeriod <= 0 {
+		return errors.New("--kube-api-qps, --kube-api-burst and --orphan-grace-period must be positive")
 	}
 	if o.verbosity < 0 {
 		return fmt.Errorf("-v %d: verbosity cannot be negative", o.verbosity)

@@ -1,6 +1,9 @@
 package main
 
-import "source.plinth.dev/node/core"
+import (
+	"source.plinth.dev/node/core"
+	"source.plinth.dev/node/kubernetes"
+)
 
 // services lists the node's services, started by the root once the data
 // directory is ready. This is where the node is composed: a service package
@@ -16,5 +19,14 @@ import "source.plinth.dev/node/core"
 // and env.Data.AllowUnenforcedCapacity(), and the CSI plugin
 // env.Root.Kubelet and env.Root.Ephemeral.CSI.
 func services(o *options) []core.Service {
-	return nil
+	var svcs []core.Service
+	if o.kubeconfig != "" {
+		svcs = append(svcs, kubernetes.NodeService(kubernetes.Options{
+			Kubeconfig:        o.kubeconfig,
+			QPS:               float32(o.kubeAPIQPS),
+			Burst:             o.kubeAPIBurst,
+			OrphanGracePeriod: o.orphanGracePeriod,
+		}))
+	}
+	return svcs
 }

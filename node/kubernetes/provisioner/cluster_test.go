@@ -156,7 +156,9 @@ func (e *env) createClassFor(provisioner, name string, reclaim corev1.Persistent
 	if _, err := e.client.StorageV1().StorageClasses().Create(context.Background(), sc, metav1.CreateOptions{}); err != nil {
 		e.t.Fatalf("creating StorageClass %s: %v", name, err)
 	}
-	e.t.Cleanup(func() { _ = e.client.StorageV1().StorageClasses().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	e.t.Cleanup(func() {
+		_ = e.client.StorageV1().StorageClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 }
 
 // controller returns a controller for this env's node.
