@@ -74,7 +74,7 @@ func (s *Server) removeLeakedLoops() {
 		if err != nil {
 			continue
 		}
-		if err := d.Remove(); err != nil {
+		if err := d.Detach(); err != nil {
 			s.Log.Warningf("removing leaked loop device %s over %s: %v", d.Path(), backing, err)
 			continue
 		}

@@ -138,7 +138,8 @@ func (s *store) all() []*publication {
 	return out
 }
 
-// put writes p's record atomically, then indexes it.
+// put writes p's record atomically (see below for durability), then
+// indexes it.
 func (s *store) put(p *publication) error {
 	f, err := s.dir.ChildFile(recordName(p.TargetPath))
 	if err != nil {
@@ -148,7 +149,12 @@ func (s *store) put(p *publication) error {
 	if err != nil {
 		return fmt.Errorf("encoding publication record: %w", err)
 	}
-	if err := f.WriteAtomic(b, 0o600); err != nil {
+	// No fsync: the records describe mounts and loop devices, which a
+	// power loss ends anyway (and the boot ID check then discards the
+	// records). Against a crash of the process the rename alone is
+	// atomic, and skipping the two fsyncs saves milliseconds per publish
+	// on a disk-backed ephemeral directory.
+	if err := f.WriteAtomicNoSync(b, 0o600); err != nil {
 		return fmt.Errorf("recording publication of %s at %s: %w", p.VolumeID, p.TargetPath, err)
 	}
 	c := *p
