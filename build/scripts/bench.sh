@@ -17,9 +17,11 @@ cd "$(dirname "$0")/../.."
 
 HOST=(
 	"./pkg/loop CreateRemove losetup"
+	"./node/kubernetes/csi PublishUnpublishBlock"
 )
 KERNEL=(
 	"./pkg/fsquota SetQuota chmod"
+	"./node/kubernetes/csi VolumeStats walk"
 )
 
 benchtime=${BENCHTIME:-1s}

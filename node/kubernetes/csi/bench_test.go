@@ -75,7 +75,7 @@ func BenchmarkVolumeStats(b *testing.B) {
 			b.Fatal(err)
 		}
 		for f := range 1000 {
-			if err := os.WriteFile(filepath.Join(dir, fmt.Sprint(f)), []byte("x"), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprint(f)), nil, 0o644); err != nil {
 				b.Fatal(err)
 			}
 		}
