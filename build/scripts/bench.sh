@@ -57,7 +57,7 @@ if [ ${#KERNEL[@]} -gt 0 ]; then
 	done
 fi
 
-# Ratios: baseline ns/op divided by each sibling's ns/op.
+# Ratios between each impl=... sub-benchmark and its baseline sibling.
 if [ ${#baselines[@]} -gt 0 ]; then
 	echo
 	echo "bench: time per op against the baseline measured in this run"
@@ -66,16 +66,22 @@ if [ ${#baselines[@]} -gt 0 ]; then
 		/^Benchmark.*\/impl=/ && $4 == "ns/op" {
 			name = $1; sub(/-[0-9]+$/, "", name)
 			i = index(name, "/impl="); parent = substr(name, 1, i - 1); impl = substr(name, i + 6)
-			ns[parent, impl] = $3; impls[parent] = impls[parent] " " impl
+			# With -count N, average the runs.
+			if (!cnt[parent, impl]++) impls[parent] = impls[parent] " " impl
+			sum[parent, impl] += $3
 		}
 		END {
 			for (p in impls) {
 				m = split(impls[p], list, " ")
 				for (i = 1; i <= m; i++) if (isbase[list[i]]) base = list[i]
 				if (!base) continue
-				for (i = 1; i <= m; i++) if (list[i] != base)
-					printf "  %s: impl=%s %.0f ns/op = %.2fx the time of impl=%s (%.0f ns/op)\n",
-						p, list[i], ns[p, list[i]], ns[p, list[i]] / ns[p, base], base, ns[p, base]
+				for (i = 1; i <= m; i++) if (list[i] != base) {
+					t = sum[p, list[i]] / cnt[p, list[i]]; bt = sum[p, base] / cnt[p, base]
+					if (t < bt) { r = bt / t; how = "faster" } else { r = t / bt; how = "slower" }
+					if (r < 100) rs = sprintf("%.3g", r); else rs = sprintf("%.0f", r)
+					printf "  %s: impl=%s %.0f ns/op vs impl=%s %.0f ns/op: %s times %s\n",
+						p, list[i], t, base, bt, rs, how
+				}
 				base = ""
 			}
 		}' "$out" | sort
