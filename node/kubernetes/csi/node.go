@@ -102,6 +102,18 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 // record is written first, so a crash after the mount leaves a record that
 // says the mount is ours.
 func (s *Server) publishFilesystem(p *publication, source string) error {
+	if same, err := sameFile(source, p.TargetPath); err == nil && same {
+		// Already a bind mount of this volume, but unrecorded (the
+		// records were lost): adopt it if its read-only state is right.
+		ro, err := isReadOnlyMount(p.TargetPath)
+		if err != nil || ro != p.ReadOnly {
+			return status.Errorf(codes.AlreadyExists, "target %s already has an unrecorded mount of volume %s with readonly=%v; unpublish it first", p.TargetPath, p.VolumeID, ro)
+		}
+		if err := s.store.put(p); err != nil {
+			return status.Error(codes.Internal, err.Error())
+		}
+		return nil
+	}
 	created, err := prepareTargetDir(p.TargetPath)
 	if err != nil {
 		return err

@@ -188,7 +188,17 @@ func TestUnpublishWithoutRecordTouchesOnlyOurs(t *testing.T) {
 	if err := e.publish("fs", target, volume.Filesystem, false); err != nil {
 		t.Fatal(err)
 	}
-	// Lose the record.
+	// Lose the record: a repeated publish adopts the mount instead of
+	// failing on a non-empty target or mounting a second time.
+	if err := e.srv.store.remove(target); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.publish("fs", target, volume.Filesystem, false); err != nil {
+		t.Fatalf("publish over an unrecorded mount of the same volume: %v", err)
+	}
+	if n := mountCount(t, target); n != 1 || e.srv.store.get(target) == nil {
+		t.Errorf("after adopting: %d mounts, record %v", n, e.srv.store.get(target))
+	}
 	if err := e.srv.store.remove(target); err != nil {
 		t.Fatal(err)
 	}
