@@ -158,7 +158,7 @@ func setupGuest() error {
 	if err := loadModules(GuestModules); err != nil {
 		return err
 	}
-	for _, d := range Disks {
+	for _, d := range Disks() {
 		dev, err := findDisk(d.Name, 10*time.Second)
 		if err != nil {
 			return err

@@ -18,7 +18,7 @@
 // need root (loop devices) call RequireRoot and run both on the host and
 // in the VM.
 //
-// The VM has the disks listed in Disks, mounted under /mnt (XFS and ext4
+// The VM has the disks listed by Disks, mounted under /mnt (XFS and ext4
 // with prjquota, and an XFS without quotas), a tmpfs /tmp, and the loop,
 // xfs and quota modules loaded. To run only some tests:
 //
@@ -50,16 +50,19 @@ type Disk struct {
 	Options string
 }
 
-// Disks are the filesystems every kernel test can use, in the order they
-// are attached (/dev/vda, /dev/vdb, ...). The images are made fresh on the
-// host for every run and attached as qemu snapshots.
-var Disks = []Disk{
-	// mkfs.xfs refuses images under 300 MB; sparse files cost nothing.
-	{Name: "xfs", FS: "xfs", Size: 512 << 20, Mkfs: []string{"mkfs.xfs", "-q", "-f"}, Options: "prjquota"},
-	{Name: "ext4", FS: "ext4", Size: 256 << 20, Mkfs: []string{"mkfs.ext4", "-q", "-F", "-O", "quota,project", "-E", "quotatype=prjquota"}, Options: "prjquota"},
-	// An XFS without quota options, to test that missing support is
-	// detected and explained.
-	{Name: "xfs-noquota", FS: "xfs", Size: 300 << 20, Mkfs: []string{"mkfs.xfs", "-q", "-f"}},
+// Disks returns the filesystems every kernel test can use. The images are
+// made fresh on the host for every run, attached as qemu snapshots and
+// found by init through their serial (the name). It is a function, not a
+// variable, so no package can change the table the host and guest share.
+func Disks() []Disk {
+	return []Disk{
+		// mkfs.xfs refuses images under 300 MB; sparse files cost nothing.
+		{Name: "xfs", FS: "xfs", Size: 512 << 20, Mkfs: []string{"mkfs.xfs", "-q", "-f"}, Options: "prjquota"},
+		{Name: "ext4", FS: "ext4", Size: 256 << 20, Mkfs: []string{"mkfs.ext4", "-q", "-F", "-O", "quota,project", "-E", "quotatype=prjquota"}, Options: "prjquota"},
+		// An XFS without quota options, to test that missing support is
+		// detected and explained.
+		{Name: "xfs-noquota", FS: "xfs", Size: 300 << 20, Mkfs: []string{"mkfs.xfs", "-q", "-f"}},
+	}
 }
 
 // MountRoot is where the VM's init mounts Disks.
@@ -110,7 +113,7 @@ func RequireRoot(t testing.TB) {
 func Mount(t testing.TB, name string) string {
 	t.Helper()
 	RequireVM(t)
-	for _, d := range Disks {
+	for _, d := range Disks() {
 		if d.Name == name {
 			mnt := filepath.Join(MountRoot, name)
 			if !isMountPoint(mnt) {

@@ -212,7 +212,7 @@ func checkStatic(path string) error {
 // makeDisks formats a fresh sparse image for each ktest.Disks entry.
 func makeDisks(work string) ([]string, error) {
 	var paths []string
-	for _, d := range ktest.Disks {
+	for _, d := range ktest.Disks() {
 		p := filepath.Join(work, d.Name+".img")
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
@@ -238,6 +238,7 @@ func makeDisks(work string) ([]string, error) {
 }
 
 func boot(o options, nonce, initrd string, disks []string) (int, error) {
+	names := ktest.Disks()
 	cmdline := []string{
 		"console=ttyS0", "quiet", "loglevel=3", "panic=-1", "oops=panic", "mitigations=off",
 		"no_timer_check", "random.trust_cpu=on",
@@ -262,7 +263,7 @@ func boot(o options, nonce, initrd string, disks []string) (int, error) {
 		// so init does not depend on probe order.
 		id := "d" + strconv.Itoa(i)
 		args = append(args, "-drive", "id="+id+",file="+p+",if=none,format=raw,cache=unsafe",
-			"-device", "virtio-blk-device,drive="+id+",serial="+ktest.Disks[i].Name)
+			"-device", "virtio-blk-device,drive="+id+",serial="+names[i].Name)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
