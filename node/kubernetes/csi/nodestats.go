@@ -54,6 +54,7 @@ func (s *Server) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 			Unit: csi.VolumeUsage_INODES, Total: st.Inodes, Used: st.InodesUsed, Available: st.InodesFree,
 		}}
 	} else {
+		bytes.Available = st.AvailableBytes
 		resp.Usage = []*csi.VolumeUsage{bytes}
 	}
 	return resp, nil

@@ -15,7 +15,9 @@ import (
 type Stats struct {
 	Info
 	// UsageKnown is false when usage cannot be measured cheaply (a
-	// filesystem volume without quota); the usage fields are then 0.
+	// filesystem volume without quota); UsedBytes and the inode fields
+	// are then 0, and AvailableBytes is the free space of the data
+	// filesystem, capped at the capacity.
 	UsageKnown     bool
 	UsedBytes      int64
 	AvailableBytes int64
@@ -88,6 +90,13 @@ func (m *Manager) statFilesystem(id, path string) (Stats, error) {
 		return Stats{}, rerr
 	}
 	st.CapacityBytes = recorded
+	// Without a quota the volume can still fill up when the data
+	// filesystem does, so report what is really left for it; a zero here
+	// would look like a full volume to every alert on free space.
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(path, &sfs); err == nil {
+		st.AvailableBytes = min(st.CapacityBytes, int64(sfs.Bavail)*sfs.Bsize)
+	}
 	switch {
 	case m.CapacityEnforced() && err != nil && !errors.Is(err, fsquota.ErrNoQuota):
 		st.Abnormal = true

@@ -146,7 +146,7 @@ func TestUnenforcedCapacityIsRefusedUnlessAllowed(t *testing.T) {
 		t.Fatalf("Create filesystem with unenforced capacity allowed: %v", err)
 	}
 	st, err := m.Stat(ctx, "fs")
-	if err != nil || st.CapacityBytes != v.CapacityBytes || st.UsageKnown || st.Abnormal || st.Message == "" {
+	if err != nil || st.CapacityBytes != v.CapacityBytes || st.UsageKnown || st.Abnormal || st.Message == "" || st.AvailableBytes != v.CapacityBytes {
 		t.Fatalf("Stat of unenforced volume = %+v, %v; want recorded capacity, unknown usage, a message, normal", st, err)
 	}
 	// The recorded size is what makes retries idempotent and growth work.
