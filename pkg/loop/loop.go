@@ -293,6 +293,31 @@ func numberOf(rdev uint64) (int, error) {
 	return n, nil
 }
 
+// Lookup returns the paths of the loop devices currently serving the file
+// at backing (as the kernel names it: an absolute path without symlinks).
+// It reads sysfs only, so it opens no device; use it after a restart to
+// find devices attached before, instead of trusting a record of them.
+func Lookup(backing string) ([]string, error) {
+	attrs, err := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	if err != nil {
+		return nil, fmt.Errorf("looking up loop devices of %s: %w", backing, err)
+	}
+	var paths []string
+	for _, a := range attrs {
+		b, err := os.ReadFile(a)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // detached meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("looking up loop devices of %s: %w", backing, err)
+		}
+		if strings.TrimSuffix(string(b), "\n") == backing {
+			paths = append(paths, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(a))))
+		}
+	}
+	return paths, nil
+}
+
 // Status reports the device's binding and the flags the kernel really
 // applied. It fails with ErrDetached when nothing is bound.
 func (d *Device) Status() (Status, error) {

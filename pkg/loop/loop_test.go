@@ -236,6 +236,12 @@ func TestOpenAndIdentity(t *testing.T) {
 	if got, err := o.BackingFile(); err != nil || got != path {
 		t.Errorf("BackingFile() = %q, %v; want %q", got, err, path)
 	}
+	if got, err := loop.Lookup(path); err != nil || len(got) != 1 || got[0] != d.Path() {
+		t.Errorf("Lookup(%s) = %v, %v; want [%s]", path, got, err, d.Path())
+	}
+	if got, err := loop.Lookup(path + ".other"); err != nil || len(got) != 0 {
+		t.Errorf("Lookup of an unattached file = %v, %v; want none", got, err)
+	}
 	status, err := o.Status()
 	if err != nil {
 		t.Fatal(err)
