@@ -64,6 +64,10 @@ type Server struct {
 	// Log receives the plugin's log lines; nil means the supervisor's
 	// logger of the context passed to Start.
 	Log logtree.LeveledLogger
+	// Registration makes Run also serve the kubelet plugin registration
+	// socket (a Registrar child), started once the CSI socket listens, so
+	// the kubelet never learns of a socket that does not answer yet.
+	Registration bool
 
 	csi.UnimplementedIdentityServer
 	csi.UnimplementedNodeServer
@@ -208,7 +212,14 @@ func Serve(ctx context.Context, g *grpc.Server, l net.Listener) error {
 
 // Run is the supervisor runnable of the node plugin: it starts the server
 // and serves Identity and Node on the driver's socket in the kubelet's
-// plugins directory until ctx ends.
+// plugins directory (and, with Registration, the registration socket)
+// until ctx ends. plinth-node wires it in as
+//
+//	(&csi.Server{Volumes: vols, Kubelet: &env.Root.Kubelet,
+//		State: &env.Root.Ephemeral.CSI, NodeName: env.NodeName,
+//		Registration: true}).Run
+//
+// with the node's one volume.Manager.
 func (s *Server) Run(ctx context.Context) error {
 	if err := s.Start(ctx); err != nil {
 		return err
@@ -224,6 +235,12 @@ func (s *Server) Run(ctx context.Context) error {
 	g := s.NewGRPCServer()
 	s.Register(g)
 	s.Log.Infof("serving CSI %s on %s", names.DriverName, dir.CSISocket.FullPath())
+	if s.Registration {
+		if err := supervisor.Run(ctx, "registration", (&Registrar{Kubelet: s.Kubelet}).Run); err != nil {
+			l.Close()
+			return err
+		}
+	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	return Serve(ctx, g, l)
 }
