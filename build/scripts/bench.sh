@@ -21,7 +21,7 @@ HOST=(
 )
 KERNEL=(
 	"./pkg/fsquota SetQuota chmod"
-	"./node/kubernetes/csi VolumeStats walk"
+	"./node/kubernetes/csi VolumeStats quota"
 )
 
 benchtime=${BENCHTIME:-1s}
