@@ -9,6 +9,21 @@ def go_dependencies():
         version = "v0.0.0-20160902184237-e75332964ef5",
     )
     go_repository(
+        name = "com_github_beorn7_perks",
+        build_file_proto_mode = "disable_global",
+        importpath = "github.com/beorn7/perks",
+        sum = "h1:VlbKKnNfV8bJzeqoa4cOKqO6bYr3WgKZxO8Z16+hsOM=",
+        version = "v1.0.1",
+    )
+    go_repository(
+        name = "com_github_blang_semver_v4",
+        build_file_proto_mode = "disable_global",
+        importpath = "github.com/blang/semver/v4",
+        sum = "h1:1PFHFE6yCCTv8C1TeyNNarDzntLi7wMI5i/pzqYIsAM=",
+        version = "v4.0.0",
+    )
+
+    go_repository(
         name = "com_github_cespare_xxhash_v2",
         build_file_proto_mode = "disable_global",
         importpath = "github.com/cespare/xxhash/v2",
@@ -222,6 +237,14 @@ def go_dependencies():
         version = "v0.0.0-20190611155906-901d90724c79",
     )
     go_repository(
+        name = "com_github_inconshreveable_mousetrap",
+        build_file_proto_mode = "disable_global",
+        importpath = "github.com/inconshreveable/mousetrap",
+        sum = "h1:wN+x4NVGpMsO7ErUn/mUI3vEoE6Jt13X2s0bqwp9tc8=",
+        version = "v1.1.0",
+    )
+
+    go_repository(
         name = "com_github_josharian_intern",
         build_file_proto_mode = "disable_global",
         importpath = "github.com/josharian/intern",
@@ -365,12 +388,49 @@ def go_dependencies():
         version = "v1.0.0",
     )
     go_repository(
+        name = "com_github_prometheus_client_golang",
+        build_file_proto_mode = "disable_global",
+        importpath = "github.com/prometheus/client_golang",
+        sum = "h1:rb93p9lokFEsctTys46VnV1kLCDpVZ0a/Y92Vm0Zc6Q=",
+        version = "v1.22.0",
+    )
+    go_repository(
+        name = "com_github_prometheus_client_model",
+        build_file_proto_mode = "disable_global",
+        importpath = "github.com/prometheus/client_model",
+        sum = "h1:ZKSh/rekM+n3CeS952MLRAdFwIKqeY8b62p8ais2e9E=",
+        version = "v0.6.1",
+    )
+    go_repository(
+        name = "com_github_prometheus_common",
+        build_file_proto_mode = "disable_global",
+        importpath = "github.com/prometheus/common",
+        sum = "h1:xasJaQlnWAeyHdUBeGjXmutelfJHWMRr+Fg4QszZ2Io=",
+        version = "v0.62.0",
+    )
+    go_repository(
+        name = "com_github_prometheus_procfs",
+        build_file_proto_mode = "disable_global",
+        importpath = "github.com/prometheus/procfs",
+        sum = "h1:YagwOFzUgYfKKHX6Dr+sHT7km/hxC76UB0learggepc=",
+        version = "v0.15.1",
+    )
+
+    go_repository(
         name = "com_github_rogpeppe_go_internal",
         build_file_proto_mode = "disable_global",
         importpath = "github.com/rogpeppe/go-internal",
         sum = "h1:KvO1DLK/DRN07sQ1LQKScxyZJuNnedQ5/wKSR38lUII=",
         version = "v1.13.1",
     )
+    go_repository(
+        name = "com_github_spf13_cobra",
+        build_file_proto_mode = "disable_global",
+        importpath = "github.com/spf13/cobra",
+        sum = "h1:CXSaggrXdbHK9CF+8ywj8Amf7PBRmPCOJugH954Nnlo=",
+        version = "v1.9.1",
+    )
+
     go_repository(
         name = "com_github_spf13_pflag",
         build_file_proto_mode = "disable_global",
@@ -485,12 +545,35 @@ def go_dependencies():
         version = "v0.34.4",
     )
     go_repository(
+        name = "io_k8s_apiserver",
+        build_file_proto_mode = "disable_global",
+        importpath = "k8s.io/apiserver",
+        sum = "h1:QmMakuCjlFBJpsXKIUom8OUE7+PhZk7hyNiLqlyDH58=",
+        version = "v0.34.4",
+    )
+
+    go_repository(
         name = "io_k8s_client_go",
         build_file_proto_mode = "disable_global",
         importpath = "k8s.io/client-go",
         sum = "h1:IXhvzFdm0e897kXtLbeyMpAGzontcShJ/gi/XCCsOLc=",
         version = "v0.34.4",
     )
+    go_repository(
+        name = "io_k8s_component_base",
+        build_file_proto_mode = "disable_global",
+        importpath = "k8s.io/component-base",
+        sum = "h1:jP4XqR48YelfXIlRpOHQgms5GebU23zSE6xcvTwpXDE=",
+        version = "v0.34.4",
+    )
+    go_repository(
+        name = "io_k8s_cri_api",
+        build_file_proto_mode = "disable_global",
+        importpath = "k8s.io/cri-api",
+        sum = "h1:YIiP2h3cehobdnjig19IdKgXJGzeTK2j9VSwH+tfhz4=",
+        version = "v0.34.4",
+    )
+
     go_repository(
         name = "io_k8s_gengo_v2",
         build_file_proto_mode = "disable_global",
@@ -513,6 +596,14 @@ def go_dependencies():
         sum = "h1:MloQ9/bdJyIu9lb1PzujOPolHyvO06MXG5TUIj2mNAA=",
         version = "v0.0.0-20250710124328-f3f2b991d03b",
     )
+    go_repository(
+        name = "io_k8s_kubelet",
+        build_file_proto_mode = "disable_global",
+        importpath = "k8s.io/kubelet",
+        sum = "h1:+8aLwtoZSUnE7HLxjrAYNtlJFzlwxQ4UBleyaW4JzA8=",
+        version = "v0.34.4",
+    )
+
     go_repository(
         name = "io_k8s_sigs_json",
         build_file_proto_mode = "disable_global",
