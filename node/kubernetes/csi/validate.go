@@ -174,7 +174,7 @@ func statusFromVolume(err error) error {
 		code = codes.AlreadyExists
 	case errors.Is(err, volume.ErrNoSpace):
 		code = codes.ResourceExhausted
-	case errors.Is(err, volume.ErrCapacityNotEnforced):
+	case errors.Is(err, volume.ErrCapacityNotEnforced), errors.Is(err, volume.ErrInUse):
 		code = codes.FailedPrecondition
 	case errors.Is(err, errCanceled):
 		code = codes.Canceled

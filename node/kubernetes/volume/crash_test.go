@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"source.plinth.dev/build/ktest"
+	"source.plinth.dev/pkg/loop"
 )
 
 // findUp looks for rel in the working directory and its parents (the
@@ -286,4 +287,68 @@ func TestFailedExpansionOnXFSIsTrimmed(t *testing.T) {
 	if size, alloc := allocated(t, p); size != MiB || alloc != MiB {
 		t.Errorf("after failed Expand on XFS: size %d allocated %d, want both %d", size, alloc, MiB)
 	}
+}
+
+// TestDeleteRefusesVolumesInUse: a volume bind-mounted somewhere (as the
+// CSI plugin publishes it) or attached to a loop device is not deleted.
+func TestDeleteRefusesVolumesInUse(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, t.TempDir())
+	if _, err := m.Create(ctx, "fs", Filesystem, MiB); err != nil {
+		t.Fatal(err)
+	}
+	_, dir, _ := m.Locate(ctx, "fs")
+	if err := writeFile(t, dir, "data", 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{dir, filepath.Join(dir, "sub")} {
+		target := t.TempDir()
+		if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
+			t.Fatal(err)
+		}
+		err := m.Delete(ctx, "fs")
+		if uerr := unix.Unmount(target, 0); uerr != nil {
+			t.Fatal(uerr)
+		}
+		if !errors.Is(err, ErrInUse) {
+			t.Errorf("Delete while %s is bind-mounted = %v, want ErrInUse", src, err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "data")); err != nil {
+			t.Errorf("volume data gone after a refused Delete: %v", err)
+		}
+		if in, _ := m.readIntent("fs"); in != nil {
+			t.Errorf("refused Delete left an intent record %+v", in)
+		}
+	}
+	if err := m.Delete(ctx, "fs"); err != nil {
+		t.Fatalf("Delete after unmounting: %v", err)
+	}
+
+	if _, err := m.Create(ctx, "blk", Block, MiB); err != nil {
+		t.Fatal(err)
+	}
+	_, img, _ := m.Locate(ctx, "blk")
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := loop.Create(f, loop.Options{})
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = m.Delete(ctx, "blk")
+	if derr := d.Detach(); derr != nil {
+		t.Fatal(derr)
+	}
+	if !errors.Is(err, ErrInUse) {
+		t.Errorf("Delete of an attached image = %v, want ErrInUse", err)
+	}
+	if err := m.Delete(ctx, "blk"); err != nil {
+		t.Fatalf("Delete after detaching: %v", err)
+	}
+	assertGone(t, m, "blk")
 }

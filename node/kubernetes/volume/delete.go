@@ -19,7 +19,9 @@ import (
 // next Delete or Recover completes, and never a volume that looks whole
 // but has lost part of its files.
 //
-// Delete refuses (and removes nothing) when something is mounted inside the
+// Delete refuses (and removes nothing) when the volume is still in use
+// (ErrInUse: its directory is bind-mounted somewhere, or its image is
+// attached to a loop device), and when something is mounted inside the
 // volume directory, because removing files there would reach into another
 // filesystem.
 func (m *Manager) Delete(ctx context.Context, id string) error {
@@ -44,6 +46,13 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	var pid uint32
 	if in != nil {
 		pid = in.ProjectID
+	}
+	if in == nil || in.Op != OpCreate {
+		// A volume whose creation never finished was never handed out,
+		// so only a complete one can be in use.
+		if err := refuseInUse(fsPath, imgPath); err != nil {
+			return fmt.Errorf("deleting volume %s: %w", id, err)
+		}
 	}
 	if fsExists {
 		if err := refuseNestedMounts(fsPath); err != nil {
@@ -239,4 +248,85 @@ func isDir(p string) bool {
 func exists(p string) bool {
 	_, err := os.Lstat(p)
 	return err == nil
+}
+
+// refuseInUse fails with ErrInUse when the volume directory (or a part of
+// it) is the source of a mount, or the image backs a loop device.
+func refuseInUse(fsPath, imgPath string) error {
+	if isDir(fsPath) {
+		where, err := mountedFrom(fsPath)
+		if err != nil {
+			return err
+		}
+		if where != "" {
+			return fmt.Errorf("%w: its directory is mounted at %s", ErrInUse, where)
+		}
+	}
+	if isRegular(imgPath) {
+		files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err == nil && strings.TrimSuffix(string(b), "\n") == imgPath {
+				return fmt.Errorf("%w: its image backs %s", ErrInUse, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(f))))
+			}
+		}
+	}
+	return nil
+}
+
+// mountInfo is one line of /proc/self/mountinfo.
+type mountInfo struct {
+	dev        string // major:minor
+	root       string // the mount's root within its filesystem
+	mountPoint string
+}
+
+func readMountInfo() ([]mountInfo, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("reading mount table: %w", err)
+	}
+	var out []mountInfo
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		out = append(out, mountInfo{dev: f[2], root: unescapeMountinfo(f[3]), mountPoint: unescapeMountinfo(f[4])})
+	}
+	return out, nil
+}
+
+// mountedFrom returns a mount point whose source is dir or lies inside it
+// (a bind mount of the volume, as the CSI plugin makes for a pod), or "".
+// A bind mount shows in the mount table as the filesystem's device with
+// the source's path within that filesystem as its root, so dir is first
+// translated to that form through the mount that contains it.
+func mountedFrom(dir string) (string, error) {
+	mounts, err := readMountInfo()
+	if err != nil {
+		return "", err
+	}
+	dir = filepath.Clean(dir)
+	var host *mountInfo
+	for i, m := range mounts {
+		if m.mountPoint == dir || strings.HasPrefix(dir, strings.TrimSuffix(m.mountPoint, "/")+"/") {
+			if host == nil || len(m.mountPoint) >= len(host.mountPoint) {
+				host = &mounts[i]
+			}
+		}
+	}
+	if host == nil {
+		return "", nil
+	}
+	rel := filepath.Join(host.root, strings.TrimPrefix(dir, host.mountPoint))
+	for _, m := range mounts {
+		if m.dev != host.dev || m.mountPoint == host.mountPoint {
+			continue
+		}
+		if m.root == rel || strings.HasPrefix(m.root, rel+"/") {
+			return m.mountPoint, nil
+		}
+	}
+	return "", nil
 }

@@ -47,6 +47,10 @@ var (
 	// data filesystem cannot enforce its size and the operator has not
 	// accepted unenforced capacity.
 	ErrCapacityNotEnforced = errors.New("capacity of filesystem volumes cannot be enforced")
+	// ErrInUse: the volume is still published (bind-mounted somewhere or
+	// attached to a loop device), so deleting it would pull its data out
+	// from under a user.
+	ErrInUse = errors.New("volume is in use")
 )
 
 // Mode is a volume's access type.
