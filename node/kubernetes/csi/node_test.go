@@ -153,6 +153,7 @@ func TestPublishBlock(t *testing.T) {
 	if !isErrno(err, unix.EPERM, unix.EROFS, unix.EACCES) {
 		t.Errorf("writing the read-only device: %v, want EPERM/EROFS/EACCES", err)
 	}
+	t.Logf("writing the read-only device: %v", err)
 	rf, err := os.Open(ro)
 	if err != nil {
 		t.Fatal(err)
