@@ -32,6 +32,16 @@ export GO_REPOSITORY_USE_HOST_CACHE=1
 export GOPROXY=${GOPROXY:-$(go env GOPROXY)}
 
 [ $# -ge 1 ] || { echo "usage: $0 COMMAND [ARGS...]" >&2; exit 2; }
+
+# The Bazel server outlives this command and inherits our open files. A
+# caller's `flock /tmp/plinth-bigbuild.lock` descriptor would keep that lock
+# held by an idle server for minutes, so pass nothing but stdio along. (The
+# caller's own descriptor still holds its lock.)
+for fd in /proc/$$/fd/*; do
+	fd=${fd##*/}
+	[ "$fd" -gt 2 ] && [ "$fd" -lt 255 ] && eval "exec $fd>&-" 2>/dev/null || true
+done
+
 cmd=$1
 shift
 startup=(
