@@ -87,19 +87,24 @@ func (n *node) output() string {
 	return n.out.String()
 }
 
-// waitLine waits for a log line containing s. The limit only catches a
-// hang; it is no performance goal.
+// waitLine waits until the output so far contains s, whether it was
+// logged before the call or after: callers waiting for several lines may
+// ask in any order. The limit only catches a hang; it is no performance
+// goal.
 func (n *node) waitLine(t *testing.T, s string) {
 	t.Helper()
 	timeout := time.After(30 * time.Second)
 	for {
+		if strings.Contains(n.output(), s) {
+			return
+		}
 		select {
-		case l := <-n.line:
-			if strings.Contains(l, s) {
-				return
-			}
+		case <-n.line: // something new was logged; look again
 		case err := <-n.done:
 			n.done <- err
+			if strings.Contains(n.output(), s) {
+				return
+			}
 			t.Fatalf("plinth-node exited (%v) before logging %q:\n%s", err, s, n.output())
 		case <-timeout:
 			t.Fatalf("no log line %q within 30s:\n%s", s, n.output())
