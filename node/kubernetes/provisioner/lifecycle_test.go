@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,16 +23,34 @@ import (
 	"source.plinth.dev/pkg/supervisor"
 )
 
-// TestTwoNodes: two controllers (two node names, two data directories) on
-// one API server each provision exactly their own claims.
+// TestTwoNodes: two plinth-node processes (two node names, two data
+// directories) on one API server each provision exactly their own claims.
 func TestTwoNodes(t *testing.T) {
 	a := newEnv(t, true)
 	b := *a
 	b.node = a.node + "-b"
 	b.dir = t.TempDir()
 	b.vols = newVolumes(t, b.dir, true)
-	a.start(a.controller())
-	b.start(b.controller())
+	bin, err := plinthNodeBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []*env{a, &b} {
+		p := &nodeProcess{t: t, bin: bin, log: filepath.Join(t.TempDir(), "plinth-node.log"), args: []string{
+			"--root=" + filepath.Join(t.TempDir(), "node"),
+			"--data-dir=" + e.dir,
+			"--node-name=" + e.node,
+			"--kubeconfig=" + cluster(t).NodeKubeconfig,
+			"--allow-unenforced-capacity",
+		}}
+		p.start()
+		t.Cleanup(func() {
+			p.kill(syscall.SIGTERM)
+			if t.Failed() {
+				t.Logf("plinth-node %s log (tail):\n%s", e.node, p.logTail())
+			}
+		})
+	}
 	want := map[string][]string{a.node: nil, b.node: nil}
 	for i := range 6 {
 		node := a.node
