@@ -32,11 +32,13 @@ import (
 const (
 	// ClusterRoleName names the ClusterRole and ClusterRoleBinding of the
 	// node agent.
-	ClusterRoleName = "plinth:node-agent"
+	ClusterRoleName = "plinth:node"
 	// NodeAgentGroup is the group the binding grants the role to. A node
 	// agent's client certificate carries it as its organisation (O=), so
-	// plinth-node does not need cluster-admin after the first start.
-	NodeAgentGroup = "plinth:node-agents"
+	// plinth-node never needs cluster-admin. (It cannot run as its node's
+	// system:node identity: NodeRestriction rightly forbids that identity
+	// to create PersistentVolumes.)
+	NodeAgentGroup = "plinth:nodes"
 
 	annDefaultClass = "storageclass.kubernetes.io/is-default-class"
 	labelManagedBy  = "app.kubernetes.io/managed-by"
@@ -84,23 +86,30 @@ func StorageClass() *storagev1.StorageClass {
 	}
 }
 
-// ClusterRole holds what the node agent's controllers need, and no more:
-// the provisioner reads claims and classes and creates and deletes PVs; the
-// resizer updates PVs and claim status; all of them emit Events; the
-// provisioner reads its own Node for the hostname label. The agent may also
-// read (not change) the cluster objects it ensures, so a restricted agent
-// finds them in place without write access.
+// ClusterRole holds what the node agent's parts need, and no more:
+//   - provisioner: read claims, classes and its Node; create and delete PVs;
+//   - resizer: update PVs and claim status;
+//   - CSI plugin: read pods, CSINodes, VolumeAttachments and CSIDrivers;
+//   - all of them: Events (core and events.k8s.io), leases for leader
+//     election;
+//   - Ensure: read the CSIDriver, StorageClass and its own ClusterRole and
+//     binding, so a node finds them in place without write access. Create
+//     is deliberately missing: it cannot be limited to names, and a node
+//     that may create StorageClasses may create any. Whoever issues the
+//     node's credentials installs these objects (test/launch does); a node
+//     run with admin credentials creates them itself.
 func ClusterRole() *rbacv1.ClusterRole {
 	return &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: ClusterRoleName, Labels: map[string]string{labelManagedBy: managedBy}},
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims/status"}, Verbs: []string{"patch", "update"}},
-			{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}, Verbs: []string{"get", "list", "watch", "create", "delete", "patch", "update"}},
-			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
-			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
-			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csidrivers"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims/status"}, Verbs: []string{"update", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}},
+			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"nodes", "pods"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses", "csinodes", "csidrivers", "volumeattachments"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"},
 				ResourceNames: []string{ClusterRoleName}, Verbs: []string{"get"}},
 		},
@@ -118,17 +127,28 @@ func ClusterRoleBinding() *rbacv1.ClusterRoleBinding {
 
 // Ensure creates whichever of the objects is missing and reports, but
 // leaves, objects that differ in ways that cannot or should not be changed.
-// It returns an error only if an object could not be read or created.
+// Lacking the right to create or fix an object (a node running with its
+// restricted identity) is logged, not an error: retrying cannot help, and
+// the installer is responsible then. It returns an error when an object
+// could not be read or created for any other reason (API server not
+// reachable yet), which is worth a retry.
 func Ensure(ctx context.Context, client kubernetes.Interface, log logtree.LeveledLogger) error {
 	var errs []error
-	if err := ensureCSIDriver(ctx, client, log); err != nil {
-		errs = append(errs, fmt.Errorf("ensuring CSIDriver %s: %w", names.DriverName, err))
-	}
-	if err := ensureStorageClass(ctx, client, log); err != nil {
-		errs = append(errs, fmt.Errorf("ensuring StorageClass %s: %w", names.StorageClassName, err))
-	}
-	if err := ensureRBAC(ctx, client, log); err != nil {
-		errs = append(errs, fmt.Errorf("ensuring RBAC %s: %w", ClusterRoleName, err))
+	for _, step := range []struct {
+		what   string
+		ensure func(context.Context, kubernetes.Interface, logtree.LeveledLogger) error
+	}{
+		{"CSIDriver " + names.DriverName, ensureCSIDriver},
+		{"StorageClass " + names.StorageClassName, ensureStorageClass},
+		{"RBAC " + ClusterRoleName, ensureRBAC},
+	} {
+		err := step.ensure(ctx, client, log)
+		switch {
+		case apierrors.IsForbidden(err):
+			log.Warningf("cannot ensure %s with this identity (%v); it must be installed with admin credentials", step.what, err)
+		case err != nil:
+			errs = append(errs, fmt.Errorf("ensuring %s: %w", step.what, err))
+		}
 	}
 	return errors.Join(errs...)
 }
