@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -219,11 +220,17 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 	if _, err := parseOptions([]string{"--help"}, &buf); err == nil {
 		t.Fatal("--help did not return ErrHelp")
 	}
-	for _, f := range []string{"root", "data-dir", "ephemeral-dir", "kubelet-dir", "data-device", "data-fstype",
-		"data-mount-options", "node-name", "kubeconfig", "allow-unenforced-capacity", "v"} {
-		if !strings.Contains(buf.String(), "-"+f) {
-			t.Errorf("--help does not document -%s", f)
+	// Every declared flag, including ones added later, is in the help
+	// with a description of more than a word or two.
+	n := 0
+	(&options{}).flagSet(io.Discard).VisitAll(func(f *flag.Flag) {
+		n++
+		if !strings.Contains(buf.String(), "  -"+f.Name) || len(f.Usage) < 20 {
+			t.Errorf("flag -%s is not documented in --help (usage %q)", f.Name, f.Usage)
 		}
+	})
+	if n < 11 {
+		t.Errorf("only %d flags declared", n)
 	}
 }
 

@@ -65,6 +65,21 @@ Flags:
 // flag.ErrHelp after printing the usage when --help is asked for.
 func parseOptions(args []string, out io.Writer) (*options, error) {
 	o := &options{}
+	fs := o.flagSet(out)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q (flags go before nothing; subcommands come first)", fs.Args())
+	}
+	if err := o.complete(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// flagSet declares every flag of plinth-node, bound to o's fields.
+func (o *options) flagSet(out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("plinth-node", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&o.root, "root", "", "root directory of the node tree (required; \"/\" on a booted node)")
@@ -87,16 +102,7 @@ func parseOptions(args []string, out io.Writer) (*options, error) {
 		fmt.Fprint(out, usageHeader)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q (flags go before nothing; subcommands come first)", fs.Args())
-	}
-	if err := o.complete(); err != nil {
-		return nil, err
-	}
-	return o, nil
+	return fs
 }
 
 // complete checks the options and fills in defaults.
