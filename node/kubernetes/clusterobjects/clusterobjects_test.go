@@ -1,0 +1,209 @@
+package clusterobjects_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"source.plinth.dev/node/kubernetes/clusterobjects"
+	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/pkg/logtree"
+	"source.plinth.dev/test/launch"
+)
+
+var cp *launch.ControlPlane
+
+// TestMain starts one real control plane for the package (a few seconds;
+// no root needed).
+func TestMain(m *testing.M) {
+	if testingShort() {
+		os.Exit(m.Run())
+	}
+	dir, err := os.MkdirTemp("", "plinth-co-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	cp, err = launch.StartControlPlane(ctx, launch.ControlPlaneConfig{Dir: dir})
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "starting control plane: %v\n", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := cp.Stop(context.Background()); err != nil {
+		fmt.Fprintf(os.Stderr, "stopping control plane: %v\n", err)
+		code = 1
+	}
+	if code == 0 {
+		_ = os.RemoveAll(dir)
+	}
+	os.Exit(code)
+}
+
+func testingShort() bool {
+	for _, a := range os.Args {
+		if a == "-test.short=true" || a == "-test.short" {
+			return true
+		}
+	}
+	return false
+}
+
+func logger(t *testing.T) logtree.LeveledLogger {
+	var w testWriter
+	w.t = t
+	return logtree.New(logtree.WithSink(&w)).LeveledFor("test")
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w *testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
+
+func admin(t *testing.T) kubernetes.Interface {
+	if cp == nil {
+		t.Skip("no control plane (-short)")
+	}
+	return cp.Client
+}
+
+// versions returns the resource versions of the ensured objects.
+func versions(t *testing.T, c kubernetes.Interface) []string {
+	t.Helper()
+	ctx := context.Background()
+	d, err1 := c.StorageV1().CSIDrivers().Get(ctx, names.DriverName, metav1.GetOptions{})
+	sc, err2 := c.StorageV1().StorageClasses().Get(ctx, names.StorageClassName, metav1.GetOptions{})
+	r, err3 := c.RbacV1().ClusterRoles().Get(ctx, clusterobjects.ClusterRoleName, metav1.GetOptions{})
+	b, err4 := c.RbacV1().ClusterRoleBindings().Get(ctx, clusterobjects.ClusterRoleName, metav1.GetOptions{})
+	for _, err := range []error{err1, err2, err3, err4} {
+		if err != nil {
+			t.Fatalf("reading ensured objects: %v", err)
+		}
+	}
+	return []string{d.ResourceVersion, sc.ResourceVersion, r.ResourceVersion, b.ResourceVersion}
+}
+
+func TestEnsure(t *testing.T) {
+	c := admin(t)
+	ctx := context.Background()
+	log := logger(t)
+	// Several nodes starting at once.
+	var wg sync.WaitGroup
+	errs := make(chan error, 5)
+	for range 5 {
+		wg.Go(func() { errs <- clusterobjects.Ensure(ctx, c, log) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent Ensure: %v", err)
+		}
+	}
+	d, err := c.StorageV1().CSIDrivers().Get(ctx, names.DriverName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *d.Spec.AttachRequired || *d.Spec.FSGroupPolicy != "File" || !reflect.DeepEqual(d.Spec.VolumeLifecycleModes, clusterobjects.CSIDriver().Spec.VolumeLifecycleModes) {
+		t.Errorf("CSIDriver spec %+v", d.Spec)
+	}
+	sc, err := c.StorageV1().StorageClasses().Get(ctx, names.StorageClassName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Provisioner != names.DriverName || *sc.VolumeBindingMode != "WaitForFirstConsumer" || !*sc.AllowVolumeExpansion ||
+		*sc.ReclaimPolicy != "Delete" || sc.Annotations["storageclass.kubernetes.io/is-default-class"] != "true" {
+		t.Errorf("StorageClass %+v", sc)
+	}
+
+	// Idempotent: a second Ensure writes nothing.
+	before := versions(t, c)
+	if err := clusterobjects.Ensure(ctx, c, log); err != nil {
+		t.Fatal(err)
+	}
+	if after := versions(t, c); !reflect.DeepEqual(before, after) {
+		t.Errorf("second Ensure changed objects: resource versions %v -> %v", before, after)
+	}
+
+	// Drift: rules are put back; a deleted class comes back; an
+	// administrator's choice (not the default class any more) is kept.
+	role, _ := c.RbacV1().ClusterRoles().Get(ctx, clusterobjects.ClusterRoleName, metav1.GetOptions{})
+	role.Rules = []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}}
+	if _, err := c.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StorageV1().StorageClasses().Delete(ctx, names.StorageClassName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := clusterobjects.Ensure(ctx, c, log); err != nil {
+		t.Fatal(err)
+	}
+	role, _ = c.RbacV1().ClusterRoles().Get(ctx, clusterobjects.ClusterRoleName, metav1.GetOptions{})
+	if !reflect.DeepEqual(role.Rules, clusterobjects.ClusterRole().Rules) {
+		t.Errorf("rules not restored: %+v", role.Rules)
+	}
+	sc, err = c.StorageV1().StorageClasses().Get(ctx, names.StorageClassName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("deleted StorageClass not recreated: %v", err)
+	}
+	sc.Annotations["storageclass.kubernetes.io/is-default-class"] = "false"
+	if _, err := c.StorageV1().StorageClasses().Update(ctx, sc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := clusterobjects.Ensure(ctx, c, log); err != nil {
+		t.Fatal(err)
+	}
+	sc, _ = c.StorageV1().StorageClasses().Get(ctx, names.StorageClassName, metav1.GetOptions{})
+	if sc.Annotations["storageclass.kubernetes.io/is-default-class"] != "false" {
+		t.Error("Ensure overrode the administrator's default-class choice")
+	}
+}
+
+// TestEnsureRestricted: with the node's own identity, Ensure reads what is
+// there and writes nothing; what it may not create is reported, not an
+// error.
+func TestEnsureRestricted(t *testing.T) {
+	c := admin(t)
+	ctx := context.Background()
+	if err := clusterobjects.Ensure(ctx, c, logger(t)); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", cp.NodeKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := versions(t, c)
+	if err := clusterobjects.Ensure(ctx, node, logger(t)); err != nil {
+		t.Fatalf("Ensure as the node with everything in place: %v", err)
+	}
+	if after := versions(t, c); !reflect.DeepEqual(before, after) {
+		t.Errorf("restricted Ensure changed objects: %v -> %v", before, after)
+	}
+	if err := c.StorageV1().CSIDrivers().Delete(ctx, names.DriverName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := clusterobjects.Ensure(ctx, node, logger(t)); err != nil {
+		t.Fatalf("Ensure as the node without the CSIDriver: %v (want a warning, not an error)", err)
+	}
+	if _, err := c.StorageV1().CSIDrivers().Get(ctx, names.DriverName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the node created the CSIDriver (or: %v); its role must not allow that", err)
+	}
+	if err := clusterobjects.Ensure(ctx, c, logger(t)); err != nil {
+		t.Fatal(err)
+	}
+}
