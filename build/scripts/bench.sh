@@ -16,6 +16,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 HOST=(
+	# 500 PVCs to Bound, provisioner vs a bare client with the same QPS/burst;
+	# plinth-node's RSS per foreign PVC (custom metrics B/foreign-pvc-*).
+	"./node/kubernetes/provisioner Provision500 bare"
+	"./node/kubernetes/provisioner ForeignClaimsRSS"
 	"./pkg/loop CreateRemove losetup"
 	"./node/kubernetes/csi PublishUnpublishBlock"
 )

@@ -94,6 +94,10 @@ func (s *Service) RESTConfig() (*rest.Config, error) {
 	if cfg.Burst <= 0 {
 		cfg.Burst = DefaultBurst
 	}
+	// Protobuf instead of JSON: less CPU and garbage per object decoded,
+	// which on a big cluster is most of what the node agent does.
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	cfg.UserAgent = fmt.Sprintf("plinth-node/%s (%s)", s.NodeName, names.DriverName)
 	return cfg, nil
 }

@@ -121,7 +121,7 @@ func newEnv(t *testing.T, allowUnenforced bool) *env {
 	return e
 }
 
-func newVolumes(t *testing.T, dir string, allowUnenforced bool) *volume.Manager {
+func newVolumes(t testing.TB, dir string, allowUnenforced bool) *volume.Manager {
 	t.Helper()
 	var d localstorage.DataDirectory
 	if err := d.Place(dir); err != nil {

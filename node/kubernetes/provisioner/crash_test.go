@@ -47,7 +47,7 @@ var plinthNodeBinary = sync.OnceValues(func() (string, error) {
 
 // nodeProcess runs plinth-node as a separate process that a test can kill.
 type nodeProcess struct {
-	t     *testing.T
+	t     testing.TB
 	bin   string
 	args  []string
 	extra func() []string // more arguments, per start
@@ -60,9 +60,16 @@ type nodeProcess struct {
 
 func (p *nodeProcess) start() {
 	p.t.Helper()
+	if err := p.startErr(); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// startErr starts plinth-node (for callers without a *testing.T).
+func (p *nodeProcess) startErr() error {
 	logf, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		p.t.Fatal(err)
+		return err
 	}
 	defer logf.Close()
 	args := p.args
@@ -73,13 +80,21 @@ func (p *nodeProcess) start() {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		p.t.Fatalf("starting plinth-node: %v", err)
+		return fmt.Errorf("starting plinth-node: %w", err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	p.mu.Lock()
 	p.cmd, p.done = cmd, done
 	p.mu.Unlock()
+	return nil
+}
+
+// pid is the process ID of the running plinth-node.
+func (p *nodeProcess) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd.Process.Pid
 }
 
 // kill sends sig and waits for the process to be gone.

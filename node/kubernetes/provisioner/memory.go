@@ -13,10 +13,11 @@ import (
 // The controller must watch every PVC in the cluster (a claim becomes ours
 // only when the scheduler annotates it), yet on a big cluster almost all of
 // them belong to other nodes or drivers. The informer transform below keeps
-// only a stub of those: enough for the informer's bookkeeping (key, resource
-// version) and for the orphan check (UID), nothing else. Our own claims keep
-// their spec but lose managedFields, which are often the largest part of an
-// object and which the controller never reads.
+// only a stub of those: a PartialObjectMetadata with the name and namespace
+// the informer's store needs for its key, nothing else (not even in an
+// index). Our own claims keep their spec but lose managedFields, which are
+// often the largest part of an object and which the controller never reads.
+// Code reading the claim cache must therefore type-check what it finds.
 
 // claimTransform returns the informer transform for PVCs of this node.
 func claimTransform(driver, nodeName string) cache.TransformFunc {
@@ -30,11 +31,9 @@ func claimTransform(driver, nodeName string) cache.TransformFunc {
 			pvc.ManagedFields = nil
 			return pvc, nil
 		}
-		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
-			Name:            pvc.Name,
-			Namespace:       pvc.Namespace,
-			UID:             pvc.UID,
-			ResourceVersion: pvc.ResourceVersion,
+		return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+			Name:      pvc.Name,
+			Namespace: pvc.Namespace,
 		}}, nil
 	}
 }
@@ -47,13 +46,18 @@ func stripManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
-// uidIndex indexes PVCs by UID, so the orphan check can tell in O(1) whether
-// the claim a volume was made for still exists.
+// uidIndex indexes our claims by UID, so the orphan check can tell in O(1)
+// whether the claim a volume was made for still exists. Stubs of foreign
+// claims are not indexed (an index entry costs more than the stub). A claim
+// that stopped being ours before its volume got a PV (the scheduler picked
+// another node) thus makes the volume an orphan, which is right: the
+// volume was never bound, so it holds no data, and the claim is served
+// elsewhere.
 const uidIndex = "uid"
 
 func indexByUID(obj any) ([]string, error) {
-	if o, ok := obj.(metav1.Object); ok {
-		return []string{string(o.GetUID())}, nil
+	if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok {
+		return []string{string(pvc.UID)}, nil
 	}
 	return nil, nil
 }

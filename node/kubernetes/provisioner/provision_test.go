@@ -68,7 +68,9 @@ func TestProvisionFilesystemAndBlock(t *testing.T) {
 		if st.Mode != tc.vmode || st.CapacityBytes != tc.bytes {
 			t.Errorf("%s: volume is %v of %d bytes", tc.pvc.Name, st.Mode, st.CapacityBytes)
 		}
-		e.waitEvent(tc.pvc.UID, ReasonProvisioningSucceeded, id)
+		if tc.vmode == volume.Block || e.vols.CapacityEnforced() {
+			e.waitEvent(tc.pvc.UID, ReasonProvisioningSucceeded, id)
+		}
 	}
 	// Capacity cannot be enforced on this host's filesystem: the
 	// filesystem claim (only) gets a warning.

@@ -3,6 +3,7 @@ package provisioner
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -15,7 +16,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -35,8 +35,7 @@ type run struct {
 	hostname string // this node's kubernetes.io/hostname label value
 	label    string // this node's value of labelNode
 
-	claims    corelisters.PersistentVolumeClaimLister
-	claimIdx  cache.Indexer
+	claimIdx  cache.Indexer // our claims, and stubs of all others (see claimTransform)
 	classes   storagelisters.StorageClassLister
 	volumes   cache.MutationCache // PVs of this node, including our own fresh writes
 	synced    []cache.InformerSynced
@@ -91,7 +90,6 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	classInf := all.Storage().V1().StorageClasses().Informer()
 	volInf := own.Core().V1().PersistentVolumes().Informer()
-	r.claims = all.Core().V1().PersistentVolumeClaims().Lister()
 	r.claimIdx = claimInf.GetIndexer()
 	r.classes = all.Storage().V1().StorageClasses().Lister()
 	// Entries we wrote ourselves stay visible until the watch delivers them
@@ -139,6 +137,12 @@ func (c *Controller) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), r.synced...) {
 		return ctx.Err()
 	}
+	// The initial list of every PVC in the cluster was decoded in full
+	// before the transform shrank each to a stub: on a big cluster tens of
+	// MB, now garbage. Hand it back to the OS now rather than whenever the
+	// runtime's scavenger gets to it, so the node agent's footprint is what
+	// it holds, not what it once listed. One GC, once per start.
+	debug.FreeOSMemory()
 	r.log.Infof("provisioner for driver %s on node %s (hostname %s) started", c.Driver, c.NodeName, r.hostname)
 	if c.Logger == nil {
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
@@ -186,6 +190,17 @@ func (r *run) onClaim(obj any) {
 	if key, err := cache.MetaNamespaceKeyFunc(pvc); err == nil {
 		r.claimQ.Add(key)
 	}
+}
+
+// claim returns our claim with key from the cache. Foreign claims are only
+// stubs there and are reported as not found.
+func (r *run) claim(key string) (*corev1.PersistentVolumeClaim, bool) {
+	obj, exists, err := r.claimIdx.GetByKey(key)
+	if err != nil || !exists {
+		return nil, false
+	}
+	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+	return pvc, ok
 }
 
 // needsVolume reports whether a claim is ours and still waits for a volume.

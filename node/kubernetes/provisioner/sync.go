@@ -9,7 +9,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 
 	"source.plinth.dev/node/kubernetes/volume"
 )
@@ -18,16 +17,10 @@ import (
 // earlier attempt did. It is safe to run any number of times, from any
 // point a previous run (or process) stopped at.
 func (r *run) syncClaim(ctx context.Context, key string) error {
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return nil // not a key we made; nothing to retry
-	}
-	pvc, err := r.claims.PersistentVolumeClaims(ns).Get(name)
-	if apierrors.IsNotFound(err) {
+	pvc, ok := r.claim(key)
+	if !ok {
 		r.claimQ.Forget(key)
 		return nil
-	} else if err != nil {
-		return fmt.Errorf("reading claim %s: %w", key, err)
 	}
 	if !r.needsVolume(pvc) {
 		return nil
@@ -37,7 +30,7 @@ func (r *run) syncClaim(ctx context.Context, key string) error {
 	defer unlock()
 	// Re-read under the lock: the orphan reconciler may have decided
 	// meanwhile that this claim is gone and removed its volume.
-	if pvc, err = r.claims.PersistentVolumeClaims(ns).Get(name); err != nil || !r.needsVolume(pvc) || volumeIDFor(pvc.UID) != id {
+	if pvc, ok = r.claim(key); !ok || !r.needsVolume(pvc) || volumeIDFor(pvc.UID) != id {
 		return nil
 	}
 	if obj, exists, _ := r.volumes.GetByKey(id); exists {
@@ -89,10 +82,9 @@ func (r *run) syncClaim(ctx context.Context, key string) error {
 	// The volume may be slightly larger than asked (sizes are rounded up
 	// to whole blocks); the PV states what the volume really holds.
 	req.size = *resource.NewQuantity(info.CapacityBytes, resource.BinarySI)
-	if mode == volume.Filesystem && !r.Volumes.CapacityEnforced() {
-		r.recorder.Eventf(pvc, corev1.EventTypeWarning, ReasonCapacityNotEnforced,
-			"volume %s is not limited to its %s: this node cannot enforce quotas (allowed by the operator)", id, req.size.String())
-	}
+	// One Event per provisioning: on a node that cannot enforce capacity it
+	// is the warning, which then says both things.
+	unenforced := mode == volume.Filesystem && !r.Volumes.CapacityEnforced()
 
 	pv := buildPV(pvc, req, r.Driver, r.hostname, r.label)
 	made, err := r.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
@@ -113,8 +105,14 @@ func (r *run) syncClaim(ctx context.Context, key string) error {
 	}
 	r.volumes.Mutation(made)
 	r.log.Infof("provisioned %s for claim %s: %s, %d bytes", id, describeClaim(pvc), req.mode, req.bytes)
-	r.recorder.Eventf(pvc, corev1.EventTypeNormal, ReasonProvisioningSucceeded,
-		"Successfully provisioned volume %s on node %s", id, r.NodeName)
+	if unenforced {
+		r.recorder.Eventf(pvc, corev1.EventTypeWarning, ReasonCapacityNotEnforced,
+			"Provisioned volume %s on node %s, but it is not limited to its %s: this node cannot enforce quotas (allowed by the operator)",
+			id, r.NodeName, req.size.String())
+	} else {
+		r.recorder.Eventf(pvc, corev1.EventTypeNormal, ReasonProvisioningSucceeded,
+			"Successfully provisioned volume %s on node %s", id, r.NodeName)
+	}
 	return nil
 }
 

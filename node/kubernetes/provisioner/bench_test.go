@@ -1,0 +1,321 @@
+package provisioner
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/pkg/supervisor"
+)
+
+// Client budget of both sides of BenchmarkProvision500: plinth-node's
+// defaults (node/kubernetes.DefaultQPS/DefaultBurst).
+const (
+	benchQPS   = 100
+	benchBurst = 200
+	benchCount = 500
+)
+
+func clientWith(tb testing.TB, qps float32, burst int) kubernetes.Interface {
+	tb.Helper()
+	cfg := rest.CopyConfig(cluster(tb).RESTConfig)
+	cfg.QPS, cfg.Burst = qps, burst
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// parallel runs fn(i) for i in [0,n) on workers goroutines.
+func parallel(n, workers int, fn func(i int) error) error {
+	var next atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return firstErr
+}
+
+// BenchmarkProvision500 measures how fast 500 filesystem claims become
+// Bound with the provisioner (impl=provisioner: the controller creates the
+// volumes and PVs, kube-controller-manager's PV controller binds them)
+// against the bare limit (impl=bare: no controller; a client with the same
+// QPS and burst, and as many workers, creates the 500 PVs for the same
+// claims, and the same PV controller binds them). One op is a batch of 500;
+// the ratio is the controller's efficiency (goal: >= 0.7). PVs-created/s
+// isolates the creation half from the binding.
+func BenchmarkProvision500(b *testing.B) {
+	for _, impl := range []string{"bare", "provisioner"} {
+		b.Run("impl="+impl, func(b *testing.B) {
+			for i := range b.N {
+				b.StopTimer()
+				e := benchEnv(b, i)
+				fast := clientWith(b, 2000, 2000)
+				ctx := context.Background()
+				claims := make([]*corev1.PersistentVolumeClaim, benchCount)
+				if err := parallel(benchCount, 32, func(i int) error {
+					var err error
+					claims[i], err = fast.CoreV1().PersistentVolumeClaims(e.ns).Create(ctx, e.claimObject(claim{name: fmt.Sprintf("c%04d", i)}), metav1.CreateOptions{})
+					return err
+				}); err != nil {
+					b.Fatal(err)
+				}
+				client := clientWith(b, benchQPS, benchBurst)
+				b.StartTimer()
+				start := time.Now()
+				var stop func()
+				if impl == "bare" {
+					class := testClass()
+					class.Name = e.class
+					go func() {
+						_ = parallel(benchCount, DefaultClaimWorkers, func(i int) error {
+							req, err := validateClaim(claims[i], class, names.DriverName)
+							if err != nil {
+								return err
+							}
+							_, err = client.CoreV1().PersistentVolumes().Create(ctx, buildPV(claims[i], req, names.DriverName, e.node, nodeLabelValue(e.node)), metav1.CreateOptions{})
+							if err != nil {
+								b.Error(err)
+							}
+							return err
+						})
+					}()
+				} else {
+					c := &Controller{
+						Client:            client,
+						EventClient:       clientWith(b, 20, 50),
+						Driver:            names.DriverName,
+						NodeName:          e.node,
+						Volumes:           e.vols,
+						OrphanGracePeriod: time.Hour,
+					}
+					stop, _ = supervisor.TestHarness(b, c.Run)
+				}
+				created, bound := waitBatch(b, fast, e, start)
+				b.ReportMetric(float64(benchCount)/bound.Seconds(), "PVCs-Bound/s")
+				b.ReportMetric(float64(benchCount)/created.Seconds(), "PVs-created/s")
+				b.StopTimer()
+				if stop != nil {
+					stop()
+				}
+				cleanupBatch(b, fast, e)
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+// waitBatch watches until all benchmark PVs exist and all claims are Bound
+// (a watch, not polling: the measurement must not load the API server); it
+// returns how long after start each happened.
+func waitBatch(b *testing.B, c kubernetes.Interface, e *env, start time.Time) (created, bound time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	pvs := map[string]bool{}
+	claims := map[string]bool{}
+	pvw, err := c.CoreV1().PersistentVolumes().Watch(ctx, metav1.ListOptions{LabelSelector: labels.Set{labelNode: nodeLabelValue(e.node)}.String()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pvw.Stop()
+	cw, err := c.CoreV1().PersistentVolumeClaims(e.ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cw.Stop()
+	for {
+		select {
+		case ev, ok := <-pvw.ResultChan():
+			if !ok {
+				b.Fatalf("PV watch ended after %d PVs", len(pvs))
+			}
+			if pv, isPV := ev.Object.(*corev1.PersistentVolume); isPV {
+				pvs[pv.Name] = true
+				if len(pvs) == benchCount && created == 0 {
+					created = time.Since(start)
+				}
+			}
+		case ev, ok := <-cw.ResultChan():
+			if !ok {
+				b.Fatalf("claim watch ended with %d of %d claims Bound", len(claims), benchCount)
+			}
+			if pvc, isPVC := ev.Object.(*corev1.PersistentVolumeClaim); isPVC && pvc.Status.Phase == corev1.ClaimBound {
+				claims[pvc.Name] = true
+				if len(claims) == benchCount {
+					return created, time.Since(start)
+				}
+			}
+		}
+	}
+}
+
+// benchEnv is newEnv for benchmarks: a namespace, class, node and data dir.
+func benchEnv(b *testing.B, i int) *env {
+	b.Helper()
+	cp := cluster(b)
+	suffix := fmt.Sprintf("%d-%d", i, time.Now().UnixNano())
+	e := &env{client: cp.Client, ns: "bench-" + suffix, class: "bench-" + suffix, node: "bench-" + suffix}
+	ctx := context.Background()
+	if _, err := e.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.ns}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	sc := testClass()
+	sc.Name = e.class
+	sc.Provisioner = names.DriverName
+	if _, err := e.client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = e.client.StorageV1().StorageClasses().Delete(ctx, sc.Name, metav1.DeleteOptions{}) })
+	e.dir = b.TempDir()
+	e.vols = newVolumes(b, e.dir, true)
+	return e
+}
+
+// cleanupBatch deletes a batch's claims and PVs and waits until they are
+// gone, so the API server and the controller manager are idle again before
+// the next measurement starts.
+func cleanupBatch(b *testing.B, c kubernetes.Interface, e *env) {
+	ctx := context.Background()
+	_ = c.CoreV1().Namespaces().Delete(ctx, e.ns, metav1.DeleteOptions{})
+	cleanupPVs(b, e.node)
+	sel := metav1.ListOptions{LabelSelector: labels.Set{labelNode: nodeLabelValue(e.node)}.String()}
+	eventually(b, 3*time.Minute, "benchmark objects deleted", func() (bool, error) {
+		_, err := c.CoreV1().Namespaces().Get(ctx, e.ns, metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			return false, err
+		}
+		pvs, err := c.CoreV1().PersistentVolumes().List(ctx, sel)
+		return err == nil && len(pvs.Items) == 0, err
+	})
+}
+
+func cleanupPVs(tb testing.TB, node string) {
+	tb.Helper()
+	err := cluster(tb).Client.CoreV1().PersistentVolumes().DeleteCollection(context.Background(), metav1.DeleteOptions{},
+		metav1.ListOptions{LabelSelector: labels.Set{labelNode: nodeLabelValue(node)}.String()})
+	if err != nil {
+		tb.Errorf("deleting benchmark PVs: %v", err)
+	}
+}
+
+// rss returns the resident set size of process pid in bytes.
+func rss(tb testing.TB, pid int) int64 {
+	tb.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	tb.Fatalf("no VmRSS for pid %d", pid)
+	return 0
+}
+
+// settledRSS waits until plinth-node's RSS stops moving (the runtime has
+// digested the last burst of events and returned what it freed) and
+// returns it.
+func settledRSS(tb testing.TB, pid int) int64 {
+	tb.Helper()
+	prev := rss(tb, pid)
+	for range 30 {
+		time.Sleep(2 * time.Second)
+		cur := rss(tb, pid)
+		if d := cur - prev; d < 256<<10 && d > -(256<<10) {
+			return cur
+		}
+		prev = cur
+	}
+	return prev
+}
+
+// BenchmarkForeignClaimsRSS measures how much plinth-node's resident memory
+// grows per PVC in the cluster that is not its own (goal: < 2 KiB), both
+// when they arrive while it runs (watch) and when it starts with them
+// present (initial list). One op is the whole measurement with 10,000
+// claims; the figures are the custom metrics.
+func BenchmarkForeignClaimsRSS(b *testing.B) {
+	const foreign = 10000
+	for range b.N {
+		b.StopTimer()
+		e := benchEnv(b, 0)
+		bin, err := plinthNodeBinary()
+		if err != nil {
+			b.Fatal(err)
+		}
+		p := &nodeProcess{t: nil, bin: bin, log: filepath.Join(b.TempDir(), "plinth-node.log"), args: []string{
+			"--root=" + filepath.Join(b.TempDir(), "node"),
+			"--data-dir=" + e.dir,
+			"--node-name=" + e.node,
+			"--kubeconfig=" + cluster(b).NodeKubeconfig,
+			"--allow-unenforced-capacity",
+		}}
+		if err := p.startErr(); err != nil {
+			b.Fatal(err)
+		}
+		before := settledRSS(b, p.pid())
+
+		fast := clientWith(b, 3000, 3000)
+		ctx := context.Background()
+		if err := parallel(foreign, 32, func(i int) error {
+			c := e.claimObject(claim{name: fmt.Sprintf("f%05d", i), node: "some-other-node"})
+			c.Labels = map[string]string{"app": "database", "tier": "backend"}
+			_, err := fast.CoreV1().PersistentVolumeClaims(e.ns).Create(ctx, c, metav1.CreateOptions{})
+			return err
+		}); err != nil {
+			b.Fatal(err)
+		}
+		watched := settledRSS(b, p.pid())
+		p.kill(syscall.SIGTERM)
+		if err := p.startErr(); err != nil {
+			b.Fatal(err)
+		}
+		restarted := settledRSS(b, p.pid())
+		p.kill(syscall.SIGTERM)
+
+		b.ReportMetric(float64(before)/(1<<20), "MiB-rss-empty")
+		b.ReportMetric(float64(watched-before)/foreign, "B/foreign-pvc-watched")
+		b.ReportMetric(float64(restarted-before)/foreign, "B/foreign-pvc-restarted")
+		b.StartTimer()
+		b.StopTimer()
+		cleanupBatch(b, fast, e)
+		b.StartTimer()
+	}
+}
