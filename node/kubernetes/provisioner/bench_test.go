@@ -36,6 +36,9 @@ func clientWith(tb testing.TB, qps float32, burst int) kubernetes.Interface {
 	tb.Helper()
 	cfg := rest.CopyConfig(cluster(tb).RESTConfig)
 	cfg.QPS, cfg.Burst = qps, burst
+	// As plinth-node's client (node/kubernetes.Service.RESTConfig).
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		tb.Fatal(err)
