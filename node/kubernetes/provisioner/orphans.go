@@ -96,7 +96,7 @@ func (r *run) unreferenced(id string) bool {
 		r.reportForeign(volume.Entry{Info: volume.Info{ID: id}, Problem: "not a volume ID this provisioner makes"})
 		return false
 	}
-	if _, exists, _ := r.volumes.GetByKey(id); exists {
+	if _, exists := r.volumes.get(id); exists {
 		return false
 	}
 	if claims, _ := r.claimIdx.ByIndex(uidIndex, string(uid)); len(claims) > 0 {

@@ -19,7 +19,6 @@ import (
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"source.plinth.dev/pkg/logtree"
@@ -37,7 +36,7 @@ type run struct {
 
 	claimIdx  cache.Indexer // our claims, and stubs of all others (see claimTransform)
 	classes   storagelisters.StorageClassLister
-	volumes   cache.MutationCache // PVs of this node, including our own fresh writes
+	volumes   *ownWrites // PVs of this node, including our own fresh writes
 	synced    []cache.InformerSynced
 	claimQ    *backoffQueue
 	volumeQ   *backoffQueue
@@ -92,11 +91,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	volInf := own.Core().V1().PersistentVolumes().Informer()
 	r.claimIdx = claimInf.GetIndexer()
 	r.classes = all.Storage().V1().StorageClasses().Lister()
-	// Entries we wrote ourselves stay visible until the watch delivers them
-	// (or a minute passes), so a claim re-queued right after provisioning
-	// finds its PV instead of trying again.
-	r.volumes = cache.NewIntegerResourceVersionMutationCache(klog.Background(),
-		volInf.GetStore(), volInf.GetIndexer(), time.Minute, true)
+	r.volumes = newOwnWrites(volInf.GetStore(), r.clock, time.Minute)
 	r.synced = []cache.InformerSynced{claimInf.HasSynced, classInf.HasSynced, volInf.HasSynced}
 
 	base, maxDelay := orDefault(c.RetryBase, defaultRetryBase), orDefault(c.RetryMax, defaultRetryMax)

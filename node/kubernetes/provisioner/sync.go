@@ -33,11 +33,11 @@ func (r *run) syncClaim(ctx context.Context, key string) error {
 	if pvc, ok = r.claim(key); !ok || !r.needsVolume(pvc) || volumeIDFor(pvc.UID) != id {
 		return nil
 	}
-	if obj, exists, _ := r.volumes.GetByKey(id); exists {
+	if pv, exists := r.volumes.get(id); exists {
 		// Provisioned already (by an earlier attempt); the PV controller
 		// binds it. A PV of that name for another claim cannot exist since
 		// the name contains this claim's UID, but say so if it does.
-		if pv, ok := obj.(*corev1.PersistentVolume); ok && (pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != pvc.UID) {
+		if pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != pvc.UID {
 			r.log.Warningf("PV %s exists but is not for claim %s; leaving both alone", id, describeClaim(pvc))
 		}
 		return nil
@@ -103,7 +103,7 @@ func (r *run) syncClaim(ctx context.Context, key string) error {
 		// first, the orphan reconciler removes it.
 		return fmt.Errorf("creating PV %s: %w", id, err)
 	}
-	r.volumes.Mutation(made)
+	r.volumes.created(made)
 	r.log.Infof("provisioned %s for claim %s: %s, %d bytes", id, describeClaim(pvc), req.mode, req.bytes)
 	if unenforced {
 		r.recorder.Eventf(pvc, corev1.EventTypeWarning, ReasonCapacityNotEnforced,
@@ -128,16 +128,12 @@ var errNotOurs = errors.New("PV is no longer a released volume of this node")
 // reclaim policy is Delete. Every step is idempotent, so a crash anywhere is
 // finished by the next attempt.
 func (r *run) syncVolume(ctx context.Context, name string) error {
-	obj, exists, err := r.volumes.GetByKey(name)
-	if err != nil {
-		return fmt.Errorf("reading PV %s: %w", name, err)
-	}
+	pv, exists := r.volumes.get(name)
 	if !exists {
 		r.volumeQ.Forget(name)
 		return nil
 	}
-	pv, ok := obj.(*corev1.PersistentVolume)
-	if !ok || !deletable(pv) {
+	if !deletable(pv) {
 		return nil
 	}
 	if ours, why := ownsVolume(pv, r.Driver, r.hostname); !ours {
