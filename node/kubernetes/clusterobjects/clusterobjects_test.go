@@ -2,6 +2,7 @@ package clusterobjects_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"reflect"
@@ -26,7 +27,8 @@ var cp *launch.ControlPlane
 // TestMain starts one real control plane for the package (a few seconds;
 // no root needed).
 func TestMain(m *testing.M) {
-	if testingShort() {
+	flag.Parse()
+	if testing.Short() {
 		os.Exit(m.Run())
 	}
 	dir, err := os.MkdirTemp("", "plinth-co-")
@@ -50,15 +52,6 @@ func TestMain(m *testing.M) {
 		_ = os.RemoveAll(dir)
 	}
 	os.Exit(code)
-}
-
-func testingShort() bool {
-	for _, a := range os.Args {
-		if a == "-test.short=true" || a == "-test.short" {
-			return true
-		}
-	}
-	return false
 }
 
 func logger(t *testing.T) logtree.LeveledLogger {
