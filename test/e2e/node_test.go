@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/test/launch"
 )
 
@@ -44,6 +45,13 @@ func TestNodeReady(t *testing.T) {
 	}
 	if rt := node.Status.NodeInfo.ContainerRuntimeVersion; !strings.HasPrefix(rt, "containerd://") {
 		t.Errorf("container runtime = %q, want containerd", rt)
+	}
+	// The cluster objects plinth-node relies on are in place.
+	if _, err := c.Client.StorageV1().StorageClasses().Get(ctx, names.StorageClassName, metav1.GetOptions{}); err != nil {
+		t.Errorf("StorageClass %s: %v", names.StorageClassName, err)
+	}
+	if _, err := c.Client.StorageV1().CSIDrivers().Get(ctx, names.DriverName, metav1.GetOptions{}); err != nil {
+		t.Errorf("CSIDriver %s: %v", names.DriverName, err)
 	}
 	for _, tm := range c.Timings {
 		t.Logf("start-up: %-24s at %5.1fs", tm.Phase, tm.At.Seconds())

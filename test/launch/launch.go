@@ -83,8 +83,9 @@ type Paths struct {
 	Dir string
 	// Kubeconfig is an admin (system:masters) kubeconfig.
 	Kubeconfig string
-	// NodeKubeconfig is plinth-node's kubeconfig (group plinth:nodes, bound
-	// to the ClusterRole plinth:node).
+	// NodeKubeconfig is plinth-node's kubeconfig: the restricted identity
+	// of a node agent (group clusterobjects.NodeAgentGroup, bound to
+	// clusterobjects.ClusterRole).
 	NodeKubeconfig string
 	// DataDir is the mount point of the node's XFS data filesystem.
 	DataDir string

@@ -5,47 +5,45 @@ import (
 	"fmt"
 	"path/filepath"
 
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"source.plinth.dev/node/kubernetes/clusterobjects"
 )
 
-const (
-	// plinthNodeGroup is the group of plinth-node's client certificate.
-	plinthNodeGroup = "plinth:nodes"
-	// PlinthNodeRole is the ClusterRole plinth-node runs with.
-	PlinthNodeRole = "plinth:node"
-)
+// plinthNodeGroup is the group (O=) of plinth-node's client certificate:
+// the group the node agent's ClusterRoleBinding names.
+const plinthNodeGroup = clusterobjects.NodeAgentGroup
 
-// plinthNodeRules are what a node-local provisioner, resizer and CSI node
-// plugin need. plinth-node does not run as system:node: NodeRestriction
-// would (rightly) stop a kubelet identity from creating PersistentVolumes.
-// When the node packages grow an RBAC manifest of their own, this should be
-// read from there instead.
-var plinthNodeRules = []rbacv1.PolicyRule{
-	{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-	{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
-	{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims/status"}, Verbs: []string{"update", "patch"}},
-	{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}},
-	{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}},
-	{APIGroups: []string{""}, Resources: []string{"nodes", "pods"}, Verbs: []string{"get", "list", "watch"}},
-	{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses", "csinodes", "csidrivers", "volumeattachments"}, Verbs: []string{"get", "list", "watch"}},
-	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
+// applyRBAC creates plinth-node's ClusterRole and binding, exactly as the
+// node packages define them, so plinth-node runs with the restricted
+// identity a real node has. (It does not run as system:node:<name>:
+// NodeRestriction would rightly stop a kubelet identity from creating
+// PersistentVolumes.) Objects that exist already are left alone.
+func (c *Cluster) applyRBAC(ctx context.Context) error {
+	role := clusterobjects.ClusterRole()
+	if _, err := c.Client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating ClusterRole %s: %w", role.Name, err)
+	}
+	binding := clusterobjects.ClusterRoleBinding()
+	if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating ClusterRoleBinding %s: %w", binding.Name, err)
+	}
+	return nil
 }
 
-// applyRBAC creates the ClusterRole and binding of plinth-node.
-func (c *Cluster) applyRBAC(ctx context.Context) error {
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: PlinthNodeRole}, Rules: plinthNodeRules}
-	if _, err := c.Client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating ClusterRole %s: %w", PlinthNodeRole, err)
+// applyStorageObjects creates the CSIDriver and the default StorageClass.
+// plinth-node ensures them at start too, but with its restricted identity
+// it may only read them; like an installer, the launcher creates them with
+// admin rights.
+func (c *Cluster) applyStorageObjects(ctx context.Context) error {
+	driver := clusterobjects.CSIDriver()
+	if _, err := c.Client.StorageV1().CSIDrivers().Create(ctx, driver, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating CSIDriver %s: %w", driver.Name, err)
 	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: PlinthNodeRole},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: PlinthNodeRole},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: plinthNodeGroup}},
-	}
-	if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating ClusterRoleBinding %s: %w", PlinthNodeRole, err)
+	class := clusterobjects.StorageClass()
+	if _, err := c.Client.StorageV1().StorageClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating StorageClass %s: %w", class.Name, err)
 	}
 	return nil
 }

@@ -226,6 +226,9 @@ func (c *Cluster) startAll(ctx context.Context) error {
 	if err := c.applyRBAC(ctx); err != nil {
 		return err
 	}
+	if err := c.applyStorageObjects(ctx); err != nil {
+		return err
+	}
 	// Pods are rejected until their namespace's default service account
 	// exists. The controller manager would create it a few seconds after
 	// its start; creating it here makes the cluster usable that much sooner.

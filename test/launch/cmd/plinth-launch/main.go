@@ -16,13 +16,13 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/test/images"
 	"source.plinth.dev/test/launch"
 )
 
-// storageClass is the StorageClass plinth-node serves. TODO(provisioner):
-// take it from the node packages' constants once they exist.
-const storageClass = "local"
+// storageClass is the StorageClass plinth-node serves.
+const storageClass = names.StorageClassName
 
 // argList collects a repeatable flag.
 type argList []string
@@ -74,8 +74,11 @@ func run(dir, bin, plinthNode string, nodeArgs []string, dataSize int64) error {
 	if err := os.WriteFile(example, []byte(exampleYAML), 0o644); err != nil {
 		return errors.Join(err, c.Stop(context.Background()))
 	}
-	_, scErr := c.Client.StorageV1().StorageClasses().Get(ctx, storageClass, metav1.GetOptions{})
-	printSummary(c, ready, example, plinthNode != "", scErr == nil)
+	storage := csiRegistered(ctx, c)
+	printSummary(c, ready, example, plinthNode != "", storage)
+	if !storage && plinthNode != "" {
+		go announceStorage(ctx, c)
+	}
 
 	select {
 	case <-ctx.Done():
@@ -122,16 +125,48 @@ Storage: StorageClass %q. Try the example PVC + pod:
 %s`, storageClass, example, exampleYAML)
 	} else {
 		fmt.Printf(`
-Storage: NOT AVAILABLE yet. There is no StorageClass %q in this cluster
-because plinth-node has no provisioner and CSI plugin yet, so a PVC would stay
-Pending. Plain pods work. Once storage exists, this example gets a Bound PVC
-and a Running pod:
+Storage: NOT AVAILABLE (yet). The StorageClass %q exists, but plinth-node's
+CSI plugin has not registered with the kubelet, so a PVC would stay Pending.
+(This build of plinth-node may not run its provisioner and CSI plugin yet; a
+line below announces it if it registers later.) Plain pods work. With
+storage, this example gets a Bound PVC and a Running pod:
 
   kubectl apply -f %s
 
 %s`, storageClass, example, exampleYAML)
 	}
 	fmt.Printf("\nCtrl-C stops the cluster and cleans up.\n")
+}
+
+// csiRegistered reports whether plinth-node's CSI plugin has registered
+// with the kubelet: the node's CSINode object then lists the driver. That,
+// not the StorageClass (which the launcher creates), says storage works.
+func csiRegistered(ctx context.Context, c *launch.Cluster) bool {
+	n, err := c.Client.StorageV1().CSINodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	for _, d := range n.Spec.Drivers {
+		if d.Name == names.DriverName {
+			return true
+		}
+	}
+	return false
+}
+
+// announceStorage prints one line once the CSI plugin registers.
+func announceStorage(ctx context.Context, c *launch.Cluster) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+		if csiRegistered(ctx, c) {
+			fmt.Printf("\nStorage is available now: plinth-node registered %s; StorageClass %q works.\n", names.DriverName, storageClass)
+			return
+		}
+	}
 }
 
 func nodeWord(running bool) string {
