@@ -25,6 +25,15 @@ import (
 //     volume and creating its PV.
 //
 // Anything else found in the volumes directory is reported and kept.
+//
+// Retain: a Released PV with policy Retain keeps its volume for as long as
+// the PV object exists. Deleting that PV by hand (once its claim is gone)
+// makes the volume unreferenced, and it is removed after the grace period.
+// On other storage the data would outlive the PV; here it cannot, because
+// the volume layer keeps no record of a volume beyond its ID, and a crash
+// orphan (claim deleted before its PV was made) looks exactly the same. To
+// keep retained data, keep its PV. A volume-layer "retained" mark would
+// lift this limit.
 
 // orphanCheckInterval is how often the reconciler looks for orphans.
 func orphanCheckInterval(grace time.Duration) time.Duration {
