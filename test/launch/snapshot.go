@@ -15,7 +15,8 @@ import (
 // other tests) also mounts things and starts processes, so only state a
 // cluster can produce is compared: mounts below the work directory or in
 // kubelet/containerd/netns locations, loop devices backed below the work
-// directory, processes of the cluster's programs, pod network links.
+// directory, processes of the cluster's programs that name the work
+// directory or run in a pod cgroup, pod network links.
 type hostSnapshot struct {
 	mounts map[string]bool
 	loops  map[string]bool
@@ -59,7 +60,10 @@ func takeHostSnapshot(dir string) hostSnapshot {
 		if err != nil {
 			continue
 		}
-		if name := filepath.Base(strings.TrimSuffix(exe, " (deleted)")); clusterPrograms[name] {
+		name := filepath.Base(strings.TrimSuffix(exe, " (deleted)"))
+		// Only this cluster's: other tests may run their own etcd and
+		// apiserver (launch.StartControlPlane) at the same time.
+		if clusterPrograms[name] && (strings.Contains(cmdline(pid), dir+"/") || inKubepods(pid)) {
 			s.procs[pid] = name
 		}
 	}
