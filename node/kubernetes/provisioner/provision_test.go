@@ -116,6 +116,16 @@ func TestDeleteReleasedAndRetain(t *testing.T) {
 		}
 	}
 	e.waitEvent(delPV.UID, ReasonVolumeDeleted, "reclaim policy Delete")
+	time.Sleep(time.Second) // a repeated deletion would show by now
+	n := 0
+	for _, ev := range e.events(delPV.UID) {
+		if ev.Reason == ReasonVolumeDeleted {
+			n += int(ev.Count)
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d %s Events for one deletion, want 1", n, ReasonVolumeDeleted)
+	}
 
 	// Retain: the PV is Released and stays, and so does the volume.
 	eventually(t, 30*time.Second, "retained PV Released", func() (bool, error) {

@@ -175,7 +175,13 @@ func (r *run) syncVolume(ctx context.Context, name string) error {
 	return nil
 }
 
+// deletable reports whether a PV is Released with policy Delete and not
+// already being deleted. A PV with a deletion timestamp is one whose data we
+// deleted before deleting it (it waits for the pv-protection finalizer), or
+// one an administrator deleted: its volume then becomes an orphan and is
+// removed by the reconciler. Either way there is nothing to do here, and
+// acting again would only repeat Events and audit lines.
 func deletable(pv *corev1.PersistentVolume) bool {
-	return pv.Status.Phase == corev1.VolumeReleased &&
+	return pv.DeletionTimestamp == nil && pv.Status.Phase == corev1.VolumeReleased &&
 		pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete
 }
