@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
 	"source.plinth.dev/node/kubernetes/names"
@@ -124,6 +125,7 @@ func TestOrphans(t *testing.T) {
 	if waited := time.Since(start); waited < c.OrphanGracePeriod {
 		t.Errorf("orphan removed after %s, before the grace period of %s", waited, c.OrphanGracePeriod)
 	}
+	e.waitEvent(types.UID(e.node), ReasonOrphanDeleted, orphan)
 	time.Sleep(2 * c.OrphanGracePeriod) // let a wrong removal happen
 	got := e.volumeIDs()
 	for _, id := range []string{volumeIDFor(pending.UID), retained, unlabelled} {

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"source.plinth.dev/node/kubernetes/volume"
 )
@@ -145,6 +147,12 @@ func (r *run) reportForeign(e volume.Entry) {
 	}
 }
 
+// nodeRef refers to this node's Node object the way the kubelet's own Events
+// do (a Node's Events use its name as UID).
+func (r *run) nodeRef() *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: r.NodeName, UID: types.UID(r.NodeName)}
+}
+
 // removeOrphan re-checks an orphan under the volume's lock, with a live read
 // of its PV, and removes it.
 func (r *run) removeOrphan(ctx context.Context, id string, age time.Duration) error {
@@ -169,5 +177,9 @@ func (r *run) removeOrphan(ctx context.Context, id string, age time.Duration) er
 	}
 	r.forgetCandidate(id)
 	r.log.Infof("audit: deleted orphaned volume %s and its data: no PV and no claim referred to it for %s", id, age.Round(time.Second))
+	// No PV or claim is left to carry the Event; the node is where the
+	// volume lived, and `kubectl describe node` is where one looks.
+	r.recorder.Eventf(r.nodeRef(), corev1.EventTypeNormal, ReasonOrphanDeleted,
+		"Deleted orphaned volume %s and its data: no PV and no claim referred to it for %s", id, age.Round(time.Second))
 	return nil
 }

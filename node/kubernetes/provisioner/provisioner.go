@@ -47,6 +47,7 @@ const (
 	ReasonCapacityNotEnforced   = "CapacityNotEnforced"
 	ReasonVolumeDeleted         = "VolumeDeleted"
 	ReasonVolumeDeleteFailed    = "VolumeDeleteFailed"
+	ReasonOrphanDeleted         = "OrphanedVolumeDeleted"
 )
 
 // Defaults for the Controller's optional fields.
