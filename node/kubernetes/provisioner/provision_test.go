@@ -176,6 +176,34 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
+	// Malformed for us though valid for the API server.
+	for _, tc := range []struct {
+		name string
+		mut  func(*corev1.PersistentVolumeClaim)
+		want string
+	}{
+		{"empty-class", func(p *corev1.PersistentVolumeClaim) { empty := ""; p.Spec.StorageClassName = &empty }, "claim has no StorageClass"},
+		{"selector", func(p *corev1.PersistentVolumeClaim) {
+			p.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}
+		}, "selector"},
+		{"clone", func(p *corev1.PersistentVolumeClaim) {
+			p.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "rwx"}
+		}, "data sources"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := e.claimObject(claim{name: tc.name})
+			tc.mut(c)
+			pvc, err := e.client.CoreV1().PersistentVolumeClaims(e.ns).Create(context.Background(), c, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.waitEvent(pvc.UID, ReasonProvisioningFailed, tc.want)
+			e.noPV(pvc.UID)
+		})
+	}
+	if ids := e.volumeIDs(); len(ids) != 0 {
+		t.Errorf("volumes left behind: %v", ids)
+	}
 	// Inputs the API server itself refuses never reach the controller;
 	// validateClaim still checks them (see TestValidateClaim).
 	for name, c := range map[string]*corev1.PersistentVolumeClaim{
