@@ -8,6 +8,7 @@
 #   repo/   --repository_cache: downloads by sha256 (Go SDK, rules_go, gazelle)
 #   disk/   --disk_cache: action outputs shared between checkouts, so a second
 #           clone of the repository reuses the first one's compiled packages
+#           (PLINTH_BAZEL_DISK_CACHE=0 turns it off)
 # go_repository rules reuse the host's Go module cache and build cache
 # (GO_REPOSITORY_USE_HOST_CACHE), which `make test-unit` has already filled.
 #
@@ -51,10 +52,9 @@ startup=(
 )
 case "$cmd" in
 build | test | run | cquery | aquery | coverage)
-	exec bazel "${startup[@]}" "$cmd" \
-		--repository_cache="$base/repo" \
-		--disk_cache="$base/disk" \
-		"$@"
+	disk=(--disk_cache="$base/disk")
+	[ "${PLINTH_BAZEL_DISK_CACHE:-1}" = 0 ] && disk=()
+	exec bazel "${startup[@]}" "$cmd" --repository_cache="$base/repo" "${disk[@]}" "$@"
 	;;
 query | fetch | sync)
 	exec bazel "${startup[@]}" "$cmd" --repository_cache="$base/repo" "$@"
