@@ -16,9 +16,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 HOST=(
-	# 500 PVCs to Bound, provisioner vs a bare client with the same QPS/burst;
+	# 500 PVCs to Bound, provisioner vs a bare client with the same QPS/burst
+	# (custom metric ratio-Bound, measured back to back in each op);
 	# plinth-node's RSS per foreign PVC (custom metrics B/foreign-pvc-*).
-	"./node/kubernetes/provisioner Provision500 bare"
+	"./node/kubernetes/provisioner Provision500"
 	"./node/kubernetes/provisioner ForeignClaimsRSS"
 	"./pkg/loop CreateRemove losetup"
 	"./node/kubernetes/csi PublishUnpublishBlock"
