@@ -125,10 +125,14 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("watching PVs: %w", err)
 	}
 
-	all.Start(ctx.Done())
-	own.Start(ctx.Done())
+	// Informers stop with their own context, cancelled before Shutdown
+	// waits for them, so every return path of Run leaves nothing running.
+	ictx, stopInformers := context.WithCancel(ctx)
 	defer all.Shutdown()
 	defer own.Shutdown()
+	defer stopInformers()
+	all.Start(ictx.Done())
+	own.Start(ictx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), r.synced...) {
 		return ctx.Err()
 	}
