@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/volume"
 )
 
@@ -210,7 +211,7 @@ func buildPV(pvc *corev1.PersistentVolumeClaim, r *request, driver, hostname, no
 			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{
 				NodeSelectorTerms: []corev1.NodeSelectorTerm{{
 					MatchExpressions: []corev1.NodeSelectorRequirement{{
-						Key:      corev1.LabelHostname,
+						Key:      names.TopologyKeyHostname,
 						Operator: corev1.NodeSelectorOpIn,
 						Values:   []string{hostname},
 					}},
@@ -261,7 +262,7 @@ func affinityHostname(pv *corev1.PersistentVolume) (string, bool) {
 		return "", false
 	}
 	e := exprs[0]
-	if e.Key != corev1.LabelHostname || e.Operator != corev1.NodeSelectorOpIn || len(e.Values) != 1 {
+	if e.Key != names.TopologyKeyHostname || e.Operator != corev1.NodeSelectorOpIn || len(e.Values) != 1 {
 		return "", false
 	}
 	return e.Values[0], true

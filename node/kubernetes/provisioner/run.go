@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/supervisor"
 )
@@ -175,7 +176,7 @@ func (r *run) lookupHostname(ctx context.Context) (string, error) {
 	case err != nil:
 		return "", fmt.Errorf("looking up node %s: %w", r.NodeName, err)
 	}
-	if h := node.Labels[corev1.LabelHostname]; h != "" {
+	if h := node.Labels[names.TopologyKeyHostname]; h != "" {
 		return h, nil
 	}
 	return r.NodeName, nil
