@@ -98,9 +98,19 @@ func (r *run) syncClaim(ctx context.Context, key string) error {
 		if made.Spec.ClaimRef == nil || made.Spec.ClaimRef.UID != pvc.UID {
 			return fmt.Errorf("PV %s exists but is not for claim %s", id, describeClaim(pvc))
 		}
+	case apierrors.IsInvalid(err):
+		// The API server will never take this PV (say, a StorageClass
+		// mount option it rejects): retrying is pointless, and the volume,
+		// which no PV refers to, must not stay behind half-provisioned.
+		r.failClaim(pvc, fmt.Sprintf("the API server rejected PV %s: %v", id, err))
+		if derr := r.Volumes.Delete(ctx, id); derr != nil {
+			return fmt.Errorf("removing volume %s after its PV was rejected: %w", id, derr)
+		}
+		return nil
 	case err != nil:
 		// The volume stays: the retry reuses it, and if the claim goes away
 		// first, the orphan reconciler removes it.
+		r.failClaim(pvc, fmt.Sprintf("creating PV %s: %v (will retry)", id, err))
 		return fmt.Errorf("creating PV %s: %w", id, err)
 	}
 	r.volumes.created(made)

@@ -2,9 +2,15 @@ package provisioner
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
 
 	"k8s.io/client-go/kubernetes/fake"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
@@ -21,6 +27,7 @@ import (
 type fakeVolumes struct {
 	mu      sync.Mutex
 	creates int
+	deletes int
 }
 
 func (f *fakeVolumes) Create(_ context.Context, id string, mode volume.Mode, bytes int64) (volume.Info, error) {
@@ -29,7 +36,12 @@ func (f *fakeVolumes) Create(_ context.Context, id string, mode volume.Mode, byt
 	f.creates++
 	return volume.Info{ID: id, Mode: mode, CapacityBytes: bytes}, nil
 }
-func (f *fakeVolumes) Delete(context.Context, string) error         { return nil }
+func (f *fakeVolumes) Delete(context.Context, string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deletes++
+	return nil
+}
 func (f *fakeVolumes) List(context.Context) ([]volume.Entry, error) { return nil, nil }
 func (f *fakeVolumes) CapacityEnforced() bool                       { return true }
 
@@ -39,6 +51,57 @@ func (f *fakeVolumes) CapacityEnforced() bool                       { return tru
 // operation, no second API write.
 func TestOwnWritesSeenBeforeWatch(t *testing.T) {
 	client := fake.NewClientset()
+	r, vols, key := unitRun(t, client)
+	defer r.claimQ.ShutDown()
+	for i := range 3 {
+		if err := r.syncClaim(context.Background(), key); err != nil {
+			t.Fatalf("sync %d: %v", i, err)
+		}
+	}
+	if vols.creates != 1 {
+		t.Errorf("volume created %d times, want 1", vols.creates)
+	}
+	var writes int
+	for _, a := range client.Actions() {
+		if a.GetResource().Resource == "persistentvolumes" {
+			writes++
+		}
+	}
+	if writes != 1 {
+		t.Errorf("%d PV API calls (%v), want exactly the one create", writes, client.Actions())
+	}
+}
+
+// TestRejectedPVLeavesNoVolume: when the API server refuses the PV for good
+// (Invalid), the volume made for it is removed again and the claim gets a
+// ProvisioningFailed Event.
+func TestRejectedPVLeavesNoVolume(t *testing.T) {
+	client := fake.NewClientset()
+	client.PrependReactor("create", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewInvalid(schema.GroupKind{Kind: "PersistentVolume"}, "x", nil)
+	})
+	r, vols, key := unitRun(t, client)
+	defer r.claimQ.ShutDown()
+	if err := r.syncClaim(context.Background(), key); err != nil {
+		t.Fatalf("sync: %v (a rejected PV is not worth retrying)", err)
+	}
+	if vols.creates != 1 || vols.deletes != 1 {
+		t.Errorf("volume created %d and deleted %d times, want 1 and 1", vols.creates, vols.deletes)
+	}
+	select {
+	case ev := <-r.recorder.(*record.FakeRecorder).Events:
+		if !strings.Contains(ev, ReasonProvisioningFailed) {
+			t.Errorf("event %q, want %s", ev, ReasonProvisioningFailed)
+		}
+	default:
+		t.Error("no Event")
+	}
+}
+
+// unitRun is a run over in-memory caches holding one claim of ours and its
+// class, with a PV cache the watch never fills.
+func unitRun(t *testing.T, client *fake.Clientset) (*run, *fakeVolumes, string) {
+	t.Helper()
 	claims := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{uidIndex: indexByUID})
 	pvc := testClaim()
 	if err := claims.Add(pvc); err != nil {
@@ -62,23 +125,5 @@ func TestOwnWritesSeenBeforeWatch(t *testing.T) {
 		recorder:   record.NewFakeRecorder(10),
 		claimQ:     newBackoffQueue("test", clock.RealClock{}, time.Second, time.Second),
 	}
-	defer r.claimQ.ShutDown()
-	key := pvc.Namespace + "/" + pvc.Name
-	for i := range 3 {
-		if err := r.syncClaim(context.Background(), key); err != nil {
-			t.Fatalf("sync %d: %v", i, err)
-		}
-	}
-	if vols.creates != 1 {
-		t.Errorf("volume created %d times, want 1", vols.creates)
-	}
-	var writes int
-	for _, a := range client.Actions() {
-		if a.GetResource().Resource == "persistentvolumes" {
-			writes++
-		}
-	}
-	if writes != 1 {
-		t.Errorf("%d PV API calls (%v), want exactly the one create", writes, client.Actions())
-	}
+	return r, vols, pvc.Namespace + "/" + pvc.Name
 }
