@@ -3,6 +3,7 @@ package csi
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -21,7 +22,9 @@ import (
 // device detached or reused).
 //
 // The volume path must be one of the volume's publications; any other path
-// is NotFound, because the plugin reports only on what it published.
+// is NotFound, because the plugin reports only on what it published. For
+// block volumes the kubelet names the publication by its own per-pod device
+// map path instead (see kubeletBlockTarget).
 func (s *Server) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
 	id, path := req.GetVolumeId(), req.GetVolumePath()
 	if err := checkVolumeID(id); err != nil {
@@ -35,6 +38,11 @@ func (s *Server) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 		return nil, statusFromVolume(err)
 	}
 	p := s.store.get(path)
+	if p == nil && st.Mode == volume.Block {
+		if target, ok := kubeletBlockTarget(path); ok {
+			p = s.store.get(target)
+		}
+	}
 	if p == nil || p.VolumeID != id {
 		return nil, status.Errorf(codes.NotFound, "volume %s is not published at %q", id, path)
 	}
@@ -58,6 +66,36 @@ func (s *Server) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 		resp.Usage = []*csi.VolumeUsage{bytes}
 	}
 	return resp, nil
+}
+
+// kubeletBlockTarget maps the volume path the kubelet passes to
+// NodeGetVolumeStats for a block volume to the target path it published
+// the volume at. For block volumes the kubelet (v1.34, pkg/volume/csi
+// newBlockMapper) asks about its per-pod device map entry,
+//
+//	<kubelet>/plugins/kubernetes.io/csi/volumeDevices/<spec>/dev/<pod UID>
+//
+// while NodePublishVolume got
+//
+//	<kubelet>/plugins/kubernetes.io/csi/volumeDevices/publish/<spec>/<pod UID>
+//
+// Without this mapping the kubelet's stats calls for block volumes fail as
+// NotFound and kubelet_volume_stats_* never appear for block PVCs. Only the
+// shape is derived here; the caller still requires a publication record of
+// the same volume at the result, so a made-up path can only name a target
+// the plugin itself published.
+func kubeletBlockTarget(path string) (string, bool) {
+	dir, pod := filepath.Split(filepath.Clean(path))
+	dir = filepath.Clean(dir)
+	if pod == "" || filepath.Base(dir) != "dev" {
+		return "", false
+	}
+	spec := filepath.Dir(dir)
+	devices := filepath.Dir(spec)
+	if filepath.Base(devices) != "volumeDevices" || filepath.Base(spec) == "publish" {
+		return "", false
+	}
+	return filepath.Join(devices, "publish", filepath.Base(spec), pod), true
 }
 
 // NodeGetVolumeHealth is CSI 1.13's successor of the volume condition: the
