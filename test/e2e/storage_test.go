@@ -55,19 +55,7 @@ func TestFilesystemVolume(t *testing.T) {
 		return strings.TrimSpace(string(got)) == payload, err
 	})
 
-	// Capacity reporting comes from NodeGetVolumeStats; the kubelet polls
-	// it every volumeStatsAggPeriod (5s in the launched kubelet).
-	want := pv.Spec.Capacity[corev1.ResourceStorage]
-	waitFor(t, time.Minute, "kubelet_volume_stats_capacity_bytes of "+name, func() (bool, error) {
-		v, ok, err := volumeMetric(ctx, c, "kubelet_volume_stats_capacity_bytes", "default", name)
-		if err != nil || !ok {
-			return false, err
-		}
-		if v != float64(want.Value()) {
-			return false, fmt.Errorf("kubelet_volume_stats_capacity_bytes = %v, want %d", v, want.Value())
-		}
-		return true, nil
-	})
+	waitCapacityMetric(t, c, pv)
 
 	// A node without enforceable quotas says so on every filesystem claim;
 	// otherwise the claim reports a plain success.
@@ -96,7 +84,7 @@ func TestFilesystemVolume(t *testing.T) {
 // TestReadOnlyVolume: a claim mounted with readOnly: true is read-only in
 // the pod, and the CSI plugin's own bind mount is read-only too (the
 // kubelet passes the flag in NodePublishVolume), so it does not rest on the
-// container runtime alone.
+// container runtime alone. Its capacity shows in the kubelet's metrics too.
 func TestReadOnlyVolume(t *testing.T) {
 	t.Parallel()
 	c := clusterFor(t)
@@ -106,6 +94,7 @@ func TestReadOnlyVolume(t *testing.T) {
 	mountClaim(pod, name, true)
 	pv := runPod(t, c, pod, pvc)
 	waitLogs(t, c, name, "Read-only file system")
+	waitCapacityMetric(t, c, pv)
 
 	suffix := "/volumes/kubernetes.io~csi/" + pv.Name + "/mount"
 	opts, err := mountOptions(suffix)
@@ -129,8 +118,10 @@ func TestReadOnlyVolume(t *testing.T) {
 // TestBlockVolumeClaim: a raw block claim is a loop device over the
 // volume's image in the pod; bytes written there land in the image and read
 // back. The kubelet maps it with no losetup on its PATH (the patched
-// kubelet), the only loop device over the image is the CSI plugin's, and
-// deleting the claim frees the device and removes the image.
+// kubelet), the only loop device over the image is the CSI plugin's, the
+// kubelet's metrics show its capacity (the kubelet asks for block stats at
+// a path other than the published target), and deleting the claim frees
+// the device and removes the image.
 func TestBlockVolumeClaim(t *testing.T) {
 	t.Parallel()
 	c := clusterFor(t)
@@ -150,6 +141,7 @@ func TestBlockVolumeClaim(t *testing.T) {
 	}}}
 	pv := runPod(t, c, pod, pvc)
 	waitLogs(t, c, name, "read back: "+payload)
+	waitCapacityMetric(t, c, pv)
 
 	image := filepath.Join(c.DataDir, "volumes", pv.Name+".img")
 	got, err := os.ReadFile(image)
@@ -304,6 +296,28 @@ func hasEvent(ctx context.Context, c *launch.Cluster, kind, name, reason string)
 		return false, err
 	}
 	return len(evs.Items) > 0, nil
+}
+
+// waitCapacityMetric waits until the kubelet's metrics report the PV's
+// capacity for its claim. The figure comes from NodeGetVolumeStats, which
+// the kubelet calls every volumeStatsAggPeriod (5s in the launched kubelet).
+func waitCapacityMetric(t *testing.T, c *launch.Cluster, pv *corev1.PersistentVolume) {
+	t.Helper()
+	const metric = "kubelet_volume_stats_capacity_bytes"
+	claim := pv.Spec.ClaimRef
+	want := pv.Spec.Capacity[corev1.ResourceStorage]
+	start := time.Now()
+	waitFor(t, time.Minute, metric+" of "+claim.Name, func() (bool, error) {
+		v, ok, err := volumeMetric(context.Background(), c, metric, claim.Namespace, claim.Name)
+		if err != nil || !ok {
+			return false, err
+		}
+		if v != float64(want.Value()) {
+			return false, fmt.Errorf("%s = %v, want %d", metric, v, want.Value())
+		}
+		return true, nil
+	})
+	t.Logf("%s of %s reported %.1fs after the pod ran", metric, claim.Name, time.Since(start).Seconds())
 }
 
 // volumeMetric reads one kubelet_volume_stats_* sample of a claim from the
