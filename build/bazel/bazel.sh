@@ -8,7 +8,8 @@
 #   repo/   --repository_cache: downloads by sha256 (Go SDK, rules_go, gazelle)
 #   disk/   --disk_cache: action outputs shared between checkouts, so a second
 #           clone of the repository reuses the first one's compiled packages
-#           (PLINTH_BAZEL_DISK_CACHE=0 turns it off)
+#           (off in CI, where nothing survives the run; PLINTH_BAZEL_DISK_CACHE=0/1
+#           overrides)
 # go_repository rules reuse the host's Go module cache and build cache
 # (GO_REPOSITORY_USE_HOST_CACHE), which `make test-unit` has already filled.
 #
@@ -53,7 +54,11 @@ startup=(
 case "$cmd" in
 build | test | run | cquery | aquery | coverage)
 	disk=(--disk_cache="$base/disk")
-	[ "${PLINTH_BAZEL_DISK_CACHE:-1}" = 0 ] && disk=()
+	# CI starts from nothing every time, so there the disk cache only costs
+	# writes (about 1.5 GB); developers with several checkouts gain from it.
+	default_disk=1
+	[ -n "${CI:-}" ] && default_disk=0
+	[ "${PLINTH_BAZEL_DISK_CACHE:-$default_disk}" = 0 ] && disk=()
 	exec bazel "${startup[@]}" "$cmd" --repository_cache="$base/repo" "${disk[@]}" "$@"
 	;;
 query | fetch | sync)
