@@ -183,32 +183,5 @@ func quotaWord(enforced bool) string {
 	return "NOT enforceable on this kernel"
 }
 
-const exampleYAML = `apiVersion: v1
-kind: PersistentVolumeClaim
-metadata:
-  name: example
-spec:
-  storageClassName: ` + storageClass + `
-  accessModes: [ReadWriteOnce]
-  resources:
-    requests:
-      storage: 1Gi
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: example
-spec:
-  containers:
-  - name: writer
-    image: plinth.local/busybox:1
-    imagePullPolicy: Never
-    command: [sh, -c, 'date >> /data/log; df -h /data; sleep 3600']
-    volumeMounts:
-    - name: data
-      mountPath: /data
-  volumes:
-  - name: data
-    persistentVolumeClaim:
-      claimName: example
-`
+// exampleYAML is printed in the summary and written next to the kubeconfig.
+const exampleYAML = launch.ExampleYAML
