@@ -1,0 +1,74 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"source.plinth.dev/test/launch"
+)
+
+// TestMakeRunExample applies the example `make run` prints, with kubectl as
+// a user would: the claim binds, the pod runs and writes to the volume, and
+// deleting both removes the PV and the volume's directory.
+func TestMakeRunExample(t *testing.T) {
+	t.Parallel()
+	c := clusterFor(t)
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "example.yaml")
+	if err := os.WriteFile(file, []byte(launch.ExampleYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kubectl := func(args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir, "kubectl"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	start := time.Now()
+	kubectl("apply", "-f", file)
+	t.Cleanup(func() {
+		_ = exec.Command(filepath.Join(c.BinDir, "kubectl"), "--kubeconfig", c.Kubeconfig,
+			"delete", "--ignore-not-found", "--grace-period=1", "-f", file).Run()
+	})
+	if err := waitPodRunning(ctx, c.Client, "default", "example", 2*time.Minute); err != nil {
+		t.Fatalf("%v; claim events: %s", err, podEvents(c.Client, "default", "example"))
+	}
+	t.Logf("example pod running %.1fs after kubectl apply", time.Since(start).Seconds())
+	if got := kubectl("get", "pvc", "example", "-o", "jsonpath={.status.phase}"); got != "Bound" {
+		t.Fatalf("example claim is %q, want Bound", got)
+	}
+	waitLogs(t, c, "example", "/data")
+	pvName := kubectl("get", "pvc", "example", "-o", "jsonpath={.spec.volumeName}")
+	logFile := filepath.Join(c.DataDir, "volumes", pvName, "log")
+	waitFor(t, 30*time.Second, "the example's log file "+logFile, func() (bool, error) {
+		data, err := os.ReadFile(logFile)
+		if errors.Is(err, os.ErrNotExist) {
+			return false, nil
+		}
+		return len(data) > 0, err
+	})
+
+	kubectl("delete", "--grace-period=1", "-f", file)
+	waitFor(t, time.Minute, "PV "+pvName+" to be deleted", func() (bool, error) {
+		_, err := c.Client.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+	if _, err := os.Stat(filepath.Dir(logFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("example volume directory after kubectl delete: %v", err)
+	}
+}
