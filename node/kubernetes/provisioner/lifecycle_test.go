@@ -203,13 +203,18 @@ func TestBackoffHoldsAgainstUpdates(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	time.Sleep(time.Second) // let the recorder flush
-	attempts := 0
-	for _, ev := range e.events(pvc.UID) {
-		if ev.Reason == ReasonProvisioningFailed {
-			attempts += int(ev.Count)
+	countAttempts := func() int {
+		n := 0
+		for _, ev := range e.events(pvc.UID) {
+			if ev.Reason == ReasonProvisioningFailed {
+				n += int(ev.Count)
+			}
 		}
+		return n
 	}
+	// Events are sent asynchronously; wait for the retries to show.
+	eventually(t, 10*time.Second, "a retry's Event", func() (bool, error) { return countAttempts() >= 2, nil })
+	attempts := countAttempts()
 	if attempts < 2 || attempts > 5 {
 		t.Errorf("%d provisioning attempts in ~5 s of updates; want 2..5 (exponential backoff from 1 s)", attempts)
 	}
