@@ -59,12 +59,12 @@ func TestFilesystemVolume(t *testing.T) {
 
 	// A node without enforceable quotas says so on every filesystem claim;
 	// otherwise the claim reports a plain success.
-	reason := provisioner.ReasonCapacityNotEnforced
+	reason, typ := provisioner.ReasonCapacityNotEnforced, corev1.EventTypeWarning
 	if c.QuotaEnforced {
-		reason = provisioner.ReasonProvisioningSucceeded
+		reason, typ = provisioner.ReasonProvisioningSucceeded, corev1.EventTypeNormal
 	}
-	waitFor(t, 30*time.Second, "Event "+reason+" on claim "+name, func() (bool, error) {
-		return hasEvent(ctx, c, "PersistentVolumeClaim", name, reason)
+	waitFor(t, 30*time.Second, typ+" Event "+reason+" on claim "+name, func() (bool, error) {
+		return hasEvent(ctx, c, "PersistentVolumeClaim", name, typ, reason)
 	})
 
 	// The next pod sees the data.
@@ -249,7 +249,7 @@ func deleteClaim(t *testing.T, c *launch.Cluster, pvc *corev1.PersistentVolumeCl
 	t.Logf("PV %s deleted %.1fs after its claim", pv.Name, time.Since(start).Seconds())
 	// Deletion has its Event on the PV (searchable after the PV is gone).
 	waitFor(t, 30*time.Second, "Event "+provisioner.ReasonVolumeDeleted+" on PV "+pv.Name, func() (bool, error) {
-		return hasEvent(ctx, c, "PersistentVolume", pv.Name, provisioner.ReasonVolumeDeleted)
+		return hasEvent(ctx, c, "PersistentVolume", pv.Name, corev1.EventTypeNormal, provisioner.ReasonVolumeDeleted)
 	})
 }
 
@@ -287,10 +287,11 @@ func waitLogs(t *testing.T, c *launch.Cluster, pod, want string) {
 	})
 }
 
-// hasEvent reports whether an Event with reason exists for the object.
-func hasEvent(ctx context.Context, c *launch.Cluster, kind, name, reason string) (bool, error) {
+// hasEvent reports whether an Event of type and reason exists for the
+// object.
+func hasEvent(ctx context.Context, c *launch.Cluster, kind, name, typ, reason string) (bool, error) {
 	evs, err := c.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{
-		FieldSelector: "involvedObject.kind=" + kind + ",involvedObject.name=" + name + ",reason=" + reason,
+		FieldSelector: "involvedObject.kind=" + kind + ",involvedObject.name=" + name + ",type=" + typ + ",reason=" + reason,
 	})
 	if err != nil {
 		return false, err
