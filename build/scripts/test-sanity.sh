@@ -39,7 +39,9 @@ cleanup() {
 		wait "$server_pid" 2>/dev/null || true
 	fi
 	# Anything still mounted below the work directory (a failed run).
-	grep -o " $work/[^ ]*" /proc/self/mounts | sort -r | while read -r m; do umount -l "$m" || true; done
+	# (grep finds nothing on a clean run: that must not fail the trap under
+	# set -e and pipefail, or a passing run exits 1.)
+	{ grep -o " $work/[^ ]*" /proc/self/mounts || true; } | sort -r | while read -r m; do umount -l "$m" || true; done
 	for dev in $(losetup -j "$work/xfs.img" -O NAME -n 2>/dev/null); do losetup -d "$dev" || true; done
 	rm -rf "$work"
 	exit $rc
