@@ -55,6 +55,10 @@ type StateDirectory struct {
 	// deletion, so an interrupted operation can be finished or undone on
 	// the next start.
 	Operations Directory `dir:"operations" mode:"0700"`
+	// Records holds one small record per volume that outlives any single
+	// operation (which reclaim policy its PV had), so the orphan reconciler
+	// can tell retained data from a crash leftover after the PV is gone.
+	Records Directory `dir:"records" mode:"0700"`
 }
 
 // EphemeralDirectory is runtime state that is meaningless after a reboot:

@@ -186,6 +186,7 @@ func TestMkdirAllCreatesDeclaredModes(t *testing.T) {
 			"data/state":                 0o700,
 			"data/state/projects":        0o700,
 			"data/state/operations":      0o700,
+			"data/state/records":         0o700,
 			"ephemeral":                  0o755,
 			"ephemeral/csi":              0o700,
 			"ephemeral/csi/publications": 0o700,
