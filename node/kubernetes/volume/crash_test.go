@@ -78,8 +78,8 @@ func TestCrashAtEveryStep(t *testing.T) {
 			createPoints[Filesystem] = append(createPoints[Filesystem], "create:project-id")
 		}
 		deletePoints := map[Mode][]string{
-			Filesystem: {"delete:intent", "delete:contents", "delete:quota", "delete:rmdir", "delete:data"},
-			Block:      {"delete:intent", "delete:data"},
+			Filesystem: {"delete:intent", "delete:contents", "delete:quota", "delete:rmdir", "delete:data", "delete:record"},
+			Block:      {"delete:intent", "delete:data", "delete:record"},
 		}
 		for _, mode := range []Mode{Filesystem, Block} {
 			for i, point := range createPoints[mode] {
@@ -117,11 +117,18 @@ func TestCrashAtEveryStep(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
+				// The record must go with the data, whatever the point.
+				if err := m.SetReclaimPolicy(ctx, id, ReclaimRetain); err != nil {
+					t.Fatal(err)
+				}
 				if !crashAt(m, point, func() { _ = m.Delete(ctx, id) }) {
 					t.Fatalf("Delete %v never reached %s", mode, point)
 				}
 				assertPending(t, m, id, OpDelete)
 				if _, err := m.Create(ctx, id, mode, MiB); err == nil {
+					if p, err := m.ReclaimPolicy(ctx, id); err != nil || p != ReclaimUnrecorded {
+						t.Errorf("volume recreated after a crash at %s has reclaim policy %q, %v; want none", point, p, err)
+					}
 					// A half-deleted volume must never be handed out
 					// as if it were the old one: Create settles the
 					// deletion first and makes a fresh, empty volume.

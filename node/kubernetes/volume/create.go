@@ -74,6 +74,11 @@ func (m *Manager) Create(ctx context.Context, id string, mode Mode, bytes int64)
 		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
 	}
 	m.crashPoint("create:intent")
+	// A record left by an earlier volume of this ID (removed by hand) does
+	// not describe the new one.
+	if err := m.removeRecord(id); err != nil {
+		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
+	}
 	if mode == Filesystem {
 		err = m.createFilesystem(id, size)
 	} else {

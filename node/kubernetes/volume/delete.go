@@ -135,6 +135,12 @@ func (m *Manager) remove(id string, pid uint32, lookupPID bool) error {
 		}
 	}
 	m.crashPoint("delete:data")
+	// The record goes with the data (never before it: a record that
+	// vanished first would make retained data look like a crash leftover).
+	if err := m.removeRecord(id); err != nil {
+		return err
+	}
+	m.crashPoint("delete:record")
 	if m.ProjectIDs == nil {
 		return nil
 	}

@@ -113,6 +113,9 @@ func assertGone(t *testing.T, m *Manager, id string) {
 	if in, err := m.readIntent(id); err != nil || in != nil {
 		t.Errorf("intent record of %s: %+v, %v; want none", id, in, err)
 	}
+	if rec, err := m.readRecord(id); err != nil || rec != nil {
+		t.Errorf("record of %s: %+v, %v; want none", id, rec, err)
+	}
 	if m.ProjectIDs != nil {
 		if pid, ok, err := m.ProjectIDs.Lookup(id); err != nil || ok {
 			t.Errorf("project ID claim of %s: %d, %v, %v; want none", id, pid, ok, err)

@@ -1,0 +1,164 @@
+package volume
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"source.plinth.dev/node/core/localstorage"
+)
+
+// ReclaimPolicy is what the volume's consumer (for the provisioner, its PV)
+// said should happen to the data once nobody claims it any more. The volume
+// layer does not act on it; it only remembers it, because the consumer's
+// object can disappear (an administrator deletes a Retain PV by hand) and
+// then the volume on disk is all that is left to decide by.
+type ReclaimPolicy string
+
+const (
+	// ReclaimUnrecorded: no policy was ever recorded for the volume, so
+	// no consumer object was ever seen for it. For the provisioner that
+	// means the process stopped between creating the volume and its PV.
+	ReclaimUnrecorded ReclaimPolicy = ""
+	// ReclaimDelete: the data may be removed once it is released.
+	ReclaimDelete ReclaimPolicy = "delete"
+	// ReclaimRetain: the data must be kept until an operator removes it.
+	ReclaimRetain ReclaimPolicy = "retain"
+)
+
+// ParseReclaimPolicy checks a recorded or requested policy.
+func ParseReclaimPolicy(s string) (ReclaimPolicy, error) {
+	switch p := ReclaimPolicy(s); p {
+	case ReclaimDelete, ReclaimRetain:
+		return p, nil
+	}
+	return "", fmt.Errorf("%w: unknown reclaim policy %q (want delete or retain)", ErrInvalid, s)
+}
+
+// record is the per-volume record in state/records/<id>. It outlives single
+// operations (unlike an intent) and is removed together with the volume.
+type record struct {
+	ReclaimPolicy ReclaimPolicy `json:"reclaimPolicy"`
+}
+
+func (m *Manager) recordFile(id string) (localstorage.File, error) {
+	f, err := m.Data.State.Records.ChildFile(id)
+	if err != nil {
+		return localstorage.File{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return f, nil
+}
+
+// readRecord returns the record of id, or nil if there is none.
+func (m *Manager) readRecord(id string) (*record, error) {
+	f, err := m.recordFile(id)
+	if err != nil {
+		return nil, err
+	}
+	b, err := f.Read()
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading record of volume %s: %w", id, err)
+	}
+	var rec record
+	if err := json.Unmarshal(b, &rec); err != nil {
+		// Written atomically, so not a torn write: foreign or corrupted
+		// content. Callers must then treat the volume as not deletable.
+		return nil, fmt.Errorf("record %s of volume %s is unreadable (%v); inspect and remove it by hand", f.FullPath(), id, err)
+	}
+	if _, err := ParseReclaimPolicy(string(rec.ReclaimPolicy)); err != nil {
+		return nil, fmt.Errorf("record %s of volume %s: %w; inspect and remove it by hand", f.FullPath(), id, err)
+	}
+	return &rec, nil
+}
+
+// removeRecord deletes the record of id, if any. Callers hold id's lock.
+func (m *Manager) removeRecord(id string) error {
+	f, err := m.recordFile(id)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Read(); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err := f.Remove(); err != nil {
+		return fmt.Errorf("removing record of volume %s: %w", id, err)
+	}
+	if err := syncDir(m.Data.State.Records.FullPath()); err != nil {
+		return fmt.Errorf("removing record of volume %s: %w", id, err)
+	}
+	return nil
+}
+
+// SetReclaimPolicy records the reclaim policy of volume id, durably and
+// atomically (a crash leaves the old record or the new one). It writes only
+// when the policy changes, so callers may call it on every observation of
+// the consumer's object. The volume must exist and be complete: a volume
+// being created or deleted gets ErrNotFound, so no record can outlive the
+// volume it describes.
+func (m *Manager) SetReclaimPolicy(ctx context.Context, id string, p ReclaimPolicy) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("recording reclaim policy of volume %s: %w", id, err)
+	}
+	if err := ValidateID(id); err != nil {
+		return fmt.Errorf("recording reclaim policy: %w", err)
+	}
+	if _, err := ParseReclaimPolicy(string(p)); err != nil {
+		return fmt.Errorf("recording reclaim policy of volume %s: %w", id, err)
+	}
+	unlock := m.locks.lock(id)
+	defer unlock()
+	in, err := m.readIntent(id)
+	if err != nil {
+		return fmt.Errorf("recording reclaim policy of volume %s: %w", id, err)
+	}
+	fsPath, imgPath := m.paths(id)
+	if (in != nil && in.Op != OpExpand) || (!isDir(fsPath) && !exists(imgPath)) {
+		return fmt.Errorf("recording reclaim policy of volume %s: %w", id, ErrNotFound)
+	}
+	cur, err := m.readRecord(id)
+	if err == nil && cur != nil && cur.ReclaimPolicy == p {
+		return nil
+	}
+	// An unreadable record is overwritten: the caller states the policy
+	// now, which is better knowledge than a record nobody can read.
+	b, err := json.Marshal(record{ReclaimPolicy: p})
+	if err != nil {
+		return fmt.Errorf("encoding record of volume %s: %w", id, err)
+	}
+	f, err := m.recordFile(id)
+	if err != nil {
+		return err
+	}
+	if err := f.WriteAtomic(b, 0o600); err != nil {
+		return fmt.Errorf("recording reclaim policy of volume %s: %w", id, err)
+	}
+	return nil
+}
+
+// ReclaimPolicy returns the recorded reclaim policy of volume id, or
+// ReclaimUnrecorded when none was recorded. An unreadable record is an
+// error, never ReclaimUnrecorded, so a damaged record cannot make retained
+// data look deletable.
+func (m *Manager) ReclaimPolicy(ctx context.Context, id string) (ReclaimPolicy, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("reading reclaim policy of volume %s: %w", id, err)
+	}
+	if err := ValidateID(id); err != nil {
+		return "", fmt.Errorf("reading reclaim policy: %w", err)
+	}
+	unlock := m.locks.lock(id)
+	defer unlock()
+	rec, err := m.readRecord(id)
+	if err != nil {
+		return "", err
+	}
+	if rec == nil {
+		return ReclaimUnrecorded, nil
+	}
+	return rec.ReclaimPolicy, nil
+}
