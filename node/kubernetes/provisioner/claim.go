@@ -267,3 +267,24 @@ func affinityHostname(pv *corev1.PersistentVolume) (string, bool) {
 	}
 	return e.Values[0], true
 }
+
+// recordedPolicy returns the volume a PV refers to and the reclaim policy to
+// record for it on the node, or ok=false when the PV names no volume of this
+// driver. Only a PV this node provisioned (ownsVolume), with policy Delete,
+// records Delete: that is the one case in which syncVolume would remove the
+// data, so it is the only one in which the orphan reconciler may remove it
+// after the PV is gone. Every other policy (Retain, the deprecated Recycle,
+// anything unknown) and every hand-edited PV records Retain.
+func recordedPolicy(pv *corev1.PersistentVolume, driver, hostname string) (id string, p volume.ReclaimPolicy, ok bool) {
+	csi := pv.Spec.CSI
+	if csi == nil || csi.Driver != driver {
+		return "", "", false
+	}
+	if _, ok := claimUIDOf(csi.VolumeHandle); !ok {
+		return "", "", false
+	}
+	if owns, _ := ownsVolume(pv, driver, hostname); owns && pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete {
+		return csi.VolumeHandle, volume.ReclaimDelete, true
+	}
+	return csi.VolumeHandle, volume.ReclaimRetain, true
+}

@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,20 +23,24 @@ import (
 //   - no PV of that name exists, by a live read from the API server (the
 //     informer only covers PVs carrying this node's label);
 //   - no claim with that UID exists in the (synced) claim informer;
-//   - both have been true on every check for the whole grace period, which
-//     is far longer than informer lag and than the gap between creating a
-//     volume and creating its PV.
+//   - the volume layer has no reclaim policy recorded for it (so no PV was
+//     ever seen for it: the crash between volume and PV), or the recorded
+//     policy is Delete (its PV was deleted before we could release it);
+//   - all of this has been true on every check for the whole grace period,
+//     which is far longer than informer lag and than the gap between
+//     creating a volume and creating its PV.
 //
-// Anything else found in the volumes directory is reported and kept.
+// A volume recorded as Retain whose PV and claim are gone (an administrator
+// deleted a retained PV by hand) is reported, with a Warning Event on the
+// Node, and kept: the data is the administrator's to remove. So is a volume
+// whose record cannot be read. Anything else found in the volumes directory
+// is reported and kept as well.
 //
-// Retain: a Released PV with policy Retain keeps its volume for as long as
-// the PV object exists. Deleting that PV by hand (once its claim is gone)
-// makes the volume unreferenced, and it is removed after the grace period.
-// On other storage the data would outlive the PV; here it cannot, because
-// the volume layer keeps no record of a volume beyond its ID, and a crash
-// orphan (claim deleted before its PV was made) looks exactly the same. To
-// keep retained data, keep its PV. A volume-layer "retained" mark would
-// lift this limit.
+// The record is written when the PV is created and whenever the informer
+// shows a PV of ours (add, update, delete), so a policy an administrator
+// patches from Delete to Retain is recorded before the PV disappears. One
+// window remains: a PV patched to Retain and deleted while plinth-node is
+// down is remembered with the policy it had when last seen.
 
 // orphanCheckInterval is how often the reconciler looks for orphans.
 func orphanCheckInterval(grace time.Duration) time.Duration {
@@ -80,6 +85,11 @@ func (r *run) reconcileOrphans(ctx context.Context, grace time.Duration) error {
 			r.forgetCandidate(id)
 			continue
 		}
+		if keep, why := r.mustKeep(ctx, id); keep {
+			r.forgetCandidate(id)
+			r.reportKept(id, why)
+			continue
+		}
 		first := r.candidateSince(id, now)
 		if now.Sub(first) < grace {
 			continue
@@ -94,8 +104,44 @@ func (r *run) reconcileOrphans(ctx context.Context, grace time.Duration) error {
 			delete(r.firstSeen, id)
 		}
 	}
+	for id := range r.kept {
+		if !present[id] {
+			delete(r.kept, id)
+		}
+	}
 	r.orphanMu.Unlock()
 	return nil
+}
+
+// mustKeep reports whether an unreferenced volume must be kept whatever its
+// age, and why: its PV had reclaim policy Retain, or its record (which
+// might say so) cannot be read.
+func (r *run) mustKeep(ctx context.Context, id string) (bool, string) {
+	p, err := r.Volumes.ReclaimPolicy(ctx, id)
+	switch {
+	case err != nil:
+		return true, fmt.Sprintf("its reclaim policy cannot be read (%v)", err)
+	case p == volume.ReclaimRetain:
+		return true, "its PV had reclaim policy Retain"
+	}
+	return false, ""
+}
+
+// reportKept says, once per incarnation of the controller and volume, that
+// an unreferenced volume is kept: in the log and as a Warning Event on the
+// Node, since no PV or claim is left to carry it and the operator has
+// space to reclaim by hand.
+func (r *run) reportKept(id, why string) {
+	r.orphanMu.Lock()
+	seen := r.kept[id]
+	r.kept[id] = true
+	r.orphanMu.Unlock()
+	if seen {
+		return
+	}
+	r.log.Warningf("keeping volume %s and its data although no PV and no claim refer to it: %s; remove it by hand when it is no longer needed", id, why)
+	r.recorder.Eventf(r.nodeRef(), corev1.EventTypeWarning, ReasonOrphanRetained,
+		"Keeping volume %s and its data although no PV and no claim refer to it: %s; remove it by hand when it is no longer needed", id, why)
 }
 
 // unreferenced reports, from the caches, whether no PV and no claim refer to
@@ -108,12 +154,36 @@ func (r *run) unreferenced(id string) bool {
 		return false
 	}
 	if _, exists := r.volumes.get(id); exists {
+		r.forgetKept(id)
 		return false
 	}
 	if claims, _ := r.claimIdx.ByIndex(uidIndex, string(uid)); len(claims) > 0 {
+		r.forgetKept(id)
 		return false
 	}
 	return true
+}
+
+// forgetKept lets a kept volume that is referenced again (an administrator
+// made a new PV for it) be reported again if it is orphaned again.
+func (r *run) forgetKept(id string) {
+	r.orphanMu.Lock()
+	delete(r.kept, id)
+	r.orphanMu.Unlock()
+}
+
+// recordPolicy records on the node the reclaim policy of the volume pv
+// refers to (see recordedPolicy). A volume that is not on this node's disk,
+// or is being deleted, has nothing to record.
+func (r *run) recordPolicy(ctx context.Context, pv *corev1.PersistentVolume) error {
+	id, p, ok := recordedPolicy(pv, r.Driver, r.hostname)
+	if !ok {
+		return nil
+	}
+	if err := r.Volumes.SetReclaimPolicy(ctx, id, p); err != nil && !errors.Is(err, volume.ErrNotFound) {
+		return fmt.Errorf("recording reclaim policy of PV %s: %w", pv.Name, err)
+	}
+	return nil
 }
 
 func (r *run) candidateSince(id string, now time.Time) time.Time {
@@ -171,6 +241,13 @@ func (r *run) removeOrphan(ctx context.Context, id string, age time.Duration) er
 		return nil
 	case !apierrors.IsNotFound(err):
 		return fmt.Errorf("checking for PV %s: %w", id, err)
+	}
+	// Once more, after the live read: the deleted PV's last state may have
+	// been recorded since the last check.
+	if keep, why := r.mustKeep(ctx, id); keep {
+		r.forgetCandidate(id)
+		r.reportKept(id, why)
+		return nil
 	}
 	if err := r.Volumes.Delete(ctx, id); err != nil {
 		return fmt.Errorf("deleting volume: %w", err)

@@ -48,6 +48,7 @@ const (
 	ReasonVolumeDeleted         = "VolumeDeleted"
 	ReasonVolumeDeleteFailed    = "VolumeDeleteFailed"
 	ReasonOrphanDeleted         = "OrphanedVolumeDeleted"
+	ReasonOrphanRetained        = "OrphanedVolumeRetained"
 )
 
 // Defaults for the Controller's optional fields.
@@ -67,6 +68,11 @@ type Volumes interface {
 	Create(ctx context.Context, id string, mode volume.Mode, bytes int64) (volume.Info, error)
 	Delete(ctx context.Context, id string) error
 	List(ctx context.Context) ([]volume.Entry, error)
+	// SetReclaimPolicy and ReclaimPolicy keep the reclaim policy of a
+	// volume's PV on the node, so the orphan reconciler still knows it
+	// after the PV is gone (an administrator deleted a Retain PV).
+	SetReclaimPolicy(ctx context.Context, id string, p volume.ReclaimPolicy) error
+	ReclaimPolicy(ctx context.Context, id string) (volume.ReclaimPolicy, error)
 	// CapacityEnforced is false when filesystem volumes get no quota (the
 	// operator allowed that, or Create refuses them).
 	CapacityEnforced() bool

@@ -46,6 +46,7 @@ type run struct {
 	orphanMu  sync.Mutex
 	firstSeen map[string]time.Time // orphan candidates and when we first saw them
 	reported  map[string]bool      // entries left alone, already logged
+	kept      map[string]bool      // unreferenced volumes kept (Retain), already reported
 }
 
 // Run provisions and deletes volumes until ctx ends.
@@ -64,6 +65,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		label:      nodeLabelValue(c.NodeName),
 		firstSeen:  map[string]time.Time{},
 		reported:   map[string]bool{},
+		kept:       map[string]bool{},
 	}
 	var err error
 	if r.hostname, err = r.lookupHostname(ctx); err != nil {
@@ -122,6 +124,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if _, err := volInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    r.onVolume,
 		UpdateFunc: func(_, o any) { r.onVolume(o) },
+		DeleteFunc: func(o any) { r.onVolumeDeleted(ctx, o) },
 	}); err != nil {
 		return fmt.Errorf("watching PVs: %w", err)
 	}
@@ -224,13 +227,31 @@ func (r *run) onClass(obj any) {
 	}
 }
 
+// onVolume queues every PV of this node: syncVolume records its reclaim
+// policy on the node (an administrator may change it at any time) and
+// deletes the volume of a released Delete PV.
 func (r *run) onVolume(obj any) {
+	if pv, ok := obj.(*corev1.PersistentVolume); ok {
+		r.volumeQ.Add(pv.Name)
+	}
+}
+
+// onVolumeDeleted records the reclaim policy of a deleted PV's last known
+// state, right in the handler: once the PV has left the informer's store a
+// queued key finds nothing, and a policy changed just before the deletion
+// (patched to Retain, then deleted) must not be lost. The volume of a PV we
+// deleted ourselves is gone by then, and recording is a no-op.
+func (r *run) onVolumeDeleted(ctx context.Context, obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
 	pv, ok := obj.(*corev1.PersistentVolume)
-	if !ok || pv.Status.Phase != corev1.VolumeReleased ||
-		pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
+	if !ok {
 		return
 	}
-	r.volumeQ.Add(pv.Name)
+	if err := r.recordPolicy(ctx, pv); err != nil && ctx.Err() == nil {
+		r.log.Errorf("PV %s was deleted and its reclaim policy could not be recorded on the node: %v", pv.Name, err)
+	}
 }
 
 // work processes keys until the queue shuts down. A panic in sync (a bug, or

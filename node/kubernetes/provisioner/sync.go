@@ -114,6 +114,15 @@ func (r *run) syncClaim(ctx context.Context, key string) error {
 		return fmt.Errorf("creating PV %s: %w", id, err)
 	}
 	r.volumes.created(made)
+	// Recorded after the PV exists, never before: a record names a PV
+	// that existed, so a volume without one is a crash leftover the
+	// reconciler may remove, and one recorded as Retain is data it keeps.
+	// A crash right here leaves no record; the informer's first list after
+	// the restart records it (syncVolume), as does a failure now.
+	if err := r.recordPolicy(ctx, made); err != nil {
+		r.log.Warningf("%v (will retry)", err)
+		r.volumeQ.Add(id)
+	}
 	r.log.Infof("provisioned %s for claim %s: %s, %d bytes", id, describeClaim(pvc), req.mode, req.bytes)
 	if unenforced {
 		r.recorder.Eventf(pvc, corev1.EventTypeWarning, ReasonCapacityNotEnforced,
@@ -134,14 +143,18 @@ func (r *run) failClaim(pvc *corev1.PersistentVolumeClaim, msg string) {
 // errNotOurs stops deletion of a PV that changed under us.
 var errNotOurs = errors.New("PV is no longer a released volume of this node")
 
-// syncVolume deletes the volume and then the PV of a released PV whose
-// reclaim policy is Delete. Every step is idempotent, so a crash anywhere is
+// syncVolume records a PV's reclaim policy on the node (see recordPolicy)
+// and, for a released PV whose reclaim policy is Delete, deletes the volume
+// and then the PV. Every step is idempotent, so a crash anywhere is
 // finished by the next attempt.
 func (r *run) syncVolume(ctx context.Context, name string) error {
 	pv, exists := r.volumes.get(name)
 	if !exists {
 		r.volumeQ.Forget(name)
 		return nil
+	}
+	if err := r.recordPolicy(ctx, pv); err != nil {
+		return err
 	}
 	if !deletable(pv) {
 		return nil

@@ -44,6 +44,12 @@ func (f *fakeVolumes) Delete(context.Context, string) error {
 }
 func (f *fakeVolumes) List(context.Context) ([]volume.Entry, error) { return nil, nil }
 func (f *fakeVolumes) CapacityEnforced() bool                       { return true }
+func (f *fakeVolumes) SetReclaimPolicy(context.Context, string, volume.ReclaimPolicy) error {
+	return nil
+}
+func (f *fakeVolumes) ReclaimPolicy(context.Context, string) (volume.ReclaimPolicy, error) {
+	return volume.ReclaimUnrecorded, nil
+}
 
 // TestOwnWritesSeenBeforeWatch: a claim synced again right after its PV was
 // created, before the PV informer has delivered the PV (here: never), is

@@ -17,6 +17,12 @@
 // the same ID) undoes an interrupted Create, finishes an interrupted Delete
 // and trims an interrupted Expand. A volume without a record is complete.
 //
+// Besides intents, a volume may have a lasting record (data/state/records/
+// <id>) holding the reclaim policy its consumer last stated
+// (SetReclaimPolicy). It is removed with the volume's data, never before,
+// so a volume whose consumer object is gone still says whether its data is
+// to be kept.
+//
 // Despite its path below node/kubernetes the package imports nothing from
 // Kubernetes: it is plain Linux storage code that the Kubernetes-facing
 // parts call.

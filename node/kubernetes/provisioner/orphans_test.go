@@ -1,0 +1,114 @@
+package provisioner
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"source.plinth.dev/node/kubernetes/volume"
+)
+
+// TestOrphanedByHandDeletedPV: an administrator deletes PVs by hand. The
+// volume of a Retain PV (and of a PV patched from Delete to Retain before
+// its deletion) is kept past the grace period and reported on the Node; the
+// volume of a Delete PV deleted by hand is removed after the grace period.
+func TestOrphanedByHandDeletedPV(t *testing.T) {
+	e := newEnv(t, true)
+	ctx := context.Background()
+	retainClass := e.class + "-retain"
+	e.createClass(retainClass, corev1.PersistentVolumeReclaimRetain, nil)
+	c := e.controller()
+	c.OrphanGracePeriod = 2 * time.Second
+	e.start(c)
+
+	e.createClaim(claim{name: "keep", class: retainClass})
+	e.createClaim(claim{name: "patched"})
+	e.createClaim(claim{name: "del"})
+	_, keepPV := e.waitBound("keep")
+	_, patchedPV := e.waitBound("patched")
+	_, delPV := e.waitBound("del")
+
+	// The policies as recorded on the node, the patched one after its PV
+	// changed to Retain.
+	patch := []byte(`{"spec":{"persistentVolumeReclaimPolicy":"Retain"}}`)
+	if _, err := e.client.CoreV1().PersistentVolumes().Patch(ctx, patchedPV.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]volume.ReclaimPolicy{
+		keepPV.Name:    volume.ReclaimRetain,
+		patchedPV.Name: volume.ReclaimRetain,
+		delPV.Name:     volume.ReclaimDelete,
+	} {
+		eventually(t, 30*time.Second, "policy of "+id+" recorded as "+string(want), func() (bool, error) {
+			got, err := e.vols.ReclaimPolicy(ctx, id)
+			return got == want, err
+		})
+	}
+
+	// The administrator deletes the Delete PV while it is still bound
+	// (pv-protection holds it until the claim is gone), then the claims,
+	// then the released Retain PVs.
+	if err := e.client.CoreV1().PersistentVolumes().Delete(ctx, delPV.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"keep", "patched", "del"} {
+		if err := e.client.CoreV1().PersistentVolumeClaims(e.ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, pv := range []*corev1.PersistentVolume{keepPV, patchedPV} {
+		eventually(t, 30*time.Second, "PV "+pv.Name+" Released", func() (bool, error) {
+			got, err := e.client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+			return err == nil && got.Status.Phase == corev1.VolumeReleased, err
+		})
+		if err := e.client.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := time.Now()
+	for _, pv := range []*corev1.PersistentVolume{keepPV, patchedPV, delPV} {
+		eventually(t, 60*time.Second, "PV "+pv.Name+" gone", func() (bool, error) {
+			_, err := e.client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+	}
+
+	// Delete: an orphan like any other, removed after the grace period.
+	eventually(t, 30*time.Second, "Delete volume removed", func() (bool, error) {
+		return !slices.Contains(e.volumeIDs(), delPV.Name), nil
+	})
+	e.waitEvent(types.UID(e.node), ReasonOrphanDeleted, delPV.Name)
+
+	// Retain: kept, well past the grace period ...
+	if wait := 3*c.OrphanGracePeriod - time.Since(gone); wait > 0 {
+		time.Sleep(wait) // let a wrong removal happen
+	}
+	ids := e.volumeIDs()
+	for _, pv := range []*corev1.PersistentVolume{keepPV, patchedPV} {
+		if !slices.Contains(ids, pv.Name) {
+			t.Errorf("volume %s of a Retain PV was removed after its PV was deleted by hand", pv.Name)
+		}
+		if p, err := e.vols.ReclaimPolicy(ctx, pv.Name); err != nil || p != volume.ReclaimRetain {
+			t.Errorf("volume %s: recorded policy %q, %v; want retain", pv.Name, p, err)
+		}
+	}
+	// ... and reported on the Node, as a Warning naming the volume.
+	for _, pv := range []*corev1.PersistentVolume{keepPV, patchedPV} {
+		ev := e.waitEvent(types.UID(e.node), ReasonOrphanRetained, pv.Name)
+		if ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, "reclaim policy Retain") {
+			t.Errorf("%s Event for %s: %s %q; want a Warning saying it is kept for reclaim policy Retain", ReasonOrphanRetained, pv.Name, ev.Type, ev.Message)
+		}
+	}
+	for _, ev := range e.events(types.UID(e.node)) {
+		if ev.Reason == ReasonOrphanDeleted && (ev.InvolvedObject.Name != e.node || !strings.Contains(ev.Message, delPV.Name)) {
+			t.Errorf("unexpected orphan deletion: %s", ev.Message)
+		}
+	}
+}
