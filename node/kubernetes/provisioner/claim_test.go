@@ -9,6 +9,8 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"source.plinth.dev/node/kubernetes/volume"
 )
 
 const (
@@ -234,5 +236,48 @@ func TestNodeLabelValue(t *testing.T) {
 	v := nodeLabelValue(long)
 	if len(v) > 63 || v != nodeLabelValue(long) || v == nodeLabelValue(long+"x") {
 		t.Errorf("long name label %q not short, stable and distinct", v)
+	}
+}
+
+// TestRecordedPolicy: only our own Delete PV records Delete; every other PV
+// naming one of our volumes records Retain, and PVs naming none record
+// nothing.
+func TestRecordedPolicy(t *testing.T) {
+	pvc := testClaim()
+	r, err := validateClaim(pvc, testClass(), testDriver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := "pvc-" + testUID
+	for _, tc := range []struct {
+		name   string
+		mut    func(*corev1.PersistentVolume)
+		want   volume.ReclaimPolicy
+		wantOK bool
+	}{
+		{name: "own Delete", mut: func(*corev1.PersistentVolume) {}, want: volume.ReclaimDelete, wantOK: true},
+		{name: "own Retain", mut: func(p *corev1.PersistentVolume) {
+			p.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimRetain
+		}, want: volume.ReclaimRetain, wantOK: true},
+		{name: "own Recycle", mut: func(p *corev1.PersistentVolume) {
+			p.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimRecycle
+		}, want: volume.ReclaimRetain, wantOK: true},
+		{name: "unknown policy", mut: func(p *corev1.PersistentVolume) {
+			p.Spec.PersistentVolumeReclaimPolicy = "Shred"
+		}, want: volume.ReclaimRetain, wantOK: true},
+		{name: "hand-made Delete PV", mut: func(p *corev1.PersistentVolume) { p.Annotations = nil }, want: volume.ReclaimRetain, wantOK: true},
+		{name: "Delete PV for another host", mut: func(p *corev1.PersistentVolume) {
+			p.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions[0].Values[0] = "host-b"
+		}, want: volume.ReclaimRetain, wantOK: true},
+		{name: "other driver", mut: func(p *corev1.PersistentVolume) { p.Spec.CSI.Driver = "other" }},
+		{name: "not CSI", mut: func(p *corev1.PersistentVolume) { p.Spec.CSI = nil }},
+		{name: "foreign handle", mut: func(p *corev1.PersistentVolume) { p.Spec.CSI.VolumeHandle = "../../etc" }},
+	} {
+		p := buildPV(pvc, r, testDriver, "host-a", "x")
+		tc.mut(p)
+		gotID, got, ok := recordedPolicy(p, testDriver, "host-a")
+		if ok != tc.wantOK || got != tc.want || (ok && gotID != id) {
+			t.Errorf("%s: recordedPolicy = %q, %q, %v; want %q, %q, %v", tc.name, gotID, got, ok, id, tc.want, tc.wantOK)
+		}
 	}
 }
