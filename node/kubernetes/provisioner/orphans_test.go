@@ -112,3 +112,37 @@ func TestOrphanedByHandDeletedPV(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyRecordedAtStart: a PV whose policy was never recorded (the
+// process died between creating the PV and recording it, or the node ran
+// an older version) is recorded as soon as the controller starts, before
+// anyone could delete the PV.
+func TestPolicyRecordedAtStart(t *testing.T) {
+	e := newEnv(t, true)
+	ctx := context.Background()
+	retainClass := e.class + "-retain"
+	e.createClass(retainClass, corev1.PersistentVolumeReclaimRetain, nil)
+	stop := e.start(e.controller())
+	e.createClaim(claim{name: "keep", class: retainClass})
+	_, pv := e.waitBound("keep")
+	eventually(t, 30*time.Second, "policy recorded", func() (bool, error) {
+		p, err := e.vols.ReclaimPolicy(ctx, pv.Name)
+		return p == volume.ReclaimRetain, err
+	})
+	stop()
+	rec, err := e.vols.Data.State.Records.ChildFile(pv.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := e.vols.ReclaimPolicy(ctx, pv.Name); err != nil || p != volume.ReclaimUnrecorded {
+		t.Fatalf("after removing the record: %q, %v", p, err)
+	}
+	e.start(e.controller())
+	eventually(t, 30*time.Second, "policy recorded again at start", func() (bool, error) {
+		p, err := e.vols.ReclaimPolicy(ctx, pv.Name)
+		return p == volume.ReclaimRetain, err
+	})
+}
