@@ -111,9 +111,17 @@ def _go_proxy_sdk_impl(rctx):
         "CGO_ENABLED": "1",
     }
     rctx.report_progress("precompiling the Go %s standard library" % rctx.attr.go_version)
-    res = rctx.execute([root + "/bin/go", "install", "std", "cmd/pack"], environment = env, timeout = 3600)
-    if res.return_code != 0:
-        fail("go install std cmd/pack:\n%s%s" % (res.stdout, res.stderr))
+    for args in [
+        ["install", "std"],
+        # -trimpath: otherwise pack embeds this repository's absolute path;
+        # as an input of every compile action it would then keep the disk
+        # cache from being shared between checkouts. (The std archives record
+        # $GOROOT-relative paths and are identical everywhere already.)
+        ["install", "-trimpath", "cmd/pack"],
+    ]:
+        res = rctx.execute([root + "/bin/go"] + args, environment = env, timeout = 3600)
+        if res.return_code != 0:
+            fail("go %s:\n%s%s" % (" ".join(args), res.stdout, res.stderr))
     rctx.delete(".plinth-gocache")
     rctx.file("BUILD.bazel", 'exports_files(glob(["**"], exclude = ["src/**/testdata/**"]))\n')
 
