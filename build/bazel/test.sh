@@ -10,10 +10,11 @@
 #     and every dependency and compiles them (minutes); later runs reuse
 #     $PLINTH_CACHE/bazel-4.2.3 and the host's Go module cache.
 #
-# Tests that need a kernel VM or a cluster are not Bazel's business: they are
-# tagged "manual" in their BUILD file (kept across regeneration with `# keep`)
-# and run in `make test-kernel` / `make test-e2e`. Tests that only need root
-# run here too: CI is root and Bazel's sandbox keeps the caller's uid.
+# Tests that need a control plane, a cluster or the kernel VM are not Bazel's
+# business: Bazel runs tests with -test.short, where they skip (they run in
+# `make test-unit`/`test-kernel`/`test-e2e`); a test that cannot follow that
+# convention gets `tags = ["manual"],  # keep` in its BUILD file. Tests that
+# only need root run here too, as real root (see .bazelrc).
 #
 # Big cold builds: wrap the call in `flock /tmp/plinth-bigbuild.lock` on a
 # shared machine. This script does not take the lock itself, so wrapping
