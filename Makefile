@@ -5,7 +5,6 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 export PLINTH_CACHE ?= $(HOME)/.cache/plinth
-export GOFLAGS ?= -mod=mod
 export PATH := /usr/local/go/bin:$(PATH)
 
 .PHONY: run test lint test-unit test-kernel test-sanity test-e2e test-bazel bench gazelle help

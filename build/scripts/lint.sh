@@ -8,6 +8,14 @@ if [ -n "$unformatted" ]; then
 	echo "$unformatted" >&2
 	exit 1
 fi
+# go.mod is the source of truth (Bazel's deps are generated from it), so it
+# must be tidy: builds run with -mod=readonly and would fail on a missing
+# requirement anyway, this names the fix.
+if ! diff=$(go mod tidy -diff 2>&1); then
+	echo "lint: go.mod/go.sum are not tidy; run \`go mod tidy\` (then \`make gazelle\`):" >&2
+	echo "$diff" >&2
+	exit 1
+fi
 go vet ./...
 staticcheck=$(build/scripts/go-tool.sh honnef.co/go/tools/cmd/staticcheck@v0.8.2)
 "$staticcheck" ./...
