@@ -144,7 +144,7 @@ func (c *controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	if err := checkVolumeID(id); err != nil {
 		return nil, err
 	}
-	unlock := c.s.locks.lock(volumeKey(id))
+	unlock := c.s.locks.Lock(volumeKey(id))
 	defer unlock()
 	if targets := c.s.published(id); len(targets) > 0 {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still published at %s; unpublish it first", id, strings.Join(targets, ", "))

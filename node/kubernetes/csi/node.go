@@ -59,7 +59,7 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		}
 	}
 
-	unlock := s.locks.lock(volumeKey(id), targetKey(target))
+	unlock := s.locks.Lock(volumeKey(id), targetKey(target))
 	defer unlock()
 	vmode, source, err := s.Volumes.Locate(ctx, id)
 	if err != nil {
@@ -298,7 +298,7 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	if err := checkPathInside(s.Kubelet, "target_path", target); err != nil {
 		return nil, err
 	}
-	unlock := s.locks.lock(volumeKey(id), targetKey(target))
+	unlock := s.locks.Lock(volumeKey(id), targetKey(target))
 	defer unlock()
 	p := s.store.get(target)
 	if p == nil {

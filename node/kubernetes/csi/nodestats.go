@@ -241,7 +241,7 @@ func (s *Server) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	if req.GetCapacityRange().GetRequiredBytes() < 0 || req.GetCapacityRange().GetLimitBytes() < 0 {
 		return nil, status.Error(codes.InvalidArgument, "capacity_range bytes must not be negative")
 	}
-	unlock := s.locks.lock(volumeKey(id))
+	unlock := s.locks.Lock(volumeKey(id))
 	defer unlock()
 	st, err := s.Volumes.Stat(ctx, id)
 	if err != nil {

@@ -21,7 +21,7 @@ import (
 func (s *Server) reconcile(ctx context.Context) {
 	for _, p := range s.store.all() {
 		func() {
-			unlock := s.locks.lock(volumeKey(p.VolumeID), targetKey(p.TargetPath))
+			unlock := s.locks.Lock(volumeKey(p.VolumeID), targetKey(p.TargetPath))
 			defer unlock()
 			if p.BootID != s.boot {
 				if err := removeTarget(p.TargetPath); err != nil {

@@ -22,9 +22,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +34,7 @@ import (
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/volume"
+	"source.plinth.dev/pkg/keymutex"
 	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/supervisor"
 )
@@ -73,7 +72,7 @@ type Server struct {
 	csi.UnimplementedNodeServer
 
 	store   store
-	locks   keyLocks
+	locks   keymutex.Set
 	boot    string
 	started atomic.Bool
 	// readBootID replaces bootID in tests that simulate a reboot.
@@ -243,56 +242,6 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	return Serve(ctx, g, l)
-}
-
-// keyLocks serialises calls per key (a volume ID, a target path). Locks
-// are taken in a fixed order (volume, then target) so two calls never wait
-// for each other crosswise.
-type keyLocks struct {
-	mu    sync.Mutex
-	locks map[string]*keyLock
-}
-
-type keyLock struct {
-	sync.Mutex
-	refs int
-}
-
-func (t *keyLocks) lock(keys ...string) func() {
-	sort.Strings(keys)
-	var unlocks []func()
-	for _, k := range keys {
-		unlocks = append(unlocks, t.lockOne(k))
-	}
-	return func() {
-		for i := len(unlocks) - 1; i >= 0; i-- {
-			unlocks[i]()
-		}
-	}
-}
-
-func (t *keyLocks) lockOne(key string) func() {
-	t.mu.Lock()
-	if t.locks == nil {
-		t.locks = make(map[string]*keyLock)
-	}
-	l := t.locks[key]
-	if l == nil {
-		l = &keyLock{}
-		t.locks[key] = l
-	}
-	l.refs++
-	t.mu.Unlock()
-	l.Lock()
-	return func() {
-		l.Unlock()
-		t.mu.Lock()
-		l.refs--
-		if l.refs == 0 {
-			delete(t.locks, key)
-		}
-		t.mu.Unlock()
-	}
 }
 
 func volumeKey(id string) string     { return "1-volume/" + id }

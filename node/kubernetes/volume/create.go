@@ -53,7 +53,7 @@ func (m *Manager) Create(ctx context.Context, id string, mode Mode, bytes int64)
 		return Info{}, fmt.Errorf("creating volume %s: %w: unknown mode %v", id, ErrInvalid, mode)
 	}
 
-	unlock := m.locks.lock(id)
+	unlock := m.locks.Lock(id)
 	defer unlock()
 	if err := m.settle(id); err != nil {
 		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)

@@ -31,7 +31,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	if err := ValidateID(id); err != nil {
 		return fmt.Errorf("deleting volume: %w", err)
 	}
-	unlock := m.locks.lock(id)
+	unlock := m.locks.Lock(id)
 	defer unlock()
 
 	in, err := m.readIntent(id)

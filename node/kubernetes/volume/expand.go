@@ -34,7 +34,7 @@ func (m *Manager) Expand(ctx context.Context, id string, bytes int64) (Info, err
 	if err != nil {
 		return Info{}, fmt.Errorf("expanding volume %s: %w", id, err)
 	}
-	unlock := m.locks.lock(id)
+	unlock := m.locks.Lock(id)
 	defer unlock()
 	if err := m.settle(id); err != nil {
 		return Info{}, fmt.Errorf("expanding volume %s: %w", id, err)

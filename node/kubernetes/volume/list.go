@@ -148,7 +148,7 @@ func (m *Manager) Recover(ctx context.Context) ([]Recovery, error) {
 }
 
 func (m *Manager) recoverOne(id string) (Recovery, bool) {
-	unlock := m.locks.lock(id)
+	unlock := m.locks.Lock(id)
 	defer unlock()
 	in, err := m.readIntent(id)
 	if err != nil {
@@ -169,7 +169,7 @@ func (m *Manager) recoverOne(id string) (Recovery, bool) {
 }
 
 func (m *Manager) releaseStrayClaim(pid uint32, owner string) (Recovery, bool) {
-	unlock := m.locks.lock(owner)
+	unlock := m.locks.Lock(owner)
 	defer unlock()
 	fsPath, _ := m.paths(owner)
 	if in, err := m.readIntent(owner); err != nil || in != nil || isDir(fsPath) {

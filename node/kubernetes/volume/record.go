@@ -110,7 +110,7 @@ func (m *Manager) SetReclaimPolicy(ctx context.Context, id string, p ReclaimPoli
 	if _, err := ParseReclaimPolicy(string(p)); err != nil {
 		return fmt.Errorf("recording reclaim policy of volume %s: %w", id, err)
 	}
-	unlock := m.locks.lock(id)
+	unlock := m.locks.Lock(id)
 	defer unlock()
 	in, err := m.readIntent(id)
 	if err != nil {
@@ -151,7 +151,7 @@ func (m *Manager) ReclaimPolicy(ctx context.Context, id string) (ReclaimPolicy, 
 	if err := ValidateID(id); err != nil {
 		return "", fmt.Errorf("reading reclaim policy: %w", err)
 	}
-	unlock := m.locks.lock(id)
+	unlock := m.locks.Lock(id)
 	defer unlock()
 	rec, err := m.readRecord(id)
 	if err != nil {

@@ -35,6 +35,7 @@ import (
 
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/pkg/fsquota"
+	"source.plinth.dev/pkg/keymutex"
 )
 
 // Sentinel errors. Every error a Manager returns for one of these conditions
@@ -145,7 +146,7 @@ type Manager struct {
 	// set. Their size is then recorded but not enforced.
 	AllowUnenforced bool
 
-	locks lockTable
+	locks keymutex.Set
 	// spaceMu serialises the "is there room?" check of filesystem volumes
 	// with the quota that claims the room, so two concurrent Creates
 	// cannot both be promised the same free space.
@@ -229,41 +230,4 @@ func ValidateID(id string) error {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
-}
-
-// lockTable is a set of per-ID mutexes that disappear when unused, so a
-// long-running node does not accumulate one mutex per volume it ever saw.
-type lockTable struct {
-	mu    sync.Mutex
-	locks map[string]*idLock
-}
-
-type idLock struct {
-	sync.Mutex
-	refs int
-}
-
-// lock takes the mutex of id and returns its unlock function.
-func (t *lockTable) lock(id string) func() {
-	t.mu.Lock()
-	if t.locks == nil {
-		t.locks = make(map[string]*idLock)
-	}
-	l := t.locks[id]
-	if l == nil {
-		l = &idLock{}
-		t.locks[id] = l
-	}
-	l.refs++
-	t.mu.Unlock()
-	l.Lock()
-	return func() {
-		l.Unlock()
-		t.mu.Lock()
-		l.refs--
-		if l.refs == 0 {
-			delete(t.locks, id)
-		}
-		t.mu.Unlock()
-	}
 }
