@@ -2,9 +2,7 @@ package volume
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 
 	"source.plinth.dev/node/core/localstorage"
 )
@@ -36,11 +34,7 @@ type intent struct {
 }
 
 func (m *Manager) intentFile(id string) (localstorage.File, error) {
-	f, err := m.Data.State.Operations.ChildFile(id)
-	if err != nil {
-		return localstorage.File{}, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	return f, nil
+	return stateFile(&m.Data.State.Operations, id)
 }
 
 // readIntent returns the intent record of id, or nil if there is none.
@@ -49,18 +43,13 @@ func (m *Manager) readIntent(id string) (*intent, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := f.Read()
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading intent record of volume %s: %w", id, err)
-	}
 	var in intent
-	if err := json.Unmarshal(b, &in); err != nil {
-		// Written atomically, so this is not a torn write but foreign
-		// or corrupted content: refuse to guess what it meant.
-		return nil, fmt.Errorf("intent record %s of volume %s is unreadable (%v); inspect and remove it by hand", f.FullPath(), id, err)
+	found, err := readStateFile(f, &in)
+	if err != nil {
+		return nil, fmt.Errorf("intent record of volume %s: %w", id, err)
+	}
+	if !found {
+		return nil, nil
 	}
 	switch in.Op {
 	case OpCreate, OpDelete, OpExpand:
@@ -90,10 +79,7 @@ func (m *Manager) clearIntent(id string) error {
 	if err != nil {
 		return err
 	}
-	if err := f.Remove(); err != nil {
-		return fmt.Errorf("removing intent record of volume %s: %w", id, err)
-	}
-	if err := syncDir(m.Data.State.Operations.FullPath()); err != nil {
+	if err := removeStateFile(&m.Data.State.Operations, f); err != nil {
 		return fmt.Errorf("removing intent record of volume %s: %w", id, err)
 	}
 	return nil

@@ -3,9 +3,7 @@ package volume
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 
 	"source.plinth.dev/node/core/localstorage"
 )
@@ -44,31 +42,23 @@ type record struct {
 }
 
 func (m *Manager) recordFile(id string) (localstorage.File, error) {
-	f, err := m.Data.State.Records.ChildFile(id)
-	if err != nil {
-		return localstorage.File{}, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	return f, nil
+	return stateFile(&m.Data.State.Records, id)
 }
 
-// readRecord returns the record of id, or nil if there is none.
+// readRecord returns the record of id, or nil if there is none. A damaged
+// record is an error: callers must then treat the volume as not deletable.
 func (m *Manager) readRecord(id string) (*record, error) {
 	f, err := m.recordFile(id)
 	if err != nil {
 		return nil, err
 	}
-	b, err := f.Read()
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading record of volume %s: %w", id, err)
-	}
 	var rec record
-	if err := json.Unmarshal(b, &rec); err != nil {
-		// Written atomically, so not a torn write: foreign or corrupted
-		// content. Callers must then treat the volume as not deletable.
-		return nil, fmt.Errorf("record %s of volume %s is unreadable (%v); inspect and remove it by hand", f.FullPath(), id, err)
+	found, err := readStateFile(f, &rec)
+	if err != nil {
+		return nil, fmt.Errorf("record of volume %s: %w", id, err)
+	}
+	if !found {
+		return nil, nil
 	}
 	if _, err := ParseReclaimPolicy(string(rec.ReclaimPolicy)); err != nil {
 		return nil, fmt.Errorf("record %s of volume %s: %w; inspect and remove it by hand", f.FullPath(), id, err)
@@ -82,13 +72,7 @@ func (m *Manager) removeRecord(id string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := f.Read(); errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err := f.Remove(); err != nil {
-		return fmt.Errorf("removing record of volume %s: %w", id, err)
-	}
-	if err := syncDir(m.Data.State.Records.FullPath()); err != nil {
+	if err := removeStateFile(&m.Data.State.Records, f); err != nil {
 		return fmt.Errorf("removing record of volume %s: %w", id, err)
 	}
 	return nil
