@@ -156,7 +156,11 @@ func checkCapabilities(cs []*csi.VolumeCapability) (volume.Mode, error) {
 	return mode, nil
 }
 
-// statusFromVolume maps the volume layer's sentinel errors to gRPC codes.
+// statusFromVolume maps the volume layer's errors to gRPC codes. An error
+// the volume layer classifies as infeasible (volume.Infeasible) gets a code
+// that tells the CO not to retry the call unchanged (InvalidArgument,
+// AlreadyExists, ResourceExhausted, FailedPrecondition); every other one a
+// code a CO retries.
 func statusFromVolume(err error) error {
 	if err == nil {
 		return nil

@@ -2,6 +2,8 @@ package csi
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -209,4 +211,24 @@ func FuzzValidateRequest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestStatusFollowsClassification: the gRPC code of a volume error agrees
+// with the volume layer's one classification. An infeasible error never
+// gets a code a CO retries unchanged, a transient one never a code that
+// tells it to give up.
+func TestStatusFollowsClassification(t *testing.T) {
+	final := map[codes.Code]bool{codes.InvalidArgument: true, codes.AlreadyExists: true,
+		codes.ResourceExhausted: true, codes.FailedPrecondition: true, codes.OutOfRange: true}
+	for _, sentinel := range []error{volume.ErrInvalid, volume.ErrExists, volume.ErrNoSpace,
+		volume.ErrCapacityNotEnforced, volume.ErrNotFound, volume.ErrInUse, errors.New("EIO")} {
+		err := fmt.Errorf("expanding volume x: %w", sentinel)
+		code := status.Code(statusFromVolume(err))
+		if volume.Infeasible(err) && !final[code] {
+			t.Errorf("%v is infeasible but maps to %v, which a CO retries", sentinel, code)
+		}
+		if !volume.Infeasible(err) && (code == codes.InvalidArgument || code == codes.ResourceExhausted || code == codes.AlreadyExists) {
+			t.Errorf("%v is transient but maps to %v, which tells a CO to give up", sentinel, code)
+		}
+	}
 }

@@ -60,6 +60,19 @@ var (
 	ErrInUse = errors.New("volume is in use")
 )
 
+// Infeasible reports whether err means the request cannot be met as asked,
+// so that repeating it unchanged is pointless: it is malformed (ErrInvalid),
+// conflicts with an existing volume (ErrExists), or does not fit (ErrNoSpace,
+// ErrCapacityNotEnforced). Every other error (I/O, a cancelled context, a
+// volume still in use) is transient. This is the one classification of
+// volume errors: the provisioner and the resizer report an infeasible
+// request and wait for it to change instead of retrying, and the CSI plugin
+// answers it with a code that tells the caller not to retry unchanged.
+func Infeasible(err error) bool {
+	return errors.Is(err, ErrInvalid) || errors.Is(err, ErrExists) ||
+		errors.Is(err, ErrNoSpace) || errors.Is(err, ErrCapacityNotEnforced)
+}
+
 // Mode is a volume's access type.
 type Mode int
 
