@@ -138,8 +138,10 @@ func TestConditionReportsBrokenPublications(t *testing.T) {
 	}
 }
 
-// TestExpand grows volumes through the controller and then on the node: a
-// published block volume's loop device picks up the new size.
+// TestExpand grows volumes through the controller: a published block
+// volume's loop device shows the new size as soon as ControllerExpandVolume
+// returns (no node step is needed, so none is asked for), and
+// NodeExpandVolume stays an idempotent confirmation.
 func TestExpand(t *testing.T) {
 	e := newEnv(t, "")
 	ctx := context.Background()
@@ -153,8 +155,18 @@ func TestExpand(t *testing.T) {
 		_, err := e.srv.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: id, VolumePath: e.target(id), CapacityRange: &csi.CapacityRange{RequiredBytes: 8 * MiB}})
 		wantCode(t, "node expansion beyond the volume's size", err, codes.OutOfRange)
 		resp, err := ctrl.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: id, CapacityRange: &csi.CapacityRange{RequiredBytes: 8 * MiB}})
-		if err != nil || resp.CapacityBytes != 8*MiB || resp.NodeExpansionRequired != (mode == volume.Block) {
+		if err != nil || resp.CapacityBytes != 8*MiB || resp.NodeExpansionRequired {
 			t.Fatalf("ControllerExpandVolume(%s) = %+v, %v", id, resp, err)
+		}
+		if mode == volume.Block {
+			d, err := loop.Open(e.target(id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if size, err := d.Size(); err != nil || size != 8*MiB {
+				t.Errorf("loop device size right after ControllerExpandVolume = %d, %v; want %d", size, err, 8*MiB)
+			}
+			d.Close()
 		}
 		for range 2 { // idempotent
 			nresp, err := e.srv.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: id, VolumePath: e.target(id), CapacityRange: &csi.CapacityRange{RequiredBytes: 8 * MiB}})

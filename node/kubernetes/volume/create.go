@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -179,6 +180,11 @@ func (m *Manager) createBlock(id string, size int64) error {
 	}
 	defer f.Close()
 	m.crashPoint("create:image")
+	m.spaceMu.Lock()
+	defer m.spaceMu.Unlock()
+	if err := m.checkSpace(size); err != nil {
+		return err
+	}
 	if err := fallocate(f, 0, size); err != nil {
 		return classifySpace(fmt.Errorf("allocating %d bytes for the image: %w", size, err))
 	}
@@ -191,13 +197,13 @@ func (m *Manager) createBlock(id string, size int64) error {
 	return syncDir(m.Data.Volumes.FullPath())
 }
 
-// checkSpace fails with ErrNoSpace when a filesystem volume of size bytes
+// checkSpace fails with ErrNoSpace when size more bytes of any volume
 // would not fit. Quotas are limits, not reservations, so free space alone
 // would let volumes be promised more than the disk holds; with enforced
 // quotas the room still promised to other filesystem volumes (limit minus
-// usage) is subtracted first, so every volume can really be filled. Block
-// images are allocated up front and already absent from the free space.
-// Callers hold spaceMu.
+// usage) is subtracted first, so every volume can really be filled: a block
+// image, allocated up front, may not take that room either. Callers hold
+// spaceMu.
 func (m *Manager) checkSpace(size int64) error {
 	var st unix.Statfs_t
 	if err := unix.Statfs(m.Data.Volumes.FullPath(), &st); err != nil {
@@ -213,8 +219,8 @@ func (m *Manager) checkSpace(size int64) error {
 		promised = p
 	}
 	if size > free-promised {
-		return fmt.Errorf("%w: %d bytes requested, %d bytes free on the data filesystem of which %d are promised to existing filesystem volumes",
-			ErrNoSpace, size, free, promised)
+		return fmt.Errorf("%w: %s requested, %s free on the data filesystem, of which %s are promised to existing filesystem volumes",
+			ErrNoSpace, formatBytes(size), formatBytes(free), formatBytes(promised))
 	}
 	return nil
 }
@@ -255,4 +261,22 @@ func classifySpace(err error) error {
 		return fmt.Errorf("%w: %w", ErrNoSpace, err)
 	}
 	return err
+}
+
+// formatBytes renders a byte count for people, in the binary units
+// Kubernetes quantities use (4 MiB rather than 4194304 bytes), with one
+// decimal where the value is not whole.
+func formatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n), -1
+	for v >= unit && i < 5 {
+		v /= unit
+		i++
+	}
+	s := fmt.Sprintf("%.1f", v)
+	s = strings.TrimSuffix(s, ".0")
+	return s + " " + []string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}[i]
 }

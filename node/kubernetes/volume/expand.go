@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"source.plinth.dev/pkg/fsquota"
+	"source.plinth.dev/pkg/loop"
 )
 
 // Expand grows volume id to bytes (rounded up to Alignment) and returns it.
@@ -21,8 +22,10 @@ import (
 // XFS keeps the blocks a failed fallocate did get, beyond EOF, until the
 // file is truncated, and those would be lost to every other volume.
 //
-// A loop device serving a published block volume does not see the new
-// size until the CSI plugin refreshes it (NodeExpandVolume).
+// Every loop device serving a block volume's image re-reads its size
+// (LOOP_SET_CAPACITY) before Expand returns, also when the volume had the
+// size already (a retry after a crash in between): a published block
+// volume shows its new size in the pod at once, with no node-side step.
 func (m *Manager) Expand(ctx context.Context, id string, bytes int64) (Info, error) {
 	if err := ctx.Err(); err != nil {
 		return Info{}, fmt.Errorf("expanding volume %s: %w", id, err)
@@ -43,19 +46,52 @@ func (m *Manager) Expand(ctx context.Context, id string, bytes int64) (Info, err
 	if err != nil {
 		return Info{}, fmt.Errorf("expanding volume %s: %w", id, err)
 	}
-	if size <= cur.CapacityBytes {
-		return cur, nil
+	if size > cur.CapacityBytes {
+		if cur.Mode == Filesystem {
+			err = m.expandFilesystem(id, cur.CapacityBytes, size)
+		} else {
+			err = m.expandBlock(id, cur.CapacityBytes, size)
+		}
+		if err != nil {
+			return Info{}, fmt.Errorf("expanding volume %s from %s to %s: %w", id, formatBytes(cur.CapacityBytes), formatBytes(size), err)
+		}
+		cur.CapacityBytes = size
 	}
-	if cur.Mode == Filesystem {
-		err = m.expandFilesystem(id, cur.CapacityBytes, size)
-	} else {
-		err = m.expandBlock(id, cur.CapacityBytes, size)
+	if cur.Mode == Block {
+		_, imgPath := m.paths(id)
+		if err := refreshLoops(imgPath); err != nil {
+			return Info{}, fmt.Errorf("expanding volume %s: %w", id, err)
+		}
 	}
-	if err != nil {
-		return Info{}, fmt.Errorf("expanding volume %s from %d to %d bytes: %w", id, cur.CapacityBytes, size, err)
-	}
-	cur.CapacityBytes = size
 	return cur, nil
+}
+
+// refreshLoops makes every loop device whose backing file is image re-read
+// the image's size. A device that is detached, or rebound to another file,
+// between the lookup and the refresh is skipped: it no longer serves the
+// volume.
+func refreshLoops(image string) error {
+	paths, err := loop.Lookup(image)
+	if err != nil {
+		return fmt.Errorf("finding the loop devices of %s: %w", image, err)
+	}
+	for _, p := range paths {
+		d, err := loop.Open(p)
+		if err != nil {
+			continue
+		}
+		backing, err := d.BackingFile()
+		if err == nil && backing == image {
+			err = d.RefreshSize()
+		} else {
+			err = nil
+		}
+		d.Close()
+		if err != nil {
+			return fmt.Errorf("refreshing the size of %s: %w", p, err)
+		}
+	}
+	return nil
 }
 
 func (m *Manager) expandFilesystem(id string, from, to int64) error {
@@ -89,6 +125,11 @@ func (m *Manager) expandBlock(id string, from, to int64) error {
 	}
 	defer f.Close()
 	m.crashPoint("expand:intent")
+	m.spaceMu.Lock()
+	defer m.spaceMu.Unlock()
+	if err := m.checkSpace(to - from); err != nil {
+		return errors.Join(err, m.clearIntent(id))
+	}
 	if err := fallocate(f, from, to-from); err != nil {
 		ferr := classifySpace(fmt.Errorf("allocating %d more bytes: %w", to-from, err))
 		if terr := trimFile(f); terr != nil {

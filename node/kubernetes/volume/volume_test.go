@@ -288,3 +288,14 @@ func TestConcurrentCallsForOneVolume(t *testing.T) {
 		}
 	})
 }
+
+func TestFormatBytes(t *testing.T) {
+	for n, want := range map[int64]string{
+		0: "0 B", 1023: "1023 B", 1024: "1 KiB", 4 << 20: "4 MiB", 1536 << 20: "1.5 GiB",
+		77521092608: "72.2 GiB", 1 << 50: "1 PiB", MaxBytes: "1 EiB",
+	} {
+		if got := formatBytes(n); got != want {
+			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

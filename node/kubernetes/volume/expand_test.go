@@ -1,0 +1,71 @@
+package volume
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"source.plinth.dev/pkg/loop"
+)
+
+// TestExpandRefreshesPublishedBlockDevice: a block volume served by a loop
+// device (as a published volume is) shows its new size on the device as
+// soon as Expand returns, also when Expand is repeated after the image grew
+// (the retry after a crash between growing and refreshing), and a
+// read-only device stays read-only.
+func TestExpandRefreshesPublishedBlockDevice(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		m := newManagerOn(t, b)
+		if _, err := m.Create(ctx, "blk", Block, MiB); err != nil {
+			t.Fatal(err)
+		}
+		_, img := m.paths("blk")
+		var devs []*loop.Device
+		for _, ro := range []bool{false, true} {
+			f, err := os.OpenFile(img, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := loop.Create(f, loop.Options{ReadOnly: ro})
+			f.Close()
+			if err != nil {
+				t.Fatalf("attaching image: %v", err)
+			}
+			t.Cleanup(func() { _ = d.Remove() })
+			devs = append(devs, d)
+		}
+		if _, err := m.Expand(ctx, "blk", 4*MiB); err != nil {
+			t.Fatalf("Expand: %v", err)
+		}
+		for i, d := range devs {
+			if size, err := d.Size(); err != nil || size != 4*MiB {
+				t.Errorf("device %d after Expand: size %d (%v), want %d", i, size, err, 4*MiB)
+			}
+		}
+		if fl, err := devs[1].Flags(); err != nil || !fl.ReadOnly {
+			t.Errorf("read-only device after Expand: flags %+v (%v), want read-only", fl, err)
+		}
+		// The image grows behind the devices' back (as if Expand had
+		// crashed after growing it); the next Expand still refreshes them.
+		if err := os.Truncate(img, 8*MiB); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(img, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Fallocate(int(f.Fd()), 0, 4*MiB, 4*MiB); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		if _, err := m.Expand(ctx, "blk", 8*MiB); err != nil {
+			t.Fatalf("repeated Expand: %v", err)
+		}
+		if size, err := devs[0].Size(); err != nil || size != 8*MiB {
+			t.Errorf("device after repeated Expand: size %d (%v), want %d", size, err, 8*MiB)
+		}
+	})
+}
