@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"source.plinth.dev/node/kubernetes/internal/controllertest"
+	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/pkg/supervisor"
 )
@@ -34,7 +36,7 @@ const (
 
 func clientWith(tb testing.TB, qps float32, burst int) kubernetes.Interface {
 	tb.Helper()
-	cfg := rest.CopyConfig(cluster(tb).RESTConfig)
+	cfg := rest.CopyConfig(controllertest.ControlPlane(tb).RESTConfig)
 	cfg.QPS, cfg.Burst = qps, burst
 	// As plinth-node's client (node/kubernetes.Service.RESTConfig).
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
@@ -120,7 +122,7 @@ func provisionBatch(b *testing.B, impl string, i int) (created, bound time.Durat
 	claims := make([]*corev1.PersistentVolumeClaim, benchCount)
 	if err := parallel(benchCount, 32, func(i int) error {
 		var err error
-		claims[i], err = fast.CoreV1().PersistentVolumeClaims(e.ns).Create(ctx, e.claimObject(claim{name: fmt.Sprintf("c%04d", i)}), metav1.CreateOptions{})
+		claims[i], err = fast.CoreV1().PersistentVolumeClaims(e.NS).Create(ctx, e.ClaimObject(controllertest.Claim{Name: fmt.Sprintf("c%04d", i)}), metav1.CreateOptions{})
 		return err
 	}); err != nil {
 		b.Fatal(err)
@@ -131,14 +133,14 @@ func provisionBatch(b *testing.B, impl string, i int) (created, bound time.Durat
 	start := time.Now()
 	if impl == "bare" {
 		class := testClass()
-		class.Name = e.class
+		class.Name = e.Class
 		go func() {
 			_ = parallel(benchCount, DefaultClaimWorkers, func(i int) error {
 				req, err := validateClaim(claims[i], class, names.DriverName)
 				if err != nil {
 					return err
 				}
-				_, err = client.CoreV1().PersistentVolumes().Create(ctx, buildPV(claims[i], req, names.DriverName, e.node, nodeLabelValue(e.node)), metav1.CreateOptions{})
+				_, err = client.CoreV1().PersistentVolumes().Create(ctx, buildPV(claims[i], req, names.DriverName, e.Node, ownership.NodeLabelValue(e.Node)), metav1.CreateOptions{})
 				if err != nil {
 					b.Error(err)
 				}
@@ -146,13 +148,16 @@ func provisionBatch(b *testing.B, impl string, i int) (created, bound time.Durat
 			})
 		}()
 	} else {
-		c := &Controller{
+		c, err := New(Config{
 			Client:            client,
 			EventClient:       clientWith(b, 20, 50),
 			Driver:            names.DriverName,
-			NodeName:          e.node,
-			Volumes:           e.vols,
+			NodeName:          e.Node,
+			Volumes:           e.Vols,
 			OrphanGracePeriod: time.Hour,
+		})
+		if err != nil {
+			b.Fatal(err)
 		}
 		stop, _ := supervisor.TestHarness(b, c.Run)
 		defer stop()
@@ -170,12 +175,12 @@ func waitBatch(b *testing.B, c kubernetes.Interface, e *env, start time.Time) (c
 	defer cancel()
 	pvs := map[string]bool{}
 	claims := map[string]bool{}
-	pvw, err := c.CoreV1().PersistentVolumes().Watch(ctx, metav1.ListOptions{LabelSelector: labels.Set{labelNode: nodeLabelValue(e.node)}.String()})
+	pvw, err := c.CoreV1().PersistentVolumes().Watch(ctx, metav1.ListOptions{LabelSelector: labels.Set{ownership.LabelNode: ownership.NodeLabelValue(e.Node)}.String()})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer pvw.Stop()
-	cw, err := c.CoreV1().PersistentVolumeClaims(e.ns).Watch(ctx, metav1.ListOptions{})
+	cw, err := c.CoreV1().PersistentVolumeClaims(e.NS).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -209,22 +214,22 @@ func waitBatch(b *testing.B, c kubernetes.Interface, e *env, start time.Time) (c
 // benchEnv is newEnv for benchmarks: a namespace, class, node and data dir.
 func benchEnv(b *testing.B, i int) *env {
 	b.Helper()
-	cp := cluster(b)
+	cp := controllertest.ControlPlane(b)
 	suffix := fmt.Sprintf("%d-%d", i, time.Now().UnixNano())
-	e := &env{client: cp.Client, ns: "bench-" + suffix, class: "bench-" + suffix, node: "bench-" + suffix}
+	e := &env{&controllertest.Env{T: b, Client: cp.Client, NS: "bench-" + suffix, Class: "bench-" + suffix, Node: "bench-" + suffix}}
 	ctx := context.Background()
-	if _, err := e.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.ns}}, metav1.CreateOptions{}); err != nil {
+	if _, err := e.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.NS}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	sc := testClass()
-	sc.Name = e.class
+	sc.Name = e.Class
 	sc.Provisioner = names.DriverName
-	if _, err := e.client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+	if _, err := e.Client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = e.client.StorageV1().StorageClasses().Delete(ctx, sc.Name, metav1.DeleteOptions{}) })
-	e.dir = b.TempDir()
-	e.vols = newVolumes(b, e.dir, true)
+	b.Cleanup(func() { _ = e.Client.StorageV1().StorageClasses().Delete(ctx, sc.Name, metav1.DeleteOptions{}) })
+	e.Dir = b.TempDir()
+	e.Vols = controllertest.NewVolumes(b, e.Dir, true)
 	return e
 }
 
@@ -233,11 +238,11 @@ func benchEnv(b *testing.B, i int) *env {
 // the next measurement starts.
 func cleanupBatch(b *testing.B, c kubernetes.Interface, e *env) {
 	ctx := context.Background()
-	_ = c.CoreV1().Namespaces().Delete(ctx, e.ns, metav1.DeleteOptions{})
-	cleanupPVs(b, e.node)
-	sel := metav1.ListOptions{LabelSelector: labels.Set{labelNode: nodeLabelValue(e.node)}.String()}
-	eventually(b, 3*time.Minute, "benchmark objects deleted", func() (bool, error) {
-		_, err := c.CoreV1().Namespaces().Get(ctx, e.ns, metav1.GetOptions{})
+	_ = c.CoreV1().Namespaces().Delete(ctx, e.NS, metav1.DeleteOptions{})
+	cleanupPVs(b, e.Node)
+	sel := metav1.ListOptions{LabelSelector: labels.Set{ownership.LabelNode: ownership.NodeLabelValue(e.Node)}.String()}
+	controllertest.Eventually(b, 3*time.Minute, "benchmark objects deleted", func() (bool, error) {
+		_, err := c.CoreV1().Namespaces().Get(ctx, e.NS, metav1.GetOptions{})
 		if !apierrors.IsNotFound(err) {
 			return false, err
 		}
@@ -248,8 +253,8 @@ func cleanupBatch(b *testing.B, c kubernetes.Interface, e *env) {
 
 func cleanupPVs(tb testing.TB, node string) {
 	tb.Helper()
-	err := cluster(tb).Client.CoreV1().PersistentVolumes().DeleteCollection(context.Background(), metav1.DeleteOptions{},
-		metav1.ListOptions{LabelSelector: labels.Set{labelNode: nodeLabelValue(node)}.String()})
+	err := controllertest.ControlPlane(tb).Client.CoreV1().PersistentVolumes().DeleteCollection(context.Background(), metav1.DeleteOptions{},
+		metav1.ListOptions{LabelSelector: labels.Set{ownership.LabelNode: ownership.NodeLabelValue(node)}.String()})
 	if err != nil {
 		tb.Errorf("deleting benchmark PVs: %v", err)
 	}
@@ -302,39 +307,39 @@ func BenchmarkForeignClaimsRSS(b *testing.B) {
 	for range b.N {
 		b.StopTimer()
 		e := benchEnv(b, 0)
-		bin, err := plinthNodeBinary()
+		bin, err := controllertest.PlinthNodeBinary()
 		if err != nil {
 			b.Fatal(err)
 		}
-		p := &nodeProcess{t: nil, bin: bin, log: filepath.Join(b.TempDir(), "plinth-node.log"), args: []string{
+		p := &controllertest.NodeProcess{T: nil, Bin: bin, Log: filepath.Join(b.TempDir(), "plinth-node.log"), Args: []string{
 			"--root=" + filepath.Join(b.TempDir(), "node"),
-			"--data-dir=" + e.dir,
-			"--node-name=" + e.node,
-			"--kubeconfig=" + cluster(b).NodeKubeconfig,
+			"--data-dir=" + e.Dir,
+			"--node-name=" + e.Node,
+			"--kubeconfig=" + controllertest.ControlPlane(b).NodeKubeconfig,
 			"--allow-unenforced-capacity",
 		}}
-		if err := p.startErr(); err != nil {
+		if err := p.StartErr(); err != nil {
 			b.Fatal(err)
 		}
-		before := settledRSS(b, p.pid())
+		before := settledRSS(b, p.Pid())
 
 		fast := clientWith(b, 3000, 3000)
 		ctx := context.Background()
 		if err := parallel(foreign, 32, func(i int) error {
-			c := e.claimObject(claim{name: fmt.Sprintf("f%05d", i), node: "some-other-node"})
+			c := e.ClaimObject(controllertest.Claim{Name: fmt.Sprintf("f%05d", i), Node: "some-other-node"})
 			c.Labels = map[string]string{"app": "database", "tier": "backend"}
-			_, err := fast.CoreV1().PersistentVolumeClaims(e.ns).Create(ctx, c, metav1.CreateOptions{})
+			_, err := fast.CoreV1().PersistentVolumeClaims(e.NS).Create(ctx, c, metav1.CreateOptions{})
 			return err
 		}); err != nil {
 			b.Fatal(err)
 		}
-		watched := settledRSS(b, p.pid())
-		p.kill(syscall.SIGTERM)
-		if err := p.startErr(); err != nil {
+		watched := settledRSS(b, p.Pid())
+		p.Kill(syscall.SIGTERM)
+		if err := p.StartErr(); err != nil {
 			b.Fatal(err)
 		}
-		restarted := settledRSS(b, p.pid())
-		p.kill(syscall.SIGTERM)
+		restarted := settledRSS(b, p.Pid())
+		p.Kill(syscall.SIGTERM)
 
 		b.ReportMetric(float64(before)/(1<<20), "MiB-rss-empty")
 		b.ReportMetric(float64(watched-before)/foreign, "B/foreign-pvc-watched")

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/volume"
 )
 
@@ -24,7 +25,7 @@ func testClaim(mut ...func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVol
 	pvc := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "data", Namespace: "ns", UID: testUID,
-			Annotations: map[string]string{annStorageProvisioner: testDriver, annSelectedNode: testNode},
+			Annotations: map[string]string{ownership.AnnStorageProvisioner: testDriver, ownership.AnnSelectedNode: testNode},
 		},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
@@ -46,52 +47,6 @@ func testClass(mut ...func(*storagev1.StorageClass)) *storagev1.StorageClass {
 		m(sc)
 	}
 	return sc
-}
-
-func TestOwnsClaim(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		ann  map[string]string
-		want bool
-	}{
-		{"ga annotation", map[string]string{annStorageProvisioner: testDriver, annSelectedNode: testNode}, true},
-		{"beta fallback", map[string]string{annBetaStorageProvisioner: testDriver, annSelectedNode: testNode}, true},
-		{"ga wins over beta", map[string]string{annStorageProvisioner: "other", annBetaStorageProvisioner: testDriver, annSelectedNode: testNode}, false},
-		{"other node", map[string]string{annStorageProvisioner: testDriver, annSelectedNode: "node-b"}, false},
-		{"not selected yet", map[string]string{annStorageProvisioner: testDriver}, false},
-		{"other driver", map[string]string{annStorageProvisioner: "ebs.csi.aws.com", annSelectedNode: testNode}, false},
-		{"no annotations", nil, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			pvc := testClaim(func(p *corev1.PersistentVolumeClaim) { p.Annotations = tc.ann })
-			if got := ownsClaim(pvc, testDriver, testNode); got != tc.want {
-				t.Errorf("ownsClaim = %v, want %v", got, tc.want)
-			}
-		})
-	}
-	if ownsClaim(nil, testDriver, testNode) {
-		t.Error("ownsClaim(nil) = true")
-	}
-}
-
-func TestClaimUIDOf(t *testing.T) {
-	for id, ok := range map[string]bool{
-		"pvc-" + testUID:                  true,
-		testUID:                           false,
-		"pvc-" + strings.ToUpper(testUID): false,
-		"pvc-" + testUID + "x":            false,
-		"pvc-../" + testUID[3:]:           false,
-		"pvc-":                            false,
-		"":                                false,
-		"pvc-0b9b1a8e_7c2f-4d55-9a3e-1f2e3d4c5b6a": false,
-	} {
-		if _, got := claimUIDOf(id); got != ok {
-			t.Errorf("claimUIDOf(%q) ok = %v, want %v", id, got, ok)
-		}
-	}
-	if uid, _ := claimUIDOf(volumeIDFor(testUID)); uid != testUID {
-		t.Errorf("round trip gave %q", uid)
-	}
 }
 
 func TestValidateClaim(t *testing.T) {
@@ -174,12 +129,12 @@ func TestBuildPVIsOwned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pv := buildPV(pvc, r, testDriver, "host-a", nodeLabelValue(testNode))
+	pv := buildPV(pvc, r, testDriver, "host-a", ownership.NodeLabelValue(testNode))
 	if pv.Name != "pvc-"+testUID || pv.Spec.CSI.VolumeHandle != pv.Name || pv.Spec.ClaimRef.UID != testUID ||
-		pv.Annotations[annProvisionedBy] != testDriver || *pv.Spec.VolumeMode != corev1.PersistentVolumeFilesystem {
+		pv.Annotations[ownership.AnnProvisionedBy] != testDriver || *pv.Spec.VolumeMode != corev1.PersistentVolumeFilesystem {
 		t.Errorf("unexpected PV %+v", pv)
 	}
-	if ok, why := ownsVolume(pv, testDriver, "host-a"); !ok {
+	if ok, why := ownership.OwnsVolume(pv, testDriver, "host-a"); !ok {
 		t.Errorf("own PV not owned: %s", why)
 	}
 	for name, mut := range map[string]func(*corev1.PersistentVolume){
@@ -200,42 +155,9 @@ func TestBuildPVIsOwned(t *testing.T) {
 	} {
 		p := buildPV(pvc, r, testDriver, "host-a", "x")
 		mut(p)
-		if ok, _ := ownsVolume(p, testDriver, "host-a"); ok {
+		if ok, _ := ownership.OwnsVolume(p, testDriver, "host-a"); ok {
 			t.Errorf("%s: PV considered ours", name)
 		}
-	}
-}
-
-func TestClaimTransform(t *testing.T) {
-	tf := claimTransform(testDriver, testNode)
-	own := testClaim()
-	own.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
-	got, _ := tf(own)
-	if g := got.(*corev1.PersistentVolumeClaim); g.ManagedFields != nil || g.Spec.Resources.Requests == nil {
-		t.Errorf("own claim: managed fields kept or spec lost: %+v", g)
-	}
-	foreign := testClaim(func(p *corev1.PersistentVolumeClaim) {
-		p.Annotations[annSelectedNode] = "node-b"
-		p.ResourceVersion = "7"
-	})
-	got, _ = tf(foreign)
-	g, ok := got.(*metav1.PartialObjectMetadata)
-	if !ok || g.Annotations != nil || g.UID != "" || g.Name != "data" || g.Namespace != "ns" {
-		t.Errorf("foreign claim not reduced to a stub: %#v", got)
-	}
-	if keys, _ := indexByUID(g); keys != nil {
-		t.Errorf("stub indexed by UID: %v", keys)
-	}
-}
-
-func TestNodeLabelValue(t *testing.T) {
-	if v := nodeLabelValue("node-a"); v != "node-a" {
-		t.Errorf("short name changed to %q", v)
-	}
-	long := strings.Repeat("a", 70) + ".example.com"
-	v := nodeLabelValue(long)
-	if len(v) > 63 || v != nodeLabelValue(long) || v == nodeLabelValue(long+"x") {
-		t.Errorf("long name label %q not short, stable and distinct", v)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,103 +21,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"source.plinth.dev/node/kubernetes/internal/controllertest"
+	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/volume"
-	"source.plinth.dev/test/launch"
 )
-
-// buildPlinthNode builds plinth-node once per test binary.
-var plinthNodeBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "plinth-node-bin-")
-	if err != nil {
-		return "", err
-	}
-	repo, err := launch.RepoRoot(".")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "plinth-node")
-	cmd := exec.Command("go", "build", "-o", bin, "./node/cmd/plinth-node")
-	cmd.Dir = repo
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building plinth-node: %v\n%s", err, out)
-	}
-	return bin, nil
-})
-
-// nodeProcess runs plinth-node as a separate process that a test can kill.
-type nodeProcess struct {
-	t     testing.TB
-	bin   string
-	args  []string
-	extra func() []string // more arguments, per start
-	log   string
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func (p *nodeProcess) start() {
-	p.t.Helper()
-	if err := p.startErr(); err != nil {
-		p.t.Fatal(err)
-	}
-}
-
-// startErr starts plinth-node (for callers without a *testing.T).
-func (p *nodeProcess) startErr() error {
-	logf, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	args := p.args
-	if p.extra != nil {
-		args = append(slices.Clone(args), p.extra()...)
-	}
-	cmd := exec.Command(p.bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting plinth-node: %w", err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	p.mu.Lock()
-	p.cmd, p.done = cmd, done
-	p.mu.Unlock()
-	return nil
-}
-
-// pid is the process ID of the running plinth-node.
-func (p *nodeProcess) pid() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.cmd.Process.Pid
-}
-
-// kill sends sig and waits for the process to be gone.
-func (p *nodeProcess) kill(sig syscall.Signal) {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = syscall.Kill(-cmd.Process.Pid, sig)
-	select {
-	case <-done:
-	case <-time.After(40 * time.Second):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
-}
-
-func (p *nodeProcess) logTail() string {
-	b, _ := os.ReadFile(p.log)
-	lines := strings.Split(string(b), "\n")
-	return strings.Join(lines[max(0, len(lines)-60):], "\n")
-}
 
 // TestCrashSafety kills plinth-node with SIGKILL at random moments while 200
 // provisions and deletions run, restarts it every time, lets it settle and
@@ -127,16 +33,16 @@ func (p *nodeProcess) logTail() string {
 // data of bound volumes untouched.
 func TestCrashSafety(t *testing.T) {
 	e := newEnv(t, true)
-	cp := cluster(t)
-	bin, err := plinthNodeBinary()
+	cp := controllertest.ControlPlane(t)
+	bin, err := controllertest.PlinthNodeBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
 	const grace = 3 * time.Second
-	p := &nodeProcess{t: t, bin: bin, log: filepath.Join(t.TempDir(), "plinth-node.log"), args: []string{
+	p := &controllertest.NodeProcess{T: t, Bin: bin, Log: filepath.Join(t.TempDir(), "plinth-node.log"), Args: []string{
 		"--root=" + filepath.Join(t.TempDir(), "node"),
-		"--data-dir=" + e.dir,
-		"--node-name=" + e.node,
+		"--data-dir=" + e.Dir,
+		"--node-name=" + e.Node,
 		// The restricted identity a node really runs with.
 		"--kubeconfig=" + cp.NodeKubeconfig,
 		"--allow-unenforced-capacity",
@@ -147,18 +53,18 @@ func TestCrashSafety(t *testing.T) {
 	// PV: the crash that leaves an orphan becomes likely instead of rare.
 	// The other starts are fast, so kills also land in volume operations.
 	var starts int
-	p.extra = func() []string {
+	p.Extra = func() []string {
 		starts++
 		if starts%2 == 0 {
 			return []string{"--kube-api-qps=20", "--kube-api-burst=5"}
 		}
 		return nil
 	}
-	p.start()
+	p.Start()
 	t.Cleanup(func() {
-		p.kill(syscall.SIGKILL)
+		p.Kill(syscall.SIGKILL)
 		if t.Failed() {
-			t.Logf("plinth-node log (tail):\n%s", p.logTail())
+			t.Logf("plinth-node log (tail):\n%s", p.LogTail())
 		}
 	})
 
@@ -185,9 +91,9 @@ func TestCrashSafety(t *testing.T) {
 				return
 			case <-time.After(time.Duration(20+krnd.IntN(500)) * time.Millisecond):
 			}
-			p.kill(syscall.SIGKILL)
+			p.Kill(syscall.SIGKILL)
 			kills++
-			p.start()
+			p.Start()
 		}
 	})
 
@@ -196,11 +102,11 @@ func TestCrashSafety(t *testing.T) {
 	deleted := map[types.UID]bool{}
 	for i := range 200 {
 		if len(live) == 0 || rnd.IntN(3) < 2 {
-			c := claim{name: fmt.Sprintf("c%03d", i), size: "4Mi"}
+			c := controllertest.Claim{Name: fmt.Sprintf("c%03d", i), Size: "4Mi"}
 			if rnd.IntN(4) == 0 {
-				c.mode = corev1.PersistentVolumeBlock
+				c.Mode = corev1.PersistentVolumeBlock
 			}
-			pvc, err := client.CoreV1().PersistentVolumeClaims(e.ns).Create(ctx, e.claimObject(c), metav1.CreateOptions{})
+			pvc, err := client.CoreV1().PersistentVolumeClaims(e.NS).Create(ctx, e.ClaimObject(c), metav1.CreateOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -214,7 +120,7 @@ func TestCrashSafety(t *testing.T) {
 			}
 			victim := live[k]
 			live = slices.Delete(live, k, k+1)
-			if err := client.CoreV1().PersistentVolumeClaims(e.ns).Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
+			if err := client.CoreV1().PersistentVolumeClaims(e.NS).Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			deleted[victim.UID] = true
@@ -246,9 +152,9 @@ func TestCrashSafety(t *testing.T) {
 	if len(problems) > 0 {
 		t.Fatalf("after settling, %d invariant violations:\n%s", len(problems), strings.Join(problems, "\n"))
 	}
-	p.kill(syscall.SIGTERM)
+	p.Kill(syscall.SIGTERM)
 	// What the crashes left for the restarts to clean up, from the log.
-	log, _ := os.ReadFile(p.log)
+	log, _ := os.ReadFile(p.Log)
 	t.Logf("settled in %s; plinth-node recovered %d interrupted volume operations and removed %d orphans",
 		time.Since(settleStart).Round(100*time.Millisecond),
 		strings.Count(string(log), "recovered volume"), strings.Count(string(log), "audit: deleted orphaned volume"))
@@ -263,16 +169,16 @@ const markerName = "crash-test-marker"
 func markBound(t *testing.T, client kubernetes.Interface, e *env, live []*corev1.PersistentVolumeClaim) {
 	t.Helper()
 	for _, pvc := range live {
-		cur, err := client.CoreV1().PersistentVolumeClaims(e.ns).Get(context.Background(), pvc.Name, metav1.GetOptions{})
+		cur, err := client.CoreV1().PersistentVolumeClaims(e.NS).Get(context.Background(), pvc.Name, metav1.GetOptions{})
 		if err != nil || cur.Status.Phase != corev1.ClaimBound {
 			continue
 		}
-		mode, path, err := e.vols.Locate(context.Background(), volumeIDFor(pvc.UID))
+		mode, path, err := e.Vols.Locate(context.Background(), ownership.VolumeIDFor(pvc.UID))
 		if err != nil || mode != volume.Filesystem {
 			continue
 		}
 		marker := filepath.Join(path, markerName)
-		if !fileExists(marker) {
+		if !controllertest.FileExists(marker) {
 			if err := os.WriteFile(marker, []byte(pvc.UID), 0o644); err != nil {
 				t.Errorf("writing marker into %s: %v", path, err)
 			}
@@ -286,12 +192,12 @@ func checkInvariants(t *testing.T, client kubernetes.Interface, e *env, live []*
 	ctx := context.Background()
 	var problems []string
 	pvs, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{
-		LabelSelector: labels.Set{labelNode: nodeLabelValue(e.node)}.String(),
+		LabelSelector: labels.Set{ownership.LabelNode: ownership.NodeLabelValue(e.Node)}.String(),
 	})
 	if err != nil {
 		return []string{err.Error()}
 	}
-	entries, err := e.vols.List(ctx)
+	entries, err := e.Vols.List(ctx)
 	if err != nil {
 		return []string{err.Error()}
 	}
@@ -322,7 +228,7 @@ func checkInvariants(t *testing.T, client kubernetes.Interface, e *env, live []*
 		if n > 1 {
 			problems = append(problems, fmt.Sprintf("volume %s listed %d times", id, n))
 		}
-		uid, _ := claimUIDOf(id)
+		uid, _ := ownership.ClaimUIDOf(id)
 		if pvByName[id] == nil && liveUIDs[uid] == nil {
 			problems = append(problems, fmt.Sprintf("leaked volume %s: no PV, no claim", id))
 		}
@@ -336,7 +242,7 @@ func checkInvariants(t *testing.T, client kubernetes.Interface, e *env, live []*
 		}
 	}
 	for _, pvc := range live {
-		cur, err := client.CoreV1().PersistentVolumeClaims(e.ns).Get(ctx, pvc.Name, metav1.GetOptions{})
+		cur, err := client.CoreV1().PersistentVolumeClaims(e.NS).Get(ctx, pvc.Name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
 			problems = append(problems, fmt.Sprintf("claim %s vanished", pvc.Name))
@@ -347,11 +253,11 @@ func checkInvariants(t *testing.T, client kubernetes.Interface, e *env, live []*
 		case cur.Status.Phase != corev1.ClaimBound:
 			problems = append(problems, fmt.Sprintf("claim %s is %s", pvc.Name, cur.Status.Phase))
 		}
-		id := volumeIDFor(pvc.UID)
+		id := ownership.VolumeIDFor(pvc.UID)
 		if volumes[id] != 1 {
 			problems = append(problems, fmt.Sprintf("claim %s has %d volumes", pvc.Name, volumes[id]))
 		}
-		if mode, path, err := e.vols.Locate(ctx, id); err == nil && mode == volume.Filesystem {
+		if mode, path, err := e.Vols.Locate(ctx, id); err == nil && mode == volume.Filesystem {
 			// Every bound filesystem volume has been marked by now (markBound
 			// runs before each check); the marker must still be there.
 			if b, err := os.ReadFile(filepath.Join(path, markerName)); err != nil || string(b) != string(pvc.UID) {

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/volume"
 )
 
@@ -48,7 +49,7 @@ func orphanCheckInterval(grace time.Duration) time.Duration {
 }
 
 func (r *run) reconcileOrphansLoop(ctx context.Context) {
-	grace := orDefault(r.OrphanGracePeriod, DefaultOrphanGracePeriod)
+	grace := r.OrphanGracePeriod
 	ticker := r.clock.NewTicker(orphanCheckInterval(grace))
 	defer ticker.Stop()
 	for {
@@ -148,16 +149,16 @@ func (r *run) reportKept(id, why string) {
 // the volume. A volume whose ID is not in our format is never unreferenced:
 // we do not know what refers to it.
 func (r *run) unreferenced(id string) bool {
-	uid, ok := claimUIDOf(id)
+	uid, ok := ownership.ClaimUIDOf(id)
 	if !ok {
 		r.reportForeign(volume.Entry{Info: volume.Info{ID: id}, Problem: "not a volume ID this provisioner makes"})
 		return false
 	}
-	if _, exists := r.volumes.get(id); exists {
+	if _, exists := r.volumes.Get(id); exists {
 		r.forgetKept(id)
 		return false
 	}
-	if claims, _ := r.claimIdx.ByIndex(uidIndex, string(uid)); len(claims) > 0 {
+	if claims, _ := r.claimIdx.ByIndex(ownership.UIDIndex, string(uid)); len(claims) > 0 {
 		r.forgetKept(id)
 		return false
 	}
@@ -192,7 +193,7 @@ func (r *run) candidateSince(id string, now time.Time) time.Time {
 	first, ok := r.firstSeen[id]
 	if !ok {
 		r.firstSeen[id] = now
-		r.log.Infof("volume %s has no PV and no claim; removing it if that is still so in %s", id, orDefault(r.OrphanGracePeriod, DefaultOrphanGracePeriod))
+		r.log.Infof("volume %s has no PV and no claim; removing it if that is still so in %s", id, r.OrphanGracePeriod)
 		return now
 	}
 	return first
@@ -226,7 +227,7 @@ func (r *run) nodeRef() *corev1.ObjectReference {
 // removeOrphan re-checks an orphan under the volume's lock, with a live read
 // of its PV, and removes it.
 func (r *run) removeOrphan(ctx context.Context, id string, age time.Duration) error {
-	unlock := r.locks.lock(id)
+	unlock := r.locks.Lock(id)
 	defer unlock()
 	if !r.unreferenced(id) {
 		r.forgetCandidate(id)

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/volume"
 )
 
@@ -22,23 +23,23 @@ import (
 func TestOrphanedByHandDeletedPV(t *testing.T) {
 	e := newEnv(t, true)
 	ctx := context.Background()
-	retainClass := e.class + "-retain"
-	e.createClass(retainClass, corev1.PersistentVolumeReclaimRetain, nil)
+	retainClass := e.Class + "-retain"
+	e.CreateClass(retainClass, corev1.PersistentVolumeReclaimRetain, nil)
 	c := e.controller()
 	c.OrphanGracePeriod = 2 * time.Second
 	e.start(c)
 
-	e.createClaim(claim{name: "keep", class: retainClass})
-	e.createClaim(claim{name: "patched"})
-	e.createClaim(claim{name: "del"})
-	_, keepPV := e.waitBound("keep")
-	_, patchedPV := e.waitBound("patched")
-	_, delPV := e.waitBound("del")
+	e.CreateClaim(controllertest.Claim{Name: "keep", Class: retainClass})
+	e.CreateClaim(controllertest.Claim{Name: "patched"})
+	e.CreateClaim(controllertest.Claim{Name: "del"})
+	_, keepPV := e.WaitBound("keep")
+	_, patchedPV := e.WaitBound("patched")
+	_, delPV := e.WaitBound("del")
 
 	// The policies as recorded on the node, the patched one after its PV
 	// changed to Retain.
 	patch := []byte(`{"spec":{"persistentVolumeReclaimPolicy":"Retain"}}`)
-	if _, err := e.client.CoreV1().PersistentVolumes().Patch(ctx, patchedPV.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := e.Client.CoreV1().PersistentVolumes().Patch(ctx, patchedPV.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for id, want := range map[string]volume.ReclaimPolicy{
@@ -46,8 +47,8 @@ func TestOrphanedByHandDeletedPV(t *testing.T) {
 		patchedPV.Name: volume.ReclaimRetain,
 		delPV.Name:     volume.ReclaimDelete,
 	} {
-		eventually(t, 30*time.Second, "policy of "+id+" recorded as "+string(want), func() (bool, error) {
-			got, err := e.vols.ReclaimPolicy(ctx, id)
+		controllertest.Eventually(t, 30*time.Second, "policy of "+id+" recorded as "+string(want), func() (bool, error) {
+			got, err := e.Vols.ReclaimPolicy(ctx, id)
 			return got == want, err
 		})
 	}
@@ -55,59 +56,59 @@ func TestOrphanedByHandDeletedPV(t *testing.T) {
 	// The administrator deletes the Delete PV while it is still bound
 	// (pv-protection holds it until the claim is gone), then the claims,
 	// then the released Retain PVs.
-	if err := e.client.CoreV1().PersistentVolumes().Delete(ctx, delPV.Name, metav1.DeleteOptions{}); err != nil {
+	if err := e.Client.CoreV1().PersistentVolumes().Delete(ctx, delPV.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"keep", "patched", "del"} {
-		if err := e.client.CoreV1().PersistentVolumeClaims(e.ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		if err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, pv := range []*corev1.PersistentVolume{keepPV, patchedPV} {
-		eventually(t, 30*time.Second, "PV "+pv.Name+" Released", func() (bool, error) {
-			got, err := e.client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+		controllertest.Eventually(t, 30*time.Second, "PV "+pv.Name+" Released", func() (bool, error) {
+			got, err := e.Client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
 			return err == nil && got.Status.Phase == corev1.VolumeReleased, err
 		})
-		if err := e.client.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{}); err != nil {
+		if err := e.Client.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	gone := time.Now()
 	for _, pv := range []*corev1.PersistentVolume{keepPV, patchedPV, delPV} {
-		eventually(t, 60*time.Second, "PV "+pv.Name+" gone", func() (bool, error) {
-			_, err := e.client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+		controllertest.Eventually(t, 60*time.Second, "PV "+pv.Name+" gone", func() (bool, error) {
+			_, err := e.Client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
 			return apierrors.IsNotFound(err), nil
 		})
 	}
 
 	// Delete: an orphan like any other, removed after the grace period.
-	eventually(t, 30*time.Second, "Delete volume removed", func() (bool, error) {
-		return !slices.Contains(e.volumeIDs(), delPV.Name), nil
+	controllertest.Eventually(t, 30*time.Second, "Delete volume removed", func() (bool, error) {
+		return !slices.Contains(e.VolumeIDs(), delPV.Name), nil
 	})
-	e.waitEvent(types.UID(e.node), ReasonOrphanDeleted, delPV.Name)
+	e.WaitEvent(types.UID(e.Node), ReasonOrphanDeleted, delPV.Name)
 
 	// Retain: kept, well past the grace period ...
 	if wait := 3*c.OrphanGracePeriod - time.Since(gone); wait > 0 {
 		time.Sleep(wait) // let a wrong removal happen
 	}
-	ids := e.volumeIDs()
+	ids := e.VolumeIDs()
 	for _, pv := range []*corev1.PersistentVolume{keepPV, patchedPV} {
 		if !slices.Contains(ids, pv.Name) {
 			t.Errorf("volume %s of a Retain PV was removed after its PV was deleted by hand", pv.Name)
 		}
-		if p, err := e.vols.ReclaimPolicy(ctx, pv.Name); err != nil || p != volume.ReclaimRetain {
+		if p, err := e.Vols.ReclaimPolicy(ctx, pv.Name); err != nil || p != volume.ReclaimRetain {
 			t.Errorf("volume %s: recorded policy %q, %v; want retain", pv.Name, p, err)
 		}
 	}
 	// ... and reported on the Node, as a Warning naming the volume.
 	for _, pv := range []*corev1.PersistentVolume{keepPV, patchedPV} {
-		ev := e.waitEvent(types.UID(e.node), ReasonOrphanRetained, pv.Name)
+		ev := e.WaitEvent(types.UID(e.Node), ReasonOrphanRetained, pv.Name)
 		if ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, "reclaim policy Retain") {
 			t.Errorf("%s Event for %s: %s %q; want a Warning saying it is kept for reclaim policy Retain", ReasonOrphanRetained, pv.Name, ev.Type, ev.Message)
 		}
 	}
-	for _, ev := range e.events(types.UID(e.node)) {
-		if ev.Reason == ReasonOrphanDeleted && (ev.InvolvedObject.Name != e.node || !strings.Contains(ev.Message, delPV.Name)) {
+	for _, ev := range e.Events(types.UID(e.Node)) {
+		if ev.Reason == ReasonOrphanDeleted && (ev.InvolvedObject.Name != e.Node || !strings.Contains(ev.Message, delPV.Name)) {
 			t.Errorf("unexpected orphan deletion: %s", ev.Message)
 		}
 	}
@@ -120,29 +121,29 @@ func TestOrphanedByHandDeletedPV(t *testing.T) {
 func TestPolicyRecordedAtStart(t *testing.T) {
 	e := newEnv(t, true)
 	ctx := context.Background()
-	retainClass := e.class + "-retain"
-	e.createClass(retainClass, corev1.PersistentVolumeReclaimRetain, nil)
+	retainClass := e.Class + "-retain"
+	e.CreateClass(retainClass, corev1.PersistentVolumeReclaimRetain, nil)
 	stop := e.start(e.controller())
-	e.createClaim(claim{name: "keep", class: retainClass})
-	_, pv := e.waitBound("keep")
-	eventually(t, 30*time.Second, "policy recorded", func() (bool, error) {
-		p, err := e.vols.ReclaimPolicy(ctx, pv.Name)
+	e.CreateClaim(controllertest.Claim{Name: "keep", Class: retainClass})
+	_, pv := e.WaitBound("keep")
+	controllertest.Eventually(t, 30*time.Second, "policy recorded", func() (bool, error) {
+		p, err := e.Vols.ReclaimPolicy(ctx, pv.Name)
 		return p == volume.ReclaimRetain, err
 	})
 	stop()
-	rec, err := e.vols.Data.State.Records.ChildFile(pv.Name)
+	rec, err := e.Vols.Data.State.Records.ChildFile(pv.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := rec.Remove(); err != nil {
 		t.Fatal(err)
 	}
-	if p, err := e.vols.ReclaimPolicy(ctx, pv.Name); err != nil || p != volume.ReclaimUnrecorded {
+	if p, err := e.Vols.ReclaimPolicy(ctx, pv.Name); err != nil || p != volume.ReclaimUnrecorded {
 		t.Fatalf("after removing the record: %q, %v", p, err)
 	}
 	e.start(e.controller())
-	eventually(t, 30*time.Second, "policy recorded again at start", func() (bool, error) {
-		p, err := e.vols.ReclaimPolicy(ctx, pv.Name)
+	controllertest.Eventually(t, 30*time.Second, "policy recorded again at start", func() (bool, error) {
+		p, err := e.Vols.ReclaimPolicy(ctx, pv.Name)
 		return p == volume.ReclaimRetain, err
 	})
 }

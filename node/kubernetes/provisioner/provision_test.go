@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"source.plinth.dev/node/kubernetes/internal/controllertest"
+	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/volume"
 )
@@ -18,9 +20,9 @@ import (
 func TestProvisionFilesystemAndBlock(t *testing.T) {
 	e := newEnv(t, true)
 	e.start(e.controller())
-	fsClaim := e.createClaim(claim{name: "fs", size: "64Mi"})
-	blkClaim := e.createClaim(claim{name: "blk", size: "32Mi", mode: corev1.PersistentVolumeBlock,
-		access: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod}, betaAnn: true})
+	fsClaim := e.CreateClaim(controllertest.Claim{Name: "fs", Size: "64Mi"})
+	blkClaim := e.CreateClaim(controllertest.Claim{Name: "blk", Size: "32Mi", Mode: corev1.PersistentVolumeBlock,
+		Access: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod}, BetaAnn: true})
 
 	for _, tc := range []struct {
 		pvc   *corev1.PersistentVolumeClaim
@@ -31,7 +33,7 @@ func TestProvisionFilesystemAndBlock(t *testing.T) {
 		{fsClaim, corev1.PersistentVolumeFilesystem, volume.Filesystem, 64 << 20},
 		{blkClaim, corev1.PersistentVolumeBlock, volume.Block, 32 << 20},
 	} {
-		_, pv := e.waitBound(tc.pvc.Name)
+		_, pv := e.WaitBound(tc.pvc.Name)
 		id := "pvc-" + string(tc.pvc.UID)
 		if pv.Name != id {
 			t.Errorf("%s: PV name %q, want %q", tc.pvc.Name, pv.Name, id)
@@ -43,7 +45,7 @@ func TestProvisionFilesystemAndBlock(t *testing.T) {
 		if got := pv.Spec.Capacity[corev1.ResourceStorage]; got.Value() != tc.bytes {
 			t.Errorf("%s: capacity %s, want %d", tc.pvc.Name, got.String(), tc.bytes)
 		}
-		if ref := pv.Spec.ClaimRef; ref == nil || ref.UID != tc.pvc.UID || ref.Name != tc.pvc.Name || ref.Namespace != e.ns {
+		if ref := pv.Spec.ClaimRef; ref == nil || ref.UID != tc.pvc.UID || ref.Name != tc.pvc.Name || ref.Namespace != e.NS {
 			t.Errorf("%s: claimRef %+v", tc.pvc.Name, ref)
 		}
 		if pv.Spec.VolumeMode == nil || *pv.Spec.VolumeMode != tc.mode {
@@ -52,30 +54,30 @@ func TestProvisionFilesystemAndBlock(t *testing.T) {
 		if pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
 			t.Errorf("%s: reclaim policy %s", tc.pvc.Name, pv.Spec.PersistentVolumeReclaimPolicy)
 		}
-		if h, ok := affinityHostname(pv); !ok || h != e.node {
+		if h, ok := ownership.AffinityHostname(pv); !ok || h != e.Node {
 			t.Errorf("%s: node affinity %+v", tc.pvc.Name, pv.Spec.NodeAffinity)
 		}
-		if pv.Annotations[annProvisionedBy] != names.DriverName {
+		if pv.Annotations[ownership.AnnProvisionedBy] != names.DriverName {
 			t.Errorf("%s: annotations %v", tc.pvc.Name, pv.Annotations)
 		}
 		if !slices.Equal(pv.Spec.AccessModes, tc.pvc.Spec.AccessModes) {
 			t.Errorf("%s: access modes %v", tc.pvc.Name, pv.Spec.AccessModes)
 		}
-		st, err := e.vols.Stat(context.Background(), id)
+		st, err := e.Vols.Stat(context.Background(), id)
 		if err != nil {
 			t.Fatalf("%s: volume: %v", tc.pvc.Name, err)
 		}
 		if st.Mode != tc.vmode || st.CapacityBytes != tc.bytes {
 			t.Errorf("%s: volume is %v of %d bytes", tc.pvc.Name, st.Mode, st.CapacityBytes)
 		}
-		if tc.vmode == volume.Block || e.vols.CapacityEnforced() {
-			e.waitEvent(tc.pvc.UID, ReasonProvisioningSucceeded, id)
+		if tc.vmode == volume.Block || e.Vols.CapacityEnforced() {
+			e.WaitEvent(tc.pvc.UID, ReasonProvisioningSucceeded, id)
 		}
 	}
 	// Capacity cannot be enforced on this host's filesystem: the
 	// filesystem claim (only) gets a warning.
-	e.waitEvent(fsClaim.UID, ReasonCapacityNotEnforced, "cannot enforce")
-	for _, ev := range e.events(blkClaim.UID) {
+	e.WaitEvent(fsClaim.UID, ReasonCapacityNotEnforced, "cannot enforce")
+	for _, ev := range e.Events(blkClaim.UID) {
 		if ev.Reason == ReasonCapacityNotEnforced {
 			t.Errorf("block claim got %s", ev.Reason)
 		}
@@ -84,41 +86,41 @@ func TestProvisionFilesystemAndBlock(t *testing.T) {
 
 func TestDeleteReleasedAndRetain(t *testing.T) {
 	e := newEnv(t, true)
-	retainClass := e.class + "-retain"
-	e.createClass(retainClass, corev1.PersistentVolumeReclaimRetain, nil)
+	retainClass := e.Class + "-retain"
+	e.CreateClass(retainClass, corev1.PersistentVolumeReclaimRetain, nil)
 	e.start(e.controller())
-	del := e.createClaim(claim{name: "del"})
-	blk := e.createClaim(claim{name: "blk", mode: corev1.PersistentVolumeBlock})
-	keep := e.createClaim(claim{name: "keep", class: retainClass})
-	_, delPV := e.waitBound("del")
-	e.waitBound("blk")
-	_, keepPV := e.waitBound("keep")
+	del := e.CreateClaim(controllertest.Claim{Name: "del"})
+	blk := e.CreateClaim(controllertest.Claim{Name: "blk", Mode: corev1.PersistentVolumeBlock})
+	keep := e.CreateClaim(controllertest.Claim{Name: "keep", Class: retainClass})
+	_, delPV := e.WaitBound("del")
+	e.WaitBound("blk")
+	_, keepPV := e.WaitBound("keep")
 	if keepPV.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain {
 		t.Fatalf("retain class gave policy %s", keepPV.Spec.PersistentVolumeReclaimPolicy)
 	}
-	if len(e.volumeIDs()) != 3 {
-		t.Fatalf("volumes before deletion: %v", e.volumeIDs())
+	if len(e.VolumeIDs()) != 3 {
+		t.Fatalf("volumes before deletion: %v", e.VolumeIDs())
 	}
 	ctx := context.Background()
 	for _, c := range []*corev1.PersistentVolumeClaim{del, blk, keep} {
-		if err := e.client.CoreV1().PersistentVolumeClaims(e.ns).Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil {
+		if err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, c := range []*corev1.PersistentVolumeClaim{del, blk} {
-		id := volumeIDFor(c.UID)
-		eventually(t, 60*time.Second, "PV "+id+" deleted", func() (bool, error) {
-			_, err := e.client.CoreV1().PersistentVolumes().Get(ctx, id, metav1.GetOptions{})
+		id := ownership.VolumeIDFor(c.UID)
+		controllertest.Eventually(t, 60*time.Second, "PV "+id+" deleted", func() (bool, error) {
+			_, err := e.Client.CoreV1().PersistentVolumes().Get(ctx, id, metav1.GetOptions{})
 			return apierrors.IsNotFound(err), err
 		})
-		if slices.Contains(e.volumeIDs(), id) {
+		if slices.Contains(e.VolumeIDs(), id) {
 			t.Errorf("volume %s still exists after its PV was deleted", id)
 		}
 	}
-	e.waitEvent(delPV.UID, ReasonVolumeDeleted, "reclaim policy Delete")
+	e.WaitEvent(delPV.UID, ReasonVolumeDeleted, "reclaim policy Delete")
 	time.Sleep(time.Second) // a repeated deletion would show by now
 	n := 0
-	for _, ev := range e.events(delPV.UID) {
+	for _, ev := range e.Events(delPV.UID) {
 		if ev.Reason == ReasonVolumeDeleted {
 			n += int(ev.Count)
 		}
@@ -128,18 +130,18 @@ func TestDeleteReleasedAndRetain(t *testing.T) {
 	}
 
 	// Retain: the PV is Released and stays, and so does the volume.
-	eventually(t, 30*time.Second, "retained PV Released", func() (bool, error) {
-		pv, err := e.client.CoreV1().PersistentVolumes().Get(ctx, keepPV.Name, metav1.GetOptions{})
+	controllertest.Eventually(t, 30*time.Second, "retained PV Released", func() (bool, error) {
+		pv, err := e.Client.CoreV1().PersistentVolumes().Get(ctx, keepPV.Name, metav1.GetOptions{})
 		return err == nil && pv.Status.Phase == corev1.VolumeReleased, err
 	})
 	time.Sleep(2 * time.Second) // give a wrong deletion time to happen
-	if _, err := e.client.CoreV1().PersistentVolumes().Get(ctx, keepPV.Name, metav1.GetOptions{}); err != nil {
+	if _, err := e.Client.CoreV1().PersistentVolumes().Get(ctx, keepPV.Name, metav1.GetOptions{}); err != nil {
 		t.Errorf("retained PV: %v", err)
 	}
-	if ids := e.volumeIDs(); !slices.Equal(ids, []string{keepPV.Name}) {
+	if ids := e.VolumeIDs(); !slices.Equal(ids, []string{keepPV.Name}) {
 		t.Errorf("volumes after deletion: %v, want only the retained %s", ids, keepPV.Name)
 	}
-	for _, ev := range e.events(keepPV.UID) {
+	for _, ev := range e.Events(keepPV.UID) {
 		if ev.Reason == ReasonVolumeDeleted {
 			t.Errorf("retained PV got event %s: %s", ev.Reason, ev.Message)
 		}
@@ -150,28 +152,28 @@ func TestDeleteReleasedAndRetain(t *testing.T) {
 // Event with a clear reason, and leaves neither a volume nor a PV.
 func TestBadInput(t *testing.T) {
 	e := newEnv(t, true)
-	paramsClass := e.class + "-params"
-	e.createClass(paramsClass, corev1.PersistentVolumeReclaimDelete, map[string]string{"fsType": "ext4"})
+	paramsClass := e.Class + "-params"
+	e.CreateClass(paramsClass, corev1.PersistentVolumeReclaimDelete, map[string]string{"fsType": "ext4"})
 	e.start(e.controller())
 	for _, tc := range []struct {
-		claim claim
+		claim controllertest.Claim
 		want  string
 	}{
-		{claim{name: "rwx", access: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}}, `access mode "ReadWriteMany" is not supported`},
-		{claim{name: "rox", access: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce, corev1.ReadOnlyMany}}, `access mode "ReadOnlyMany" is not supported`},
-		{claim{name: "params", class: paramsClass}, "unknown parameters fsType"},
-		{claim{name: "huge", size: "8Ei"}, "over the maximum"},
-		{claim{name: "clamped", size: "100Ei"}, "over the maximum"},
-		{claim{name: "no-class", class: "does-not-exist"}, `StorageClass "does-not-exist" not found`},
+		{controllertest.Claim{Name: "rwx", Access: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}}, `access mode "ReadWriteMany" is not supported`},
+		{controllertest.Claim{Name: "rox", Access: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce, corev1.ReadOnlyMany}}, `access mode "ReadOnlyMany" is not supported`},
+		{controllertest.Claim{Name: "params", Class: paramsClass}, "unknown parameters fsType"},
+		{controllertest.Claim{Name: "huge", Size: "8Ei"}, "over the maximum"},
+		{controllertest.Claim{Name: "clamped", Size: "100Ei"}, "over the maximum"},
+		{controllertest.Claim{Name: "no-class", Class: "does-not-exist"}, `StorageClass "does-not-exist" not found`},
 		// Larger than the host's disk, below the size limit: a full disk.
-		{claim{name: "full-fs", size: "1Pi"}, "not enough space"},
-		{claim{name: "full-blk", size: "1Pi", mode: corev1.PersistentVolumeBlock}, "not enough space"},
+		{controllertest.Claim{Name: "full-fs", Size: "1Pi"}, "not enough space"},
+		{controllertest.Claim{Name: "full-blk", Size: "1Pi", Mode: corev1.PersistentVolumeBlock}, "not enough space"},
 	} {
-		t.Run(tc.claim.name, func(t *testing.T) {
-			pvc := e.createClaim(tc.claim)
-			e.waitEvent(pvc.UID, ReasonProvisioningFailed, tc.want)
-			e.noPV(pvc.UID)
-			if ids := e.volumeIDs(); len(ids) != 0 {
+		t.Run(tc.claim.Name, func(t *testing.T) {
+			pvc := e.CreateClaim(tc.claim)
+			e.WaitEvent(pvc.UID, ReasonProvisioningFailed, tc.want)
+			e.NoPV(pvc.UID)
+			if ids := e.VolumeIDs(); len(ids) != 0 {
 				t.Errorf("volumes left behind: %v", ids)
 			}
 		})
@@ -191,33 +193,33 @@ func TestBadInput(t *testing.T) {
 		}, "data sources"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := e.claimObject(claim{name: tc.name})
+			c := e.ClaimObject(controllertest.Claim{Name: tc.name})
 			tc.mut(c)
-			pvc, err := e.client.CoreV1().PersistentVolumeClaims(e.ns).Create(context.Background(), c, metav1.CreateOptions{})
+			pvc, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Create(context.Background(), c, metav1.CreateOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			e.waitEvent(pvc.UID, ReasonProvisioningFailed, tc.want)
-			e.noPV(pvc.UID)
+			e.WaitEvent(pvc.UID, ReasonProvisioningFailed, tc.want)
+			e.NoPV(pvc.UID)
 		})
 	}
-	if ids := e.volumeIDs(); len(ids) != 0 {
+	if ids := e.VolumeIDs(); len(ids) != 0 {
 		t.Errorf("volumes left behind: %v", ids)
 	}
 	// Inputs the API server itself refuses never reach the controller;
 	// validateClaim still checks them (see TestValidateClaim).
 	for name, c := range map[string]*corev1.PersistentVolumeClaim{
-		"zero size":    e.claimObject(claim{name: "zero", size: "0"}),
-		"unknown mode": e.claimObject(claim{name: "tape", mode: "Tape"}),
+		"zero size":    e.ClaimObject(controllertest.Claim{Name: "zero", Size: "0"}),
+		"unknown mode": e.ClaimObject(controllertest.Claim{Name: "tape", Mode: "Tape"}),
 	} {
-		if _, err := e.client.CoreV1().PersistentVolumeClaims(e.ns).Create(context.Background(), c, metav1.CreateOptions{}); err == nil {
+		if _, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Create(context.Background(), c, metav1.CreateOptions{}); err == nil {
 			t.Errorf("%s: API server accepted the claim; the controller must then refuse it (extend this test)", name)
 		}
 	}
 	// A good claim after all that still works: bad input did not wedge
 	// the controller.
-	e.createClaim(claim{name: "good"})
-	e.waitBound("good")
+	e.CreateClaim(controllertest.Claim{Name: "good"})
+	e.WaitBound("good")
 }
 
 // TestCapacityNotEnforcedRefused: on a node that cannot enforce quotas and
@@ -225,16 +227,16 @@ func TestBadInput(t *testing.T) {
 // claims still work.
 func TestCapacityNotEnforcedRefused(t *testing.T) {
 	e := newEnv(t, false)
-	if e.vols.CapacityEnforced() {
+	if e.Vols.CapacityEnforced() {
 		t.Skip("this host enforces project quotas; the refusal path is covered in the kernel VM")
 	}
 	e.start(e.controller())
-	fs := e.createClaim(claim{name: "fs"})
-	e.createClaim(claim{name: "blk", mode: corev1.PersistentVolumeBlock})
-	e.waitBound("blk")
-	e.waitEvent(fs.UID, ReasonProvisioningFailed, "--allow-unenforced-capacity")
-	e.noPV(fs.UID)
-	if ids := e.volumeIDs(); len(ids) != 1 {
+	fs := e.CreateClaim(controllertest.Claim{Name: "fs"})
+	e.CreateClaim(controllertest.Claim{Name: "blk", Mode: corev1.PersistentVolumeBlock})
+	e.WaitBound("blk")
+	e.WaitEvent(fs.UID, ReasonProvisioningFailed, "--allow-unenforced-capacity")
+	e.NoPV(fs.UID)
+	if ids := e.VolumeIDs(); len(ids) != 1 {
 		t.Errorf("volumes: %v, want only the block volume", ids)
 	}
 }
@@ -245,18 +247,18 @@ func TestForeignObjects(t *testing.T) {
 	e := newEnv(t, true)
 	ctx := context.Background()
 	// Foreign claims: another node, another driver, not yet scheduled.
-	otherNode := e.createClaim(claim{name: "other-node", node: "some-other-node"})
+	otherNode := e.CreateClaim(controllertest.Claim{Name: "other-node", Node: "some-other-node"})
 	// (The PV controller keeps the provisioner annotation in line with the
 	// class, so a claim of another driver has a class of that driver.)
-	e.createClassFor("ebs.csi.aws.com", e.class+"-ebs", corev1.PersistentVolumeReclaimDelete, nil)
-	otherDriver := e.claimObject(claim{name: "other-driver", class: e.class + "-ebs"})
-	otherDriver.Annotations[annStorageProvisioner] = "ebs.csi.aws.com"
-	unscheduled := e.claimObject(claim{name: "unscheduled"})
-	delete(unscheduled.Annotations, annSelectedNode)
+	e.CreateClassFor("ebs.csi.aws.com", e.Class+"-ebs", corev1.PersistentVolumeReclaimDelete, nil)
+	otherDriver := e.ClaimObject(controllertest.Claim{Name: "other-driver", Class: e.Class + "-ebs"})
+	otherDriver.Annotations[ownership.AnnStorageProvisioner] = "ebs.csi.aws.com"
+	unscheduled := e.ClaimObject(controllertest.Claim{Name: "unscheduled"})
+	delete(unscheduled.Annotations, ownership.AnnSelectedNode)
 	var foreignClaims []*corev1.PersistentVolumeClaim
 	foreignClaims = append(foreignClaims, otherNode)
 	for _, c := range []*corev1.PersistentVolumeClaim{otherDriver, unscheduled} {
-		made, err := e.client.CoreV1().PersistentVolumeClaims(e.ns).Create(ctx, c, metav1.CreateOptions{})
+		made, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Create(ctx, c, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -267,24 +269,24 @@ func TestForeignObjects(t *testing.T) {
 	mk := func(name string, mut func(*corev1.PersistentVolume)) string {
 		fs := corev1.PersistentVolumeFilesystem
 		pv := &corev1.PersistentVolume{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{labelNode: nodeLabelValue(e.node)},
-				Annotations: map[string]string{annProvisionedBy: names.DriverName}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{ownership.LabelNode: ownership.NodeLabelValue(e.Node)},
+				Annotations: map[string]string{ownership.AnnProvisionedBy: names.DriverName}},
 			Spec: corev1.PersistentVolumeSpec{
 				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")},
 				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
 				VolumeMode:                    &fs,
-				ClaimRef:                      &corev1.ObjectReference{Namespace: e.ns, Name: "gone-" + name, UID: "00000000-0000-0000-0000-000000000001"},
+				ClaimRef:                      &corev1.ObjectReference{Namespace: e.NS, Name: "gone-" + name, UID: "00000000-0000-0000-0000-000000000001"},
 				PersistentVolumeSource: corev1.PersistentVolumeSource{
 					CSI: &corev1.CSIPersistentVolumeSource{Driver: names.DriverName, VolumeHandle: name},
 				},
 			},
 		}
 		mut(pv)
-		if _, err := e.client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		if _, err := e.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("creating PV %s: %v", name, err)
 		}
-		t.Cleanup(func() { _ = e.client.CoreV1().PersistentVolumes().Delete(ctx, name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() { _ = e.Client.CoreV1().PersistentVolumes().Delete(ctx, name, metav1.DeleteOptions{}) })
 		return name
 	}
 	foreignPVs := []string{
@@ -293,7 +295,7 @@ func TestForeignObjects(t *testing.T) {
 			pv.Spec.CSI.Driver = "other.example.com"
 		}),
 		mk("pvc-00000000-0000-0000-0000-0000000000a3", func(pv *corev1.PersistentVolume) { // another node
-			pv.Spec.NodeAffinity = buildPV(e.claimObject(claim{name: "x"}), &request{id: pv.Name, class: testClass()}, names.DriverName, "other-host", "x").Spec.NodeAffinity
+			pv.Spec.NodeAffinity = buildPV(e.ClaimObject(controllertest.Claim{Name: "x"}), &request{id: pv.Name, class: testClass()}, names.DriverName, "other-host", "x").Spec.NodeAffinity
 		}),
 		mk("pvc-00000000-0000-0000-0000-0000000000a4", func(pv *corev1.PersistentVolume) { // not CSI
 			pv.Spec.CSI = nil
@@ -302,28 +304,28 @@ func TestForeignObjects(t *testing.T) {
 		mk("weird-name", func(pv *corev1.PersistentVolume) {}), // handle not ours
 	}
 	// A volume directory entry for one of them, so a wrong deletion shows.
-	if _, err := e.vols.Create(ctx, foreignPVs[0], volume.Filesystem, 1<<20); err != nil {
+	if _, err := e.Vols.Create(ctx, foreignPVs[0], volume.Filesystem, 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	e.start(e.controller())
-	mine := e.createClaim(claim{name: "mine"})
-	e.waitBound("mine")
+	mine := e.CreateClaim(controllertest.Claim{Name: "mine"})
+	e.WaitBound("mine")
 	time.Sleep(3 * time.Second) // the PV controller marks the foreign PVs Released meanwhile
 	for _, name := range foreignPVs {
-		if _, err := e.client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{}); err != nil {
+		if _, err := e.Client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{}); err != nil {
 			t.Errorf("foreign PV %s: %v", name, err)
 		}
 	}
 	for _, c := range foreignClaims {
-		got, err := e.client.CoreV1().PersistentVolumeClaims(e.ns).Get(ctx, c.Name, metav1.GetOptions{})
+		got, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Get(ctx, c.Name, metav1.GetOptions{})
 		if err != nil || got.Spec.VolumeName != "" {
 			t.Errorf("foreign claim %s touched: %v %q", c.Name, err, got.Spec.VolumeName)
 		}
-		e.noPV(c.UID)
+		e.NoPV(c.UID)
 	}
-	want := []string{foreignPVs[0], volumeIDFor(mine.UID)}
+	want := []string{foreignPVs[0], ownership.VolumeIDFor(mine.UID)}
 	slices.Sort(want)
-	if ids := e.volumeIDs(); !slices.Equal(ids, want) {
+	if ids := e.VolumeIDs(); !slices.Equal(ids, want) {
 		t.Errorf("volumes: %v", ids)
 	}
 }

@@ -26,17 +26,13 @@ package provisioner
 import (
 	"context"
 	"errors"
-	"fmt"
-	"hash/fnv"
-	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
+	"source.plinth.dev/node/kubernetes/internal/controller"
 	"source.plinth.dev/node/kubernetes/volume"
-	"source.plinth.dev/pkg/logtree"
 )
 
 // Event reasons. They are part of the user interface (kubectl describe,
@@ -78,16 +74,9 @@ type Volumes interface {
 	CapacityEnforced() bool
 }
 
-// permanent reports whether a volume error cannot go away by retrying
-// (invalid request, or a volume of that ID with other parameters).
-func permanent(err error) bool {
-	return errors.Is(err, volume.ErrInvalid) || errors.Is(err, volume.ErrExists)
-}
-
-// Controller is the provisioner runnable. Fill in the fields, then pass Run
-// to the supervisor. Run builds all informers, queues and caches afresh, so a
-// restart by the supervisor starts from a clean slate.
-type Controller struct {
+// Config is what a Controller needs. Client, Driver, NodeName and Volumes
+// are required; zero values of the other fields mean their defaults.
+type Config struct {
 	// Client is used for informers and all writes.
 	Client kubernetes.Interface
 	// EventClient sends Events. It should have its own rate limiter so that
@@ -101,7 +90,7 @@ type Controller struct {
 	Volumes Volumes
 
 	// ClaimWorkers and VolumeWorkers are the number of concurrent
-	// provisioning and deletion workers; defaults apply when zero.
+	// provisioning and deletion workers.
 	ClaimWorkers, VolumeWorkers int
 	// OrphanGracePeriod is how long a volume must have had no PV and no claim
 	// before it is removed. It covers the lag of the informers and the time
@@ -113,47 +102,35 @@ type Controller struct {
 	RetryBase, RetryMax time.Duration
 	// Clock is for tests; defaults to the real clock.
 	Clock clock.WithTicker
-	// Logger overrides the logger taken from the supervisor (for use outside
-	// a supervision tree, e.g. benchmarks).
-	Logger logtree.LeveledLogger
 }
 
-func (c *Controller) validate() error {
+// Controller is the provisioner runnable: build it with New, then pass Run
+// to the supervisor. Run builds all informers, queues and caches afresh, so
+// a restart by the supervisor starts from a clean slate.
+type Controller struct {
+	Config
+}
+
+// New checks cfg and fills in its defaults, so a wiring mistake fails when
+// the node starts rather than as a runnable the supervisor restarts forever.
+func New(cfg Config) (*Controller, error) {
 	switch {
-	case c.Client == nil:
-		return errors.New("no Kubernetes client")
-	case c.Driver == "":
-		return errors.New("no driver name")
-	case c.NodeName == "":
-		return errors.New("no node name")
-	case c.Volumes == nil:
-		return errors.New("no volume manager")
+	case cfg.Client == nil:
+		return nil, errors.New("creating provisioner: no Kubernetes client")
+	case cfg.Driver == "":
+		return nil, errors.New("creating provisioner: no driver name")
+	case cfg.NodeName == "":
+		return nil, errors.New("creating provisioner: no node name")
+	case cfg.Volumes == nil:
+		return nil, errors.New("creating provisioner: no volume manager")
 	}
-	return nil
-}
-
-func orDefault[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
-}
-
-// keyLocks serialises work on one volume ID between the claim workers and the
-// orphan reconciler (the only two paths that can act on the same ID
-// concurrently). Striped, so it needs no cleanup.
-type keyLocks [64]sync.Mutex
-
-func (l *keyLocks) lock(id string) func() {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(id))
-	m := &l[h.Sum32()%uint32(len(l))]
-	m.Lock()
-	return m.Unlock
-}
-
-// describeClaim is how a claim is named in logs and audit lines.
-func describeClaim(pvc *corev1.PersistentVolumeClaim) string {
-	return fmt.Sprintf("%s/%s (uid %s)", pvc.Namespace, pvc.Name, pvc.UID)
+	cfg.EventClient = controller.OrDefault(cfg.EventClient, cfg.Client)
+	cfg.ClaimWorkers = controller.OrDefault(cfg.ClaimWorkers, DefaultClaimWorkers)
+	cfg.VolumeWorkers = controller.OrDefault(cfg.VolumeWorkers, DefaultVolumeWorkers)
+	cfg.OrphanGracePeriod = controller.OrDefault(cfg.OrphanGracePeriod, DefaultOrphanGracePeriod)
+	cfg.Resync = controller.OrDefault(cfg.Resync, DefaultResync)
+	cfg.RetryBase = controller.OrDefault(cfg.RetryBase, defaultRetryBase)
+	cfg.RetryMax = controller.OrDefault(cfg.RetryMax, defaultRetryMax)
+	cfg.Clock = controller.OrDefault[clock.WithTicker](cfg.Clock, clock.RealClock{})
+	return &Controller{Config: cfg}, nil
 }

@@ -9,19 +9,17 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
-	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/node/kubernetes/internal/controller"
+	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/pkg/keymutex"
 	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/supervisor"
 )
@@ -33,16 +31,15 @@ type run struct {
 	log      logtree.LeveledLogger
 	clock    clock.WithTicker
 	hostname string // this node's kubernetes.io/hostname label value
-	label    string // this node's value of labelNode
+	label    string // this node's value of ownership.LabelNode
 
-	claimIdx  cache.Indexer // our claims, and stubs of all others (see claimTransform)
+	claimIdx  cache.Indexer // our claims, and stubs of all others (see ownership.ClaimTransform)
 	classes   storagelisters.StorageClassLister
-	volumes   *ownWrites // PVs of this node, including our own fresh writes
-	synced    []cache.InformerSynced
-	claimQ    *backoffQueue
-	volumeQ   *backoffQueue
+	volumes   *controller.OwnWrites[*corev1.PersistentVolume] // PVs of this node, including our own fresh writes
+	claimQ    *controller.BackoffQueue
+	volumeQ   *controller.BackoffQueue
 	recorder  record.EventRecorder
-	locks     keyLocks
+	locks     keymutex.Set // per volume ID: claim workers vs. the orphan reconciler
 	orphanMu  sync.Mutex
 	firstSeen map[string]time.Time // orphan candidates and when we first saw them
 	reported  map[string]bool      // entries left alone, already logged
@@ -51,112 +48,46 @@ type run struct {
 
 // Run provisions and deletes volumes until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	if err := c.validate(); err != nil {
-		return fmt.Errorf("configuring provisioner: %w", err)
-	}
-	log := c.Logger
-	if log == nil {
-		log = supervisor.Logger(ctx)
-	}
 	r := &run{
 		Controller: c,
-		log:        log,
-		clock:      orDefault[clock.WithTicker](c.Clock, clock.RealClock{}),
-		label:      nodeLabelValue(c.NodeName),
+		log:        supervisor.Logger(ctx),
+		clock:      c.Clock,
+		label:      ownership.NodeLabelValue(c.NodeName),
 		firstSeen:  map[string]time.Time{},
 		reported:   map[string]bool{},
 		kept:       map[string]bool{},
 	}
 	var err error
-	if r.hostname, err = r.lookupHostname(ctx); err != nil {
+	if r.hostname, err = ownership.NodeHostname(ctx, c.Client, c.NodeName, r.log); err != nil {
 		return err
 	}
-
-	resync := orDefault(c.Resync, DefaultResync)
-	// PVCs and StorageClasses: every one in the cluster (a claim becomes ours
-	// only when the scheduler picks this node); foreign claims are stubbed by
-	// the transform. PVs: only this node's, selected by label on the server.
-	all := informers.NewSharedInformerFactoryWithOptions(c.Client, resync,
-		informers.WithTransform(stripManagedFields))
-	own := informers.NewSharedInformerFactoryWithOptions(c.Client, resync,
-		informers.WithTransform(stripManagedFields),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = labels.Set{labelNode: r.label}.String()
-		}))
-	claimInf := all.Core().V1().PersistentVolumeClaims().Informer()
-	if err := claimInf.SetTransform(claimTransform(c.Driver, c.NodeName)); err != nil {
-		return fmt.Errorf("setting PVC transform: %w", err)
-	}
-	if err := claimInf.AddIndexers(cache.Indexers{uidIndex: indexByUID}); err != nil {
-		return fmt.Errorf("adding PVC index: %w", err)
-	}
-	classInf := all.Storage().V1().StorageClasses().Informer()
-	volInf := own.Core().V1().PersistentVolumes().Informer()
-	r.claimIdx = claimInf.GetIndexer()
-	r.classes = all.Storage().V1().StorageClasses().Lister()
-	r.volumes = newOwnWrites(volInf.GetStore(), r.clock, time.Minute)
-	r.synced = []cache.InformerSynced{claimInf.HasSynced, classInf.HasSynced, volInf.HasSynced}
-
-	base, maxDelay := orDefault(c.RetryBase, defaultRetryBase), orDefault(c.RetryMax, defaultRetryMax)
-	r.claimQ = newBackoffQueue("plinth-provisioner-claims", r.clock, base, maxDelay)
-	r.volumeQ = newBackoffQueue("plinth-provisioner-volumes", r.clock, base, maxDelay)
+	r.claimQ = controller.NewBackoffQueue("plinth-provisioner-claims", r.clock, c.RetryBase, c.RetryMax)
+	r.volumeQ = controller.NewBackoffQueue("plinth-provisioner-volumes", r.clock, c.RetryBase, c.RetryMax)
 	defer r.claimQ.ShutDown()
 	defer r.volumeQ.ShutDown()
+	var stopEvents func()
+	r.recorder, stopEvents = controller.NewRecorder(ctx, c.EventClient, c.Driver, c.NodeName)
+	defer stopEvents()
 
-	events := orDefault[kubernetes.Interface](c.EventClient, c.Client)
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	r.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: c.Driver, Host: c.NodeName})
-
-	if _, err := claimInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    r.onClaim,
-		UpdateFunc: func(_, o any) { r.onClaim(o) },
-	}); err != nil {
-		return fmt.Errorf("watching PVCs: %w", err)
-	}
-	if _, err := classInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    r.onClass,
-		UpdateFunc: func(_, o any) { r.onClass(o) },
-	}); err != nil {
-		return fmt.Errorf("watching StorageClasses: %w", err)
-	}
-	if _, err := volInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    r.onVolume,
-		UpdateFunc: func(_, o any) { r.onVolume(o) },
-		DeleteFunc: func(o any) { r.onVolumeDeleted(ctx, o) },
-	}); err != nil {
-		return fmt.Errorf("watching PVs: %w", err)
-	}
-
-	// Informers stop with their own context, cancelled before Shutdown
-	// waits for them, so every return path of Run leaves nothing running.
+	// Informers stop with their own context, cancelled before their
+	// factories' Shutdown waits for them, so every return path of Run
+	// leaves nothing running.
 	ictx, stopInformers := context.WithCancel(ctx)
-	defer all.Shutdown()
-	defer own.Shutdown()
+	shutdown, err := r.startInformers(ictx)
+	defer shutdown()
 	defer stopInformers()
-	all.Start(ictx.Done())
-	own.Start(ictx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), r.synced...) {
-		return ctx.Err()
+	if err != nil {
+		return err
 	}
-	// The initial list of every PVC in the cluster was decoded in full
-	// before the transform shrank each to a stub: on a big cluster tens of
-	// MB, now garbage. Hand it back to the OS now rather than whenever the
-	// runtime's scavenger gets to it, so the node agent's footprint is what
-	// it holds, not what it once listed. One GC, once per start.
-	debug.FreeOSMemory()
 	r.log.Infof("provisioner for driver %s on node %s (hostname %s) started", c.Driver, c.NodeName, r.hostname)
-	if c.Logger == nil {
-		supervisor.Signal(ctx, supervisor.SignalHealthy)
-	}
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
 
 	var wg sync.WaitGroup
-	for range orDefault(c.ClaimWorkers, DefaultClaimWorkers) {
-		wg.Go(func() { r.work(ctx, r.claimQ, r.syncClaim) })
+	for range c.ClaimWorkers {
+		wg.Go(func() { controller.Work(ctx, r.log, r.claimQ, r.syncClaim) })
 	}
-	for range orDefault(c.VolumeWorkers, DefaultVolumeWorkers) {
-		wg.Go(func() { r.work(ctx, r.volumeQ, r.syncVolume) })
+	for range c.VolumeWorkers {
+		wg.Go(func() { controller.Work(ctx, r.log, r.volumeQ, r.syncVolume) })
 	}
 	wg.Go(func() { r.reconcileOrphansLoop(ctx) })
 	<-ctx.Done()
@@ -166,23 +97,65 @@ func (c *Controller) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// lookupHostname returns the kubernetes.io/hostname label of this node,
-// which is what PV node affinity must match. A node whose kubelet has not
-// registered yet has no Node object; its label will be the default the
-// kubelet uses, the node name.
-func (r *run) lookupHostname(ctx context.Context) (string, error) {
-	node, err := r.Client.CoreV1().Nodes().Get(ctx, r.NodeName, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		r.log.Warningf("node %s is not registered yet; using its name as hostname label", r.NodeName)
-		return r.NodeName, nil
-	case err != nil:
-		return "", fmt.Errorf("looking up node %s: %w", r.NodeName, err)
+// startInformers builds the informers, connects their handlers, starts them
+// and waits for their caches. The returned shutdown waits for them to stop
+// once ctx is cancelled; it is valid even when err is not nil.
+func (r *run) startInformers(ctx context.Context) (shutdown func(), err error) {
+	// PVCs and StorageClasses: every one in the cluster (a claim becomes ours
+	// only when the scheduler picks this node); foreign claims are stubbed by
+	// the transform. PVs: only this node's, selected by label on the server.
+	all := informers.NewSharedInformerFactoryWithOptions(r.Client, r.Resync,
+		informers.WithTransform(ownership.StripManagedFields))
+	own := informers.NewSharedInformerFactoryWithOptions(r.Client, r.Resync,
+		informers.WithTransform(ownership.StripManagedFields),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.Set{ownership.LabelNode: r.label}.String()
+		}))
+	shutdown = func() { all.Shutdown(); own.Shutdown() }
+	claimInf := all.Core().V1().PersistentVolumeClaims().Informer()
+	if err := claimInf.SetTransform(ownership.ClaimTransform(r.Driver, r.NodeName)); err != nil {
+		return shutdown, fmt.Errorf("setting PVC transform: %w", err)
 	}
-	if h := node.Labels[names.TopologyKeyHostname]; h != "" {
-		return h, nil
+	if err := claimInf.AddIndexers(cache.Indexers{ownership.UIDIndex: ownership.IndexByUID}); err != nil {
+		return shutdown, fmt.Errorf("adding PVC index: %w", err)
 	}
-	return r.NodeName, nil
+	classInf := all.Storage().V1().StorageClasses().Informer()
+	volInf := own.Core().V1().PersistentVolumes().Informer()
+	r.claimIdx = claimInf.GetIndexer()
+	r.classes = all.Storage().V1().StorageClasses().Lister()
+	r.volumes = controller.NewOwnWrites[*corev1.PersistentVolume](volInf.GetStore(), r.clock, time.Minute)
+
+	if _, err := claimInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    r.onClaim,
+		UpdateFunc: func(_, o any) { r.onClaim(o) },
+	}); err != nil {
+		return shutdown, fmt.Errorf("watching PVCs: %w", err)
+	}
+	if _, err := classInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    r.onClass,
+		UpdateFunc: func(_, o any) { r.onClass(o) },
+	}); err != nil {
+		return shutdown, fmt.Errorf("watching StorageClasses: %w", err)
+	}
+	if _, err := volInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    r.onVolume,
+		UpdateFunc: func(_, o any) { r.onVolume(o) },
+		DeleteFunc: func(o any) { r.onVolumeDeleted(ctx, o) },
+	}); err != nil {
+		return shutdown, fmt.Errorf("watching PVs: %w", err)
+	}
+	all.Start(ctx.Done())
+	own.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), claimInf.HasSynced, classInf.HasSynced, volInf.HasSynced) {
+		return shutdown, ctx.Err()
+	}
+	// The initial list of every PVC in the cluster was decoded in full
+	// before the transform shrank each to a stub: on a big cluster tens of
+	// MB, now garbage. Hand it back to the OS now rather than whenever the
+	// runtime's scavenger gets to it, so the node agent's footprint is what
+	// it holds, not what it once listed. One GC, once per start.
+	debug.FreeOSMemory()
+	return shutdown, nil
 }
 
 func (r *run) onClaim(obj any) {
@@ -208,7 +181,7 @@ func (r *run) claim(key string) (*corev1.PersistentVolumeClaim, bool) {
 
 // needsVolume reports whether a claim is ours and still waits for a volume.
 func (r *run) needsVolume(pvc *corev1.PersistentVolumeClaim) bool {
-	return ownsClaim(pvc, r.Driver, r.NodeName) && pvc.Spec.VolumeName == "" && pvc.DeletionTimestamp == nil
+	return ownership.OwnsClaim(pvc, r.Driver, r.NodeName) && pvc.Spec.VolumeName == "" && pvc.DeletionTimestamp == nil
 }
 
 // onClass requeues our pending claims of a class that appeared or changed,
@@ -251,30 +224,5 @@ func (r *run) onVolumeDeleted(ctx context.Context, obj any) {
 	}
 	if err := r.recordPolicy(ctx, pv); err != nil && ctx.Err() == nil {
 		r.log.Errorf("PV %s was deleted and its reclaim policy could not be recorded on the node: %v", pv.Name, err)
-	}
-}
-
-// work processes keys until the queue shuts down. A panic in sync (a bug, or
-// an object shaped in a way nobody foresaw) is turned into an error for that
-// key so one bad object cannot take the controller down.
-func (r *run) work(ctx context.Context, q *backoffQueue, sync func(context.Context, string) error) {
-	for {
-		key, ok := q.Get()
-		if !ok {
-			return
-		}
-		err := func() (err error) {
-			defer func() {
-				if p := recover(); p != nil {
-					err = fmt.Errorf("panic while processing %s: %v", key, p)
-					r.log.Errorf("%v", err)
-				}
-			}()
-			return sync(ctx, key)
-		}()
-		if err != nil && ctx.Err() == nil {
-			r.log.Warningf("%s: %v (retry %d)", key, err, q.Failures(key)+1)
-		}
-		q.Done(key, err)
 	}
 }

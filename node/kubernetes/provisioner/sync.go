@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/volume"
 )
 
@@ -25,118 +26,163 @@ func (r *run) syncClaim(ctx context.Context, key string) error {
 	if !r.needsVolume(pvc) {
 		return nil
 	}
-	id := volumeIDFor(pvc.UID)
-	unlock := r.locks.lock(id)
+	id := ownership.VolumeIDFor(pvc.UID)
+	unlock := r.locks.Lock(id)
 	defer unlock()
 	// Re-read under the lock: the orphan reconciler may have decided
 	// meanwhile that this claim is gone and removed its volume.
-	if pvc, ok = r.claim(key); !ok || !r.needsVolume(pvc) || volumeIDFor(pvc.UID) != id {
+	if pvc, ok = r.claim(key); !ok || !r.needsVolume(pvc) || ownership.VolumeIDFor(pvc.UID) != id {
 		return nil
 	}
-	if pv, exists := r.volumes.get(id); exists {
-		// Provisioned already (by an earlier attempt); the PV controller
-		// binds it. A PV of that name for another claim cannot exist since
-		// the name contains this claim's UID, but say so if it does.
-		if pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != pvc.UID {
-			r.log.Warningf("PV %s exists but is not for claim %s; leaving both alone", id, describeClaim(pvc))
-		}
+	if r.provisioned(pvc, id) {
 		return nil
 	}
+	req, err := r.resolveRequest(pvc)
+	if req == nil {
+		return err
+	}
+	info, err := r.ensureVolume(ctx, pvc, req)
+	if err != nil {
+		return err
+	}
+	// The volume may be slightly larger than asked (sizes are rounded up
+	// to whole blocks); the PV states what the volume really holds.
+	req.size = *resource.NewQuantity(info.CapacityBytes, resource.BinarySI)
+	pv, err := r.ensurePV(ctx, pvc, req)
+	if pv == nil {
+		return err
+	}
+	r.reportProvisioned(ctx, pvc, req, pv)
+	return nil
+}
 
+// provisioned reports whether the PV of an earlier attempt exists; the PV
+// controller then binds it and there is nothing to do.
+func (r *run) provisioned(pvc *corev1.PersistentVolumeClaim, id string) bool {
+	pv, exists := r.volumes.Get(id)
+	if !exists {
+		return false
+	}
+	// A PV of that name for another claim cannot exist since the name
+	// contains this claim's UID, but say so if it does.
+	if pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != pvc.UID {
+		r.log.Warningf("PV %s exists but is not for claim %s; leaving both alone", id, ownership.DescribeClaim(pvc))
+	}
+	return true
+}
+
+// resolveRequest reads the claim's StorageClass and validates the claim
+// against it. A nil request with a nil error means the claim cannot be
+// served as it is (reported in an Event; an update of the claim or its
+// class requeues it); with an error, the class could not be read yet.
+func (r *run) resolveRequest(pvc *corev1.PersistentVolumeClaim) (*request, error) {
 	className := ""
 	if pvc.Spec.StorageClassName != nil {
 		className = *pvc.Spec.StorageClassName
 	}
 	if className == "" {
-		r.failClaim(pvc, "claim has no StorageClass")
-		return nil
+		r.failClaim(pvc, "The claim has no StorageClass.")
+		return nil, nil
 	}
 	class, err := r.classes.Get(className)
 	if apierrors.IsNotFound(err) {
 		// The class may still be created; onClass requeues the claim then,
 		// and backoff retries cover a missed event.
-		r.failClaim(pvc, fmt.Sprintf("StorageClass %q not found", className))
-		return fmt.Errorf("StorageClass %q not found", className)
+		r.failClaim(pvc, fmt.Sprintf("StorageClass %q not found; it is used as soon as it is created.", className))
+		return nil, fmt.Errorf("StorageClass %q not found", className)
 	} else if err != nil {
-		return fmt.Errorf("reading StorageClass %q: %w", className, err)
+		return nil, fmt.Errorf("reading StorageClass %q: %w", className, err)
 	}
 	req, err := validateClaim(pvc, class, r.Driver)
 	if err != nil {
-		// Retrying cannot help; an update of the claim requeues it.
 		r.failClaim(pvc, err.Error())
-		return nil
+		return nil, nil
 	}
+	return req, nil
+}
 
+// ensureVolume creates the claim's volume, or finds the one an earlier
+// attempt created. Failures are reported in an Event and retried with
+// backoff, infeasible ones (a full data filesystem) included: space is
+// freed when other volumes go, and the claim's pod waits for this one.
+func (r *run) ensureVolume(ctx context.Context, pvc *corev1.PersistentVolumeClaim, req *request) (volume.Info, error) {
 	mode := volume.Filesystem
 	if req.mode == corev1.PersistentVolumeBlock {
 		mode = volume.Block
 	}
-	info, err := r.Volumes.Create(ctx, id, mode, req.bytes)
+	info, err := r.Volumes.Create(ctx, req.id, mode, req.bytes)
 	if err != nil {
-		r.failClaim(pvc, fmt.Sprintf("creating volume %s: %v", id, err))
-		if permanent(err) {
-			return nil
+		if volume.Infeasible(err) {
+			r.failClaim(pvc, fmt.Sprintf("Cannot provision %s on node %s: %v.", req.size.String(), r.NodeName, err))
+		} else {
+			r.failClaim(pvc, fmt.Sprintf("%v (will retry).", err))
 		}
-		return fmt.Errorf("creating volume %s: %w", id, err)
+		return volume.Info{}, err
 	}
-	// The volume may be slightly larger than asked (sizes are rounded up
-	// to whole blocks); the PV states what the volume really holds.
-	req.size = *resource.NewQuantity(info.CapacityBytes, resource.BinarySI)
-	// One Event per provisioning: on a node that cannot enforce capacity it
-	// is the warning, which then says both things.
-	unenforced := mode == volume.Filesystem && !r.Volumes.CapacityEnforced()
+	return info, nil
+}
 
+// ensurePV creates the claim's PV, or finds the one an earlier attempt
+// created. A nil PV with a nil error means the API server refused the PV
+// for good and the volume was removed again.
+func (r *run) ensurePV(ctx context.Context, pvc *corev1.PersistentVolumeClaim, req *request) (*corev1.PersistentVolume, error) {
 	pv := buildPV(pvc, req, r.Driver, r.hostname, r.label)
 	made, err := r.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		// An earlier attempt created it but we did not see it yet.
-		made, err = r.Client.CoreV1().PersistentVolumes().Get(ctx, id, metav1.GetOptions{})
+		made, err = r.Client.CoreV1().PersistentVolumes().Get(ctx, req.id, metav1.GetOptions{})
 		if err != nil {
-			return fmt.Errorf("reading existing PV %s: %w", id, err)
+			return nil, fmt.Errorf("reading existing PV %s: %w", req.id, err)
 		}
 		if made.Spec.ClaimRef == nil || made.Spec.ClaimRef.UID != pvc.UID {
-			return fmt.Errorf("PV %s exists but is not for claim %s", id, describeClaim(pvc))
+			return nil, fmt.Errorf("PV %s exists but is not for claim %s", req.id, ownership.DescribeClaim(pvc))
 		}
 	case apierrors.IsInvalid(err):
 		// The API server will never take this PV (say, a StorageClass
 		// mount option it rejects): retrying is pointless, and the volume,
 		// which no PV refers to, must not stay behind half-provisioned.
-		r.failClaim(pvc, fmt.Sprintf("the API server rejected PV %s: %v", id, err))
-		if derr := r.Volumes.Delete(ctx, id); derr != nil {
-			return fmt.Errorf("removing volume %s after its PV was rejected: %w", id, derr)
+		r.failClaim(pvc, fmt.Sprintf("The API server rejected PV %s: %v", req.id, err))
+		if derr := r.Volumes.Delete(ctx, req.id); derr != nil {
+			return nil, fmt.Errorf("removing volume %s after its PV was rejected: %w", req.id, derr)
 		}
-		return nil
+		return nil, nil
 	case err != nil:
 		// The volume stays: the retry reuses it, and if the claim goes away
 		// first, the orphan reconciler removes it.
-		r.failClaim(pvc, fmt.Sprintf("creating PV %s: %v (will retry)", id, err))
-		return fmt.Errorf("creating PV %s: %w", id, err)
+		r.failClaim(pvc, fmt.Sprintf("Creating PV %s: %v (will retry).", req.id, err))
+		return nil, fmt.Errorf("creating PV %s: %w", req.id, err)
 	}
-	r.volumes.created(made)
-	// Recorded after the PV exists, never before: a record names a PV
-	// that existed, so a volume without one is a crash leftover the
-	// reconciler may remove, and one recorded as Retain is data it keeps.
-	// A crash right here leaves no record; the informer's first list after
-	// the restart records it (syncVolume), as does a failure now.
-	if err := r.recordPolicy(ctx, made); err != nil {
+	r.volumes.Remember(made)
+	return made, nil
+}
+
+// reportProvisioned records the new PV's reclaim policy on the node and
+// tells the user. The record is written after the PV exists, never
+// before: a record names a PV that existed, so a volume without one is a
+// crash leftover the reconciler may remove, and one recorded as Retain is
+// data it keeps. A crash right here leaves no record; the informer's first
+// list after the restart records it (syncVolume), as does a failure now.
+func (r *run) reportProvisioned(ctx context.Context, pvc *corev1.PersistentVolumeClaim, req *request, pv *corev1.PersistentVolume) {
+	if err := r.recordPolicy(ctx, pv); err != nil {
 		r.log.Warningf("%v (will retry)", err)
-		r.volumeQ.Add(id)
+		r.volumeQ.Add(pv.Name)
 	}
-	r.log.Infof("provisioned %s for claim %s: %s, %d bytes", id, describeClaim(pvc), req.mode, req.bytes)
-	if unenforced {
+	r.log.Infof("provisioned %s for claim %s: %s, %d bytes", pv.Name, ownership.DescribeClaim(pvc), req.mode, req.bytes)
+	// One Event per provisioning: on a node that cannot enforce capacity it
+	// is the warning, which then says both things.
+	if req.mode == corev1.PersistentVolumeFilesystem && !r.Volumes.CapacityEnforced() {
 		r.recorder.Eventf(pvc, corev1.EventTypeWarning, ReasonCapacityNotEnforced,
 			"Provisioned volume %s on node %s, but it is not limited to its %s: this node cannot enforce quotas (allowed by the operator)",
-			id, r.NodeName, req.size.String())
+			pv.Name, r.NodeName, req.size.String())
 	} else {
 		r.recorder.Eventf(pvc, corev1.EventTypeNormal, ReasonProvisioningSucceeded,
-			"Successfully provisioned volume %s on node %s", id, r.NodeName)
+			"Successfully provisioned volume %s on node %s", pv.Name, r.NodeName)
 	}
-	return nil
 }
 
 func (r *run) failClaim(pvc *corev1.PersistentVolumeClaim, msg string) {
-	r.log.Warningf("provisioning for claim %s failed: %s", describeClaim(pvc), msg)
+	r.log.Warningf("provisioning for claim %s failed: %s", ownership.DescribeClaim(pvc), msg)
 	r.recorder.Event(pvc, corev1.EventTypeWarning, ReasonProvisioningFailed, msg)
 }
 
@@ -148,7 +194,7 @@ var errNotOurs = errors.New("PV is no longer a released volume of this node")
 // and then the PV. Every step is idempotent, so a crash anywhere is
 // finished by the next attempt.
 func (r *run) syncVolume(ctx context.Context, name string) error {
-	pv, exists := r.volumes.get(name)
+	pv, exists := r.volumes.Get(name)
 	if !exists {
 		r.volumeQ.Forget(name)
 		return nil
@@ -159,7 +205,7 @@ func (r *run) syncVolume(ctx context.Context, name string) error {
 	if !deletable(pv) {
 		return nil
 	}
-	if ours, why := ownsVolume(pv, r.Driver, r.hostname); !ours {
+	if ours, why := ownership.OwnsVolume(pv, r.Driver, r.hostname); !ours {
 		r.log.V(1).Infof("ignoring released PV %s: %s", name, why)
 		return nil
 	}
@@ -172,7 +218,7 @@ func (r *run) syncVolume(ctx context.Context, name string) error {
 	} else if err != nil {
 		return fmt.Errorf("reading PV %s: %w", name, err)
 	}
-	if ours, _ := ownsVolume(live, r.Driver, r.hostname); !ours || !deletable(live) || live.UID != pv.UID {
+	if ours, _ := ownership.OwnsVolume(live, r.Driver, r.hostname); !ours || !deletable(live) || live.UID != pv.UID {
 		r.log.Infof("not deleting PV %s: %v", name, errNotOurs)
 		return nil
 	}

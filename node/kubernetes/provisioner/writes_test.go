@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -18,6 +19,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"source.plinth.dev/node/kubernetes/internal/controller"
+	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/logtree"
 )
@@ -108,7 +111,7 @@ func TestRejectedPVLeavesNoVolume(t *testing.T) {
 // class, with a PV cache the watch never fills.
 func unitRun(t *testing.T, client *fake.Clientset) (*run, *fakeVolumes, string) {
 	t.Helper()
-	claims := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{uidIndex: indexByUID})
+	claims := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{ownership.UIDIndex: ownership.IndexByUID})
 	pvc := testClaim()
 	if err := claims.Add(pvc); err != nil {
 		t.Fatal(err)
@@ -120,16 +123,16 @@ func unitRun(t *testing.T, client *fake.Clientset) (*run, *fakeVolumes, string) 
 	pvs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}) // the lagging watch
 	vols := &fakeVolumes{}
 	r := &run{
-		Controller: &Controller{Client: client, Driver: testDriver, NodeName: testNode, Volumes: vols},
+		Controller: &Controller{Config: Config{Client: client, Driver: testDriver, NodeName: testNode, Volumes: vols}},
 		log:        logtree.New().LeveledFor("test"),
 		clock:      clock.RealClock{},
 		hostname:   testNode,
-		label:      nodeLabelValue(testNode),
+		label:      ownership.NodeLabelValue(testNode),
 		claimIdx:   claims,
 		classes:    storagelisters.NewStorageClassLister(classes),
-		volumes:    newOwnWrites(pvs, clock.RealClock{}, time.Minute),
+		volumes:    controller.NewOwnWrites[*corev1.PersistentVolume](pvs, clock.RealClock{}, time.Minute),
 		recorder:   record.NewFakeRecorder(10),
-		claimQ:     newBackoffQueue("test", clock.RealClock{}, time.Second, time.Second),
+		claimQ:     controller.NewBackoffQueue("test", clock.RealClock{}, time.Second, time.Second),
 	}
 	return r, vols, pvc.Namespace + "/" + pvc.Name
 }

@@ -1,4 +1,4 @@
-package provisioner
+package controller
 
 import (
 	"sync"
@@ -8,7 +8,7 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// backoffQueue is a work queue whose per-key retry backoff cannot be bypassed.
+// BackoffQueue is a work queue whose per-key retry backoff cannot be bypassed.
 //
 // client-go's rate-limited queue only delays the retry it schedules itself: an
 // informer update arriving meanwhile calls Add and the key is processed at
@@ -18,7 +18,7 @@ import (
 // before its deadline (however it got into the queue) is put back with the
 // remaining delay instead of being processed. The retry then reads the latest
 // state from the informer, so deferring the update loses nothing.
-type backoffQueue struct {
+type BackoffQueue struct {
 	queue   workqueue.TypedDelayingInterface[string]
 	limiter workqueue.TypedRateLimiter[string]
 	clock   clock.Clock
@@ -27,10 +27,10 @@ type backoffQueue struct {
 	notBefore map[string]time.Time
 }
 
-// newBackoffQueue builds a queue named name (used in metrics and logs) whose
+// NewBackoffQueue builds a queue named name (used in metrics and logs) whose
 // retries back off exponentially from base to max per key.
-func newBackoffQueue(name string, clk clock.WithTicker, base, maxDelay time.Duration) *backoffQueue {
-	return &backoffQueue{
+func NewBackoffQueue(name string, clk clock.WithTicker, base, maxDelay time.Duration) *BackoffQueue {
+	return &BackoffQueue{
 		queue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{
 			Name:  name,
 			Clock: clk,
@@ -42,14 +42,14 @@ func newBackoffQueue(name string, clk clock.WithTicker, base, maxDelay time.Dura
 }
 
 // Add enqueues key for processing as soon as its backoff (if any) allows.
-func (q *backoffQueue) Add(key string) { q.queue.Add(key) }
+func (q *BackoffQueue) Add(key string) { q.queue.Add(key) }
 
 // AddAfter enqueues key after d, still subject to its backoff.
-func (q *backoffQueue) AddAfter(key string, d time.Duration) { q.queue.AddAfter(key, d) }
+func (q *BackoffQueue) AddAfter(key string, d time.Duration) { q.queue.AddAfter(key, d) }
 
 // Get blocks until a key whose backoff has expired is available. It returns
 // false once the queue is shut down.
-func (q *backoffQueue) Get() (string, bool) {
+func (q *BackoffQueue) Get() (string, bool) {
 	for {
 		key, shutdown := q.queue.Get()
 		if shutdown {
@@ -69,7 +69,7 @@ func (q *backoffQueue) Get() (string, bool) {
 
 // Done finishes processing of key. A nil err clears its backoff; an error
 // schedules a retry after the next, longer, backoff delay.
-func (q *backoffQueue) Done(key string, err error) {
+func (q *BackoffQueue) Done(key string, err error) {
 	q.mu.Lock()
 	if err == nil {
 		q.limiter.Forget(key)
@@ -87,7 +87,7 @@ func (q *backoffQueue) Done(key string, err error) {
 
 // Forget drops key's backoff state without processing it, for keys whose
 // object is gone.
-func (q *backoffQueue) Forget(key string) {
+func (q *BackoffQueue) Forget(key string) {
 	q.mu.Lock()
 	q.limiter.Forget(key)
 	delete(q.notBefore, key)
@@ -95,10 +95,10 @@ func (q *backoffQueue) Forget(key string) {
 }
 
 // Failures reports how many consecutive failures key has had.
-func (q *backoffQueue) Failures(key string) int { return q.limiter.NumRequeues(key) }
+func (q *BackoffQueue) Failures(key string) int { return q.limiter.NumRequeues(key) }
 
 // Len reports how many keys wait for processing now (not counting delayed ones).
-func (q *backoffQueue) Len() int { return q.queue.Len() }
+func (q *BackoffQueue) Len() int { return q.queue.Len() }
 
 // ShutDown makes Get return false once the queue is drained of in-flight work.
-func (q *backoffQueue) ShutDown() { q.queue.ShutDown() }
+func (q *BackoffQueue) ShutDown() { q.queue.ShutDown() }

@@ -1,4 +1,4 @@
-package provisioner
+package controller
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 // consumer hands out the queue's keys on a channel, so a test can wait for
 // the next key with a timeout without leaving a Get behind that would steal
 // a later key.
-func consumer(q *backoffQueue) <-chan string {
+func consumer(q *BackoffQueue) <-chan string {
 	ch := make(chan string)
 	go func() {
 		defer close(ch)
@@ -42,7 +42,7 @@ func within(ch <-chan string, d time.Duration) string {
 // it processed before its backoff expires.
 func TestBackoffNotBypassedByUpdates(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	q := newBackoffQueue("test", clk, time.Second, time.Minute)
+	q := NewBackoffQueue("test", clk, time.Second, time.Minute)
 	defer q.ShutDown()
 	keys := consumer(q)
 
@@ -88,7 +88,7 @@ func TestBackoffNotBypassedByUpdates(t *testing.T) {
 
 func TestBackoffGrowsAndCaps(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	q := newBackoffQueue("test", clk, time.Second, 4*time.Second)
+	q := NewBackoffQueue("test", clk, time.Second, 4*time.Second)
 	defer q.ShutDown()
 	keys := consumer(q)
 	// Each failure doubles the delay before the next attempt, up to 4 s.

@@ -1,0 +1,66 @@
+// Package controller is the machinery the node's Kubernetes controllers
+// (the provisioner and the resizer) are built from: a work queue whose
+// backoff informer updates cannot bypass, an informer view that includes
+// the controller's own writes, the worker loop, and Event recording. Each
+// controller builds its instances inside its Run, so a controller restarted
+// by the supervisor never inherits a stale queue or cache.
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"source.plinth.dev/pkg/logtree"
+)
+
+// Work processes keys from q with sync until the queue shuts down. A panic
+// in sync (a bug, or an object shaped in a way nobody foresaw) becomes an
+// error for that key, retried with backoff, so one bad object cannot take
+// the controller down.
+func Work(ctx context.Context, log logtree.LeveledLogger, q *BackoffQueue, sync func(context.Context, string) error) {
+	for {
+		key, ok := q.Get()
+		if !ok {
+			return
+		}
+		err := func() (err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("panic while processing %s: %v", key, p)
+					log.Errorf("%v", err)
+				}
+			}()
+			return sync(ctx, key)
+		}()
+		if err != nil && ctx.Err() == nil {
+			log.Warningf("%s: %v (retry %d)", key, err, q.Failures(key)+1)
+		}
+		q.Done(key, err)
+	}
+}
+
+// NewRecorder starts sending Events through client as component on node
+// and returns the recorder and a function that stops the sending. Events
+// get a client of their own (with its own rate limiter) so that a burst of
+// them never takes request budget from the volume work.
+func NewRecorder(ctx context.Context, client kubernetes.Interface, component, node string) (record.EventRecorder, func()) {
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component, Host: node}), b.Shutdown
+}
+
+// OrDefault returns v, or def when v is the zero value: the rule for every
+// optional field of a controller's configuration.
+func OrDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}

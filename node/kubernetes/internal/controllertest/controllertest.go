@@ -1,0 +1,327 @@
+// Package controllertest is the test world of the node's controllers: one
+// real etcd + kube-apiserver + kube-controller-manager per test binary
+// (from test/launch; the PV controller binds claims and releases volumes
+// exactly as in a cluster), and per test a namespace, a StorageClass, a
+// node name and a data directory with its volume manager, so tests do not
+// see each other's work. The provisioner's and the resizer's tests share
+// it; only tests import it.
+package controllertest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/node/kubernetes/volume"
+	"source.plinth.dev/pkg/fsquota"
+	"source.plinth.dev/test/launch"
+)
+
+var controlPlane struct {
+	once sync.Once
+	cp   *launch.ControlPlane
+	err  error
+}
+
+// Main runs a test binary's tests and then stops its control plane, if
+// one was started. Call it from TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	if cp := controlPlane.cp; cp != nil {
+		if err := cp.Stop(context.Background()); err != nil {
+			fmt.Fprintf(os.Stderr, "stopping control plane: %v\n", err)
+			code = 1
+		}
+		if code == 0 {
+			_ = os.RemoveAll(cp.Dir)
+		} else {
+			fmt.Fprintf(os.Stderr, "control plane logs kept in %s\n", cp.LogDir)
+		}
+	}
+	os.Exit(code)
+}
+
+// ControlPlane returns the test binary's control plane, starting it on
+// first use. It never skips but under -short: the control plane needs
+// neither root nor a node, so it runs wherever the Kubernetes binaries can
+// be built.
+func ControlPlane(t testing.TB) *launch.ControlPlane {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a control plane (-short)")
+	}
+	controlPlane.once.Do(func() {
+		dir, err := os.MkdirTemp("", "plinth-ctl-")
+		if err != nil {
+			controlPlane.err = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		defer cancel()
+		cfg := launch.ControlPlaneConfig{Dir: dir, ControllerManagerArgs: []string{"--kube-api-qps=500", "--kube-api-burst=1000"}}
+		if testing.Verbose() {
+			cfg.Log = os.Stderr
+		}
+		controlPlane.cp, controlPlane.err = launch.StartControlPlane(ctx, cfg)
+	})
+	if controlPlane.err != nil {
+		t.Fatalf("starting control plane: %v", controlPlane.err)
+	}
+	return controlPlane.cp
+}
+
+// Env is one test's world: a namespace, a StorageClass, a node name and a
+// data directory with its volume manager.
+type Env struct {
+	T      testing.TB
+	Client kubernetes.Interface
+	NS     string
+	Class  string
+	Node   string
+	Vols   *volume.Manager
+	Dir    string
+}
+
+// NewEnv prepares a test's world. allowUnenforced decides whether
+// filesystem volumes are accepted without quota (the host's filesystem
+// enforces none; the kernel-test VM's does).
+func NewEnv(t *testing.T, allowUnenforced bool) *Env {
+	t.Helper()
+	cp := ControlPlane(t)
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	name = strings.Trim(name, "-")
+	e := &Env{T: t, Client: cp.Client, NS: name, Class: "sc-" + name, Node: "node-" + name}
+	ctx := context.Background()
+	if _, err := e.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.NS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating namespace: %v", err)
+	}
+	e.CreateClass(e.Class, corev1.PersistentVolumeReclaimDelete, nil)
+	e.Dir = t.TempDir()
+	e.Vols = NewVolumes(t, e.Dir, allowUnenforced)
+	return e
+}
+
+// NewVolumes places a data tree in dir and returns a volume manager over
+// it, probing quota support like the node does.
+func NewVolumes(t testing.TB, dir string, allowUnenforced bool) *volume.Manager {
+	t.Helper()
+	var d localstorage.DataDirectory
+	if err := d.Place(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.MkdirAll(); err != nil {
+		t.Fatal(err)
+	}
+	qerr := fsquota.Probe(d.Volumes.FullPath())
+	m, err := volume.New(volume.Config{Data: &d, QuotaError: qerr, AllowUnenforced: allowUnenforced})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// CreateClass creates a StorageClass of our driver, removed when the test
+// ends. Like the node's default class it binds on first consumer and
+// allows expansion.
+func (e *Env) CreateClass(name string, reclaim corev1.PersistentVolumeReclaimPolicy, params map[string]string) {
+	e.T.Helper()
+	e.CreateClassFor(names.DriverName, name, reclaim, params)
+}
+
+// CreateClassFor is CreateClass for any provisioner.
+func (e *Env) CreateClassFor(provisioner, name string, reclaim corev1.PersistentVolumeReclaimPolicy, params map[string]string) {
+	e.T.Helper()
+	binding := storagev1.VolumeBindingWaitForFirstConsumer
+	expand := true
+	sc := &storagev1.StorageClass{
+		ObjectMeta:           metav1.ObjectMeta{Name: name},
+		Provisioner:          provisioner,
+		ReclaimPolicy:        &reclaim,
+		VolumeBindingMode:    &binding,
+		AllowVolumeExpansion: &expand,
+		Parameters:           params,
+	}
+	if _, err := e.Client.StorageV1().StorageClasses().Create(context.Background(), sc, metav1.CreateOptions{}); err != nil {
+		e.T.Fatalf("creating StorageClass %s: %v", name, err)
+	}
+	e.T.Cleanup(func() {
+		_ = e.Client.StorageV1().StorageClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+}
+
+// Claim is a claim as the scheduler and PV controller leave it for the
+// provisioner: annotated with our driver and the selected node. Zero
+// fields mean 16Mi, Filesystem, ReadWriteOnce, the env's class and node,
+// and the GA provisioner annotation.
+type Claim struct {
+	Name    string
+	Size    string
+	Mode    corev1.PersistentVolumeMode
+	Access  []corev1.PersistentVolumeAccessMode
+	Class   string
+	Node    string
+	BetaAnn bool
+}
+
+// CreateClaim creates c in the env's namespace.
+func (e *Env) CreateClaim(c Claim) *corev1.PersistentVolumeClaim {
+	e.T.Helper()
+	pvc, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Create(context.Background(), e.ClaimObject(c), metav1.CreateOptions{})
+	if err != nil {
+		e.T.Fatalf("creating claim %s: %v", c.Name, err)
+	}
+	return pvc
+}
+
+// ClaimObject is the object CreateClaim creates.
+func (e *Env) ClaimObject(c Claim) *corev1.PersistentVolumeClaim {
+	if c.Size == "" {
+		c.Size = "16Mi"
+	}
+	if c.Mode == "" {
+		c.Mode = corev1.PersistentVolumeFilesystem
+	}
+	if c.Access == nil {
+		c.Access = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	}
+	if c.Class == "" {
+		c.Class = e.Class
+	}
+	if c.Node == "" {
+		c.Node = e.Node
+	}
+	ann := map[string]string{ownership.AnnSelectedNode: c.Node}
+	if c.BetaAnn {
+		ann[ownership.AnnBetaStorageProvisioner] = names.DriverName
+	} else {
+		ann[ownership.AnnStorageProvisioner] = names.DriverName
+	}
+	mode := c.Mode
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: e.NS, Annotations: ann},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      c.Access,
+			StorageClassName: &c.Class,
+			VolumeMode:       &mode,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceStorage: resource.MustParse(c.Size),
+			}},
+		},
+	}
+}
+
+// Eventually polls cond until it returns true or timeout passes.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var lastErr error
+	for {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		lastErr = err
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, lastErr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// WaitBound waits until claim name is Bound and returns it and its PV.
+func (e *Env) WaitBound(name string) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
+	e.T.Helper()
+	var pvc *corev1.PersistentVolumeClaim
+	Eventually(e.T, 60*time.Second, "claim "+name+" Bound", func() (bool, error) {
+		var err error
+		pvc, err = e.Client.CoreV1().PersistentVolumeClaims(e.NS).Get(context.Background(), name, metav1.GetOptions{})
+		return err == nil && pvc.Status.Phase == corev1.ClaimBound, err
+	})
+	pv, err := e.Client.CoreV1().PersistentVolumes().Get(context.Background(), pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		e.T.Fatalf("reading PV of %s: %v", name, err)
+	}
+	return pvc, pv
+}
+
+// Events returns the Events about an object, by UID.
+func (e *Env) Events(uid types.UID) []corev1.Event {
+	e.T.Helper()
+	list, err := e.Client.CoreV1().Events("").List(context.Background(), metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("involvedObject.uid", string(uid)).String(),
+	})
+	if err != nil {
+		e.T.Fatalf("listing events: %v", err)
+	}
+	return list.Items
+}
+
+// WaitEvent waits for an Event with reason whose message contains substr.
+func (e *Env) WaitEvent(uid types.UID, reason, substr string) corev1.Event {
+	e.T.Helper()
+	var found corev1.Event
+	Eventually(e.T, 30*time.Second, fmt.Sprintf("event %s %q", reason, substr), func() (bool, error) {
+		for _, ev := range e.Events(uid) {
+			if ev.Reason == reason && strings.Contains(ev.Message, substr) {
+				found = ev
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return found
+}
+
+// VolumeIDs lists the IDs of the volumes in the env's data directory.
+func (e *Env) VolumeIDs() []string {
+	e.T.Helper()
+	return ListIDs(e.T, e.Vols)
+}
+
+// ListIDs lists the IDs of the volumes of m.
+func ListIDs(t testing.TB, m *volume.Manager) []string {
+	t.Helper()
+	ents, err := m.List(context.Background())
+	if err != nil {
+		t.Fatalf("listing volumes: %v", err)
+	}
+	var ids []string
+	for _, en := range ents {
+		ids = append(ids, en.ID)
+	}
+	return ids
+}
+
+// NoPV asserts that no PV exists for the claim.
+func (e *Env) NoPV(uid types.UID) {
+	e.T.Helper()
+	_, err := e.Client.CoreV1().PersistentVolumes().Get(context.Background(), ownership.VolumeIDFor(uid), metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		e.T.Errorf("PV %s exists (or error %v); want none", ownership.VolumeIDFor(uid), err)
+	}
+}
+
+// FileExists reports whether p exists.
+func FileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

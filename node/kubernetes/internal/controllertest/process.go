@@ -1,0 +1,113 @@
+package controllertest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"source.plinth.dev/test/launch"
+)
+
+// PlinthNodeBinary builds plinth-node once per test binary and returns
+// its path.
+var PlinthNodeBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "plinth-node-bin-")
+	if err != nil {
+		return "", err
+	}
+	repo, err := launch.RepoRoot(".")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "plinth-node")
+	cmd := exec.Command("go", "build", "-o", bin, "./node/cmd/plinth-node")
+	cmd.Dir = repo
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building plinth-node: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// NodeProcess runs plinth-node as a separate process that a test can kill.
+type NodeProcess struct {
+	T     testing.TB
+	Bin   string
+	Args  []string
+	Extra func() []string // more arguments, per start
+	Log   string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Start starts plinth-node, failing the test if it cannot.
+func (p *NodeProcess) Start() {
+	p.T.Helper()
+	if err := p.StartErr(); err != nil {
+		p.T.Fatal(err)
+	}
+}
+
+// StartErr starts plinth-node (for callers without a *testing.T).
+func (p *NodeProcess) StartErr() error {
+	logf, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	args := p.Args
+	if p.Extra != nil {
+		args = append(slices.Clone(args), p.Extra()...)
+	}
+	cmd := exec.Command(p.Bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting plinth-node: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	p.mu.Lock()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+	return nil
+}
+
+// Pid is the process ID of the running plinth-node.
+func (p *NodeProcess) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd.Process.Pid
+}
+
+// Kill sends sig and waits for the process to be gone.
+func (p *NodeProcess) Kill(sig syscall.Signal) {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, sig)
+	select {
+	case <-done:
+	case <-time.After(40 * time.Second):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+}
+
+// LogTail is the end of the process's log, for a failure report.
+func (p *NodeProcess) LogTail() string {
+	b, _ := os.ReadFile(p.Log)
+	lines := strings.Split(string(b), "\n")
+	return strings.Join(lines[max(0, len(lines)-60):], "\n")
+}
