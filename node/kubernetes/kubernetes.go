@@ -5,6 +5,7 @@
 //	kubernetes
 //	  cluster-objects   CSIDriver, default StorageClass, RBAC (then Done)
 //	  provisioner       PVC -> volume + PV; released PV -> delete
+//	  resizer           larger request of a bound PVC -> volume, PV, PVC grown
 //	  <extra>...        further children given the same clients
 //
 // The clientset is built once here and shared: it is only a connection pool
@@ -26,6 +27,7 @@ import (
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/provisioner"
+	"source.plinth.dev/node/kubernetes/resizer"
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/supervisor"
 )
@@ -69,7 +71,7 @@ type Service struct {
 	Volumes *volume.Manager
 	// OrphanGracePeriod is passed to the provisioner; zero means its default.
 	OrphanGracePeriod time.Duration
-	// Extra are further children (the CSI plugin, the resizer) started with
+	// Extra are further children (the CSI plugin) started with
 	// the same clients.
 	Extra map[string]Child
 }
@@ -145,6 +147,27 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	prov, err := provisioner.New(provisioner.Config{
+		Client:            clients.Client,
+		EventClient:       clients.Events,
+		Driver:            names.DriverName,
+		NodeName:          s.NodeName,
+		Volumes:           s.Volumes,
+		OrphanGracePeriod: s.OrphanGracePeriod,
+	})
+	if err != nil {
+		return err
+	}
+	resize, err := resizer.New(resizer.Config{
+		Client:      clients.Client,
+		EventClient: clients.Events,
+		Driver:      names.DriverName,
+		NodeName:    s.NodeName,
+		Volumes:     s.Volumes,
+	})
+	if err != nil {
+		return err
+	}
 	children := map[string]supervisor.Runnable{
 		"cluster-objects": func(ctx context.Context) error {
 			// Failing here (API server not up yet, no rights) is retried by
@@ -156,14 +179,8 @@ func (s *Service) Run(ctx context.Context) error {
 			supervisor.Signal(ctx, supervisor.SignalDone)
 			return nil
 		},
-		"provisioner": (&provisioner.Controller{
-			Client:            clients.Client,
-			EventClient:       clients.Events,
-			Driver:            names.DriverName,
-			NodeName:          s.NodeName,
-			Volumes:           s.Volumes,
-			OrphanGracePeriod: s.OrphanGracePeriod,
-		}).Run,
+		"provisioner": prov.Run,
+		"resizer":     resize.Run,
 	}
 	for name, child := range s.Extra {
 		if _, taken := children[name]; taken {
