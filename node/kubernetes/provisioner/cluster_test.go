@@ -24,10 +24,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/volume"
-	"source.plinth.dev/pkg/fsquota"
+	"source.plinth.dev/node/kubernetes/volume/volumetest"
 	"source.plinth.dev/pkg/supervisor"
 	"source.plinth.dev/test/launch"
 )
@@ -122,15 +121,8 @@ func newEnv(t *testing.T, allowUnenforced bool) *env {
 
 func newVolumes(t testing.TB, dir string, allowUnenforced bool) *volume.Manager {
 	t.Helper()
-	var d localstorage.DataDirectory
-	if err := d.Place(dir); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.MkdirAll(); err != nil {
-		t.Fatal(err)
-	}
-	qerr := fsquota.Probe(d.Volumes.FullPath())
-	m, err := volume.New(volume.Config{Data: &d, QuotaError: qerr, AllowUnenforced: allowUnenforced})
+	d, qerr := volumetest.DataDir(t, dir)
+	m, err := volume.New(volume.Config{Data: d, QuotaError: qerr, AllowUnenforced: allowUnenforced})
 	if err != nil {
 		t.Fatal(err)
 	}
