@@ -1,7 +1,6 @@
 package ktest
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,14 +11,16 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"source.plinth.dev/pkg/kmod"
 )
 
 // Paths inside the initramfs, shared by the host runner and the guest init.
 const (
 	// GuestConfig holds the Config for the VM's init.
 	GuestConfig = "/ktest/config.json"
-	// GuestModules lists kernel modules to load, one path per line, in
-	// dependency order.
+	// GuestModules lists kernel modules to load, in dependency order (a
+	// module list, see pkg/kmod).
 	GuestModules = "/ktest/modules.list"
 	// GuestTestDir holds the test binaries.
 	GuestTestDir = "/ktest/tests"
@@ -155,8 +156,16 @@ func setupGuest() error {
 			return fmt.Errorf("mounting %s: %w", m.dst, err)
 		}
 	}
-	if err := loadModules(GuestModules); err != nil {
+	mods, err := kmod.ReadList(GuestModules)
+	if err != nil {
 		return err
+	}
+	for _, m := range mods {
+		// Signatures are stripped by the initramfs writer (checking them
+		// is slow under TCG); the kernel only taints itself.
+		if err := kmod.Load(m); err != nil {
+			return err
+		}
 	}
 	for _, d := range Disks() {
 		dev, err := findDisk(d.Name, 10*time.Second)
@@ -171,42 +180,6 @@ func setupGuest() error {
 			return fmt.Errorf("mount -t %s -o %q %s %s: %w", d.FS, d.Options, dev, mnt, err)
 		}
 		fmt.Printf("ktest-init: %s on %s (%s, options %q)\n", dev, mnt, d.FS, d.Options)
-	}
-	return nil
-}
-
-func loadModules(list string) error {
-	f, err := os.Open(list)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		p := strings.TrimSpace(sc.Text())
-		if p == "" {
-			continue
-		}
-		if err := loadModule(p); err != nil {
-			return fmt.Errorf("loading module %s: %w", p, err)
-		}
-	}
-	return sc.Err()
-}
-
-func loadModule(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	// Signatures are stripped by the initramfs writer (checking them is
-	// slow under TCG); the kernel only taints itself.
-	if err := unix.FinitModule(int(f.Fd()), "", 0); err != nil && !errors.Is(err, unix.EEXIST) {
-		return err
 	}
 	return nil
 }

@@ -18,11 +18,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
 	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/pkg/dnsname"
 	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/supervisor"
 )
@@ -80,10 +80,6 @@ type Config struct {
 	Services []Service
 }
 
-// serviceName is the supervisor's rule for runnable names; checking it here
-// turns a typo into a start-up error instead of a root restart loop.
-var serviceName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-
 // dataDirName is the name of the datadir runnable; services cannot take it.
 const dataDirName = "datadir"
 
@@ -99,8 +95,10 @@ func (c *Config) validate() error {
 	}
 	seen := map[string]bool{dataDirName: true}
 	for _, s := range c.Services {
-		if !serviceName.MatchString(s.Name) {
-			return fmt.Errorf("node config: service name %q is not a DNS label", s.Name)
+		// The supervisor's rule for runnable names; checking it here
+		// turns a typo into a start-up error instead of a root restart loop.
+		if err := dnsname.CheckLabel(s.Name); err != nil {
+			return fmt.Errorf("node config: service name %q is not a DNS label: %w", s.Name, err)
 		}
 		if seen[s.Name] {
 			return fmt.Errorf("node config: service name %q is used twice (or is reserved)", s.Name)

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"sync"
 
-	"golang.org/x/sys/unix"
+	"source.plinth.dev/pkg/dirsync"
 )
 
 // ErrIDInUse is wrapped by Claim when the ID belongs to another owner.
@@ -89,7 +89,7 @@ func (a *IDAllocator) Allocate(owner string) (uint32, error) {
 		if err != nil {
 			return 0, fmt.Errorf("allocating project ID: %w", err)
 		}
-		if err := syncDir(a.dir); err != nil {
+		if err := dirsync.Sync(a.dir); err != nil {
 			os.Remove(a.path(id))
 			return 0, fmt.Errorf("allocating project ID: %w", err)
 		}
@@ -136,7 +136,7 @@ func (a *IDAllocator) Claim(id uint32, owner string) error {
 	if err != nil {
 		return fmt.Errorf("claiming project ID %d: %w", id, err)
 	}
-	if err := syncDir(a.dir); err != nil {
+	if err := dirsync.Sync(a.dir); err != nil {
 		return fmt.Errorf("claiming project ID %d: %w", id, err)
 	}
 	return nil
@@ -199,17 +199,4 @@ func (a *IDAllocator) Claimed() (map[uint32]string, error) {
 		claims[uint32(id)] = owner
 	}
 	return claims, nil
-}
-
-// syncDir makes a new or removed entry in dir durable.
-func syncDir(dir string) error {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("syncing %s: %w", dir, err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Fsync(fd); err != nil {
-		return fmt.Errorf("syncing %s: %w", dir, err)
-	}
-	return nil
 }

@@ -4,15 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 
+	"source.plinth.dev/pkg/dnsname"
 	"source.plinth.dev/pkg/logtree"
 )
-
-// validName is a DNS label: runnable names become DN parts, metric labels
-// and file names, so they are kept to the most portable alphabet.
-var validName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // ErrTreeStopped is returned by Run and RunGroup when the supervision tree
 // has already stopped.
@@ -51,8 +47,10 @@ func RunGroup(ctx context.Context, runnables map[string]Runnable) error {
 	}
 	names := make([]string, 0, len(runnables))
 	for name, r := range runnables {
-		if !validName.MatchString(name) {
-			return fmt.Errorf("starting runnable %q under %s: invalid name, want a DNS label ([a-z0-9-], at most 63 characters)", name, ref.n.dn)
+		// Runnable names become DN parts, metric labels and file names,
+		// so they are kept to the most portable alphabet.
+		if err := dnsname.CheckLabel(name); err != nil {
+			return fmt.Errorf("starting runnable %q under %s: invalid name, want a DNS label: %w", name, ref.n.dn, err)
 		}
 		if r == nil {
 			return fmt.Errorf("starting runnable %q under %s: nil Runnable", name, ref.n.dn)

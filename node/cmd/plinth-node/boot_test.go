@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"source.plinth.dev/build/ktest/initramfs"
+	"source.plinth.dev/pkg/kmod"
 )
 
 // The boot tests run plinth-node as what it is on a node: the kernel's
@@ -167,7 +168,7 @@ func writeInitrd(work, bin, modDir string) (string, error) {
 		w.File(name, 0o644, initramfs.StripSignature(ko))
 		list = append(list, name)
 	}
-	w.File(bootModuleList, 0o644, []byte(strings.Join(list, "\n")+"\n"))
+	w.File(bootModuleList, 0o644, kmod.FormatList(list))
 	if err := w.Close(); err != nil {
 		return "", err
 	}

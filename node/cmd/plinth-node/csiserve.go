@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -39,13 +38,9 @@ Flags:
 `
 
 type csiServeOptions struct {
+	commonOptions
 	endpoint, controllerEndpoint string
-	dataDir, kubeletDir          string
-	ephemeralDir                 string
-	nodeName                     string
-	allowUnenforcedCapacity      bool
 	register                     bool
-	verbosity                    int
 }
 
 func parseCSIServeOptions(args []string) (*csiServeOptions, error) {
@@ -53,14 +48,12 @@ func parseCSIServeOptions(args []string) (*csiServeOptions, error) {
 	fs := flag.NewFlagSet("plinth-node csi-serve", flag.ContinueOnError)
 	fs.StringVar(&o.endpoint, "endpoint", "", "CSI endpoint for Identity and Node, unix://PATH (required)")
 	fs.StringVar(&o.controllerEndpoint, "controller-endpoint", "", "if set, also serve the development Controller service on this unix://PATH")
-	fs.StringVar(&o.dataDir, "data-dir", "", "data directory holding the volumes (required)")
-	fs.StringVar(&o.kubeletDir, "kubelet-dir", "", "the kubelet's root directory; target paths must lie below it (required)")
-	fs.StringVar(&o.ephemeralDir, "ephemeral-dir", "", "runtime state (publication records), ideally on tmpfs (default /run/plinth/csi-serve-<hash of --data-dir>)")
-	fs.StringVar(&o.nodeName, "node-name", "", "node ID and topology value (default: the host name, lower-cased)")
-	fs.BoolVar(&o.allowUnenforcedCapacity, strings.TrimPrefix(core.AllowUnenforcedCapacityFlag, "--"), false,
-		"create filesystem volumes even if the data filesystem cannot enforce their size (no project quotas)")
+	o.commonOptions.declare(fs, dirDefaults{
+		data:      "(required)",
+		ephemeral: "(default /run/plinth/csi-serve-<hash of --data-dir>)",
+		kubelet:   "(required)",
+	})
 	fs.BoolVar(&o.register, "register", false, "also serve the kubelet plugin registration socket in --kubelet-dir/plugins_registry")
-	fs.IntVar(&o.verbosity, "v", 0, "log verbosity (1 logs every successful call)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), csiServeUsage)
 		fs.PrintDefaults()
@@ -76,14 +69,7 @@ func parseCSIServeOptions(args []string) (*csiServeOptions, error) {
 			return nil, fmt.Errorf("%s is required", req.name)
 		}
 	}
-	if o.nodeName == "" {
-		h, err := os.Hostname()
-		if err != nil {
-			return nil, fmt.Errorf("finding the node name (pass --node-name): %w", err)
-		}
-		o.nodeName = strings.ToLower(h)
-	}
-	if err := validateNodeName(o.nodeName); err != nil {
+	if err := o.completeNodeName(); err != nil {
 		return nil, err
 	}
 	for _, d := range []*string{&o.dataDir, &o.kubeletDir} {

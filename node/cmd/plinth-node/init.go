@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"source.plinth.dev/node/core"
+	"source.plinth.dev/pkg/kmod"
 	"source.plinth.dev/pkg/logtree"
 )
 
@@ -299,41 +300,21 @@ func decideHalt(st unix.WaitStatus, shutdown bool, startErr error, s bootSetting
 	return haltDecision{s.failCmd, s.failDelay, "node process failed: " + describeStatus(st)}
 }
 
-// loadModules loads the kernel modules listed in list (one .ko path per
-// line, dependencies first, "#" comments) with finit_module(2). A node
-// image whose kernel has the drivers built in has no list. Failures are
-// logged, not fatal: what needs a missing module fails later with its own,
-// more specific error (e.g. the data partition's mount).
+// loadModules loads the kernel modules listed in list (a module list, see
+// pkg/kmod). A node image whose kernel has the drivers built in has no
+// list. Failures are logged, not fatal: what needs a missing module fails
+// later with its own, more specific error (e.g. the data partition's mount).
 func loadModules(list string, log logtree.LeveledLogger) {
-	raw, err := os.ReadFile(list)
-	if errors.Is(err, os.ErrNotExist) {
+	mods, err := kmod.ReadList(list)
+	if err != nil {
+		log.Warning(err)
 		return
 	}
-	if err != nil {
-		log.Warningf("reading module list: %v", err)
-		return
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		p := strings.TrimSpace(line)
-		if p == "" || strings.HasPrefix(p, "#") {
-			continue
-		}
-		if err := loadModule(p); err != nil {
-			log.Warningf("loading module %s: %v", p, err)
+	for _, m := range mods {
+		if err := kmod.Load(m); err != nil {
+			log.Warning(err)
 		}
 	}
-}
-
-func loadModule(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := unix.FinitModule(int(f.Fd()), "", 0); err != nil && !errors.Is(err, unix.EEXIST) {
-		return err
-	}
-	return nil
 }
 
 // runInit is main when running as PID 1. It never returns: PID 1 exiting

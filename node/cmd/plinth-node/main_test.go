@@ -277,6 +277,35 @@ func TestOptions(t *testing.T) {
 	}
 }
 
+func TestCSIServeOptions(t *testing.T) {
+	// The flags csi-serve shares with the node (commonOptions) reach it.
+	o, err := parseCSIServeOptions([]string{"--endpoint", "unix:///csi.sock", "--data-dir", "/d", "--kubelet-dir", "/k",
+		"--ephemeral-dir", "/e", "--node-name", "n1", "--allow-unenforced-capacity", "-v", "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.dataDir != "/d" || o.kubeletDir != "/k" || o.ephemeralDir != "/e" || o.nodeName != "n1" || !o.allowUnenforcedCapacity || o.verbosity != 2 {
+		t.Errorf("options %+v", o.commonOptions)
+	}
+	o, err = parseCSIServeOptions([]string{"--endpoint", "unix:///csi.sock", "--data-dir", "/d", "--kubelet-dir", "/k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := os.Hostname(); o.nodeName != strings.ToLower(h) || !strings.HasPrefix(o.ephemeralDir, "/run/plinth/csi-serve-") {
+		t.Errorf("defaults: node name %q, ephemeral dir %q", o.nodeName, o.ephemeralDir)
+	}
+	for _, bad := range [][]string{
+		{"--data-dir", "/d", "--kubelet-dir", "/k"},
+		{"--endpoint", "unix:///csi.sock", "--kubelet-dir", "/k"},
+		{"--endpoint", "unix:///csi.sock", "--data-dir", "/d"},
+		{"--endpoint", "unix:///csi.sock", "--data-dir", "/d", "--kubelet-dir", "/k", "--node-name", "Upper"},
+	} {
+		if _, err := parseCSIServeOptions(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
 // Must is a tiny helper for subprocess roles.
 func must(err error) {
 	if err != nil {

@@ -19,19 +19,14 @@ import (
 
 // options are plinth-node's command-line flags.
 type options struct {
-	root         string
-	dataDir      string
-	ephemeralDir string
-	kubeletDir   string
+	commonOptions
+	root string
 
 	dataDevice       string
 	dataFSType       string
 	dataMountOptions string
 
-	nodeName                string
-	kubeconfig              string
-	allowUnenforcedCapacity bool
-	verbosity               int
+	kubeconfig string
 
 	// Kubernetes client and provisioner settings (node/kubernetes).
 	kubeAPIQPS        float64
@@ -83,21 +78,19 @@ func (o *options) flagSet(out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("plinth-node", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&o.root, "root", "", "root directory of the node tree (required; \"/\" on a booted node)")
-	fs.StringVar(&o.dataDir, "data-dir", "", "data directory (the data partition's mount point) (default <root>/data)")
-	fs.StringVar(&o.ephemeralDir, "ephemeral-dir", "", "directory for runtime state that ends with the boot, ideally on tmpfs (default <root>/ephemeral)")
-	fs.StringVar(&o.kubeletDir, "kubelet-dir", "", "the kubelet's root directory (its --root-dir) (default <root>/kubelet)")
+	o.commonOptions.declare(fs, dirDefaults{
+		data:      "(default <root>/data)",
+		ephemeral: "(default <root>/ephemeral)",
+		kubelet:   "(default <root>/kubelet)",
+	})
 	fs.StringVar(&o.dataDevice, "data-device", "", "block device to mount at the data directory before starting (empty: use the directory as it is)")
 	fs.StringVar(&o.dataFSType, "data-fstype", "xfs", "filesystem type of --data-device")
 	fs.StringVar(&o.dataMountOptions, "data-mount-options", "prjquota", "mount options of --data-device (prjquota makes XFS enforce volume sizes)")
-	fs.StringVar(&o.nodeName, "node-name", "", "this node's Kubernetes node name (default: the host name, lower-cased)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for the Kubernetes API (optional)")
-	fs.BoolVar(&o.allowUnenforcedCapacity, strings.TrimPrefix(core.AllowUnenforcedCapacityFlag, "--"), false,
-		"provision filesystem volumes even if the data filesystem cannot enforce their size (development hosts without project quotas; logs a loud warning)")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", kubernetes.DefaultQPS, "queries per second to the Kubernetes API (client-side rate limit; Events have their own smaller budget)")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", kubernetes.DefaultBurst, "burst of queries to the Kubernetes API above --kube-api-qps")
 	fs.DurationVar(&o.orphanGracePeriod, "orphan-grace-period", provisioner.DefaultOrphanGracePeriod,
 		"how long a volume must have had no PV and no claim before the provisioner removes it")
-	fs.IntVar(&o.verbosity, "v", 0, "log verbosity: V(n) debug messages with n <= this level are logged")
 	fs.Usage = func() {
 		fmt.Fprint(out, usageHeader)
 		fs.PrintDefaults()
@@ -110,14 +103,7 @@ func (o *options) complete() error {
 	if o.root == "" {
 		return errors.New("--root is required (use --root / only on a node booted into plinth-node)")
 	}
-	if o.nodeName == "" {
-		h, err := os.Hostname()
-		if err != nil {
-			return fmt.Errorf("finding the node name (pass --node-name): %w", err)
-		}
-		o.nodeName = strings.ToLower(h)
-	}
-	if err := validateNodeName(o.nodeName); err != nil {
+	if err := o.completeNodeName(); err != nil {
 		return err
 	}
 	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst <= 0 || o.orphanGracePeriod <= 0 {
@@ -130,6 +116,52 @@ func (o *options) complete() error {
 		return errors.New("--data-device needs --data-fstype")
 	}
 	return nil
+}
+
+// commonOptions are the flags plinth-node and plinth-node csi-serve share:
+// where the data, the runtime state and the kubelet live, who the node is,
+// and how much to log. Declared once (declare), so the two modes cannot
+// drift apart in a flag's name, type or meaning; each mode only says what an
+// empty directory flag means there.
+type commonOptions struct {
+	dataDir      string
+	ephemeralDir string
+	kubeletDir   string
+
+	nodeName                string
+	allowUnenforcedCapacity bool
+	verbosity               int
+}
+
+// dirDefaults complete the help of the directory flags for one mode: what
+// an empty --data-dir, --ephemeral-dir and --kubelet-dir mean, e.g.
+// "(default <root>/data)" or "(required)".
+type dirDefaults struct {
+	data, ephemeral, kubelet string
+}
+
+// declare adds the common flags to fs, bound to c's fields.
+func (c *commonOptions) declare(fs *flag.FlagSet, d dirDefaults) {
+	fs.StringVar(&c.dataDir, "data-dir", "", "data directory (the data partition's mount point; volumes live in its volumes/ subdirectory) "+d.data)
+	fs.StringVar(&c.ephemeralDir, "ephemeral-dir", "", "directory for runtime state that ends with the boot (such as CSI publication records), ideally on tmpfs "+d.ephemeral)
+	fs.StringVar(&c.kubeletDir, "kubelet-dir", "", "the kubelet's root directory (its --root-dir); CSI target paths must lie below it "+d.kubelet)
+	fs.StringVar(&c.nodeName, "node-name", "", "this node's Kubernetes node name, also its CSI node ID and topology value (default: the host name, lower-cased)")
+	fs.BoolVar(&c.allowUnenforcedCapacity, strings.TrimPrefix(core.AllowUnenforcedCapacityFlag, "--"), false,
+		"provision filesystem volumes even if the data filesystem cannot enforce their size (development hosts without project quotas; logs a loud warning)")
+	fs.IntVar(&c.verbosity, "v", 0, "log verbosity: V(n) debug messages with n <= this level are logged (1 logs every successful CSI call)")
+}
+
+// completeNodeName defaults the node name to the host name, lower-cased,
+// and checks it.
+func (c *commonOptions) completeNodeName() error {
+	if c.nodeName == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("finding the node name (pass --node-name): %w", err)
+		}
+		c.nodeName = strings.ToLower(h)
+	}
+	return validateNodeName(c.nodeName)
 }
 
 // tree places the node tree: everything below --root, except the subtrees

@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"time"
+
+	"source.plinth.dev/pkg/dirsync"
 )
 
 // tempPrefix starts the names of WriteAtomic's temporary files. It begins
@@ -83,24 +85,10 @@ func writeAtomicOpts(path string, data []byte, mode fs.FileMode, rename func(old
 	if !durable {
 		return nil
 	}
-	if err := syncDir(dir); err != nil {
+	if err := dirsync.Sync(dir); err != nil {
 		// The new content is in place; only its durability across a crash
 		// is in doubt. Report it: callers persisting state must know.
 		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
-}
-
-// syncDir fsyncs a directory, making renames and creations in it durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("opening directory %s to sync it: %w", dir, err)
-	}
-	serr := d.Sync()
-	cerr := d.Close()
-	if err := errors.Join(serr, cerr); err != nil {
-		return fmt.Errorf("syncing directory %s: %w", dir, err)
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"source.plinth.dev/pkg/dnsname"
 )
 
 // ErrInvalidName is matched (errors.Is) by every name validation error, so
@@ -35,7 +37,7 @@ func (e *NameError) Unwrap() error { return ErrInvalidName }
 const (
 	// MaxVolumeIDLength keeps volume IDs valid as DNS labels, and so as
 	// Kubernetes object names and label values ("pvc-" + a UUID is 40).
-	MaxVolumeIDLength = 63
+	MaxVolumeIDLength = dnsname.MaxLabelLength
 	// MaxDriverNameLength is the CSI spec's limit for plugin names.
 	MaxDriverNameLength = 63
 	// maxFileNameLength is NAME_MAX on Linux filesystems.
@@ -75,7 +77,10 @@ func ValidateName(name string) error {
 // never name anything outside the volumes directory or collide with a block
 // image's suffix.
 func ValidateVolumeID(id string) error {
-	return validateLabel("volume ID", id, MaxVolumeIDLength, false)
+	if err := dnsname.CheckLabel(id); err != nil {
+		return &NameError{Kind: "volume ID", Name: id, Reason: err.Error()}
+	}
+	return nil
 }
 
 // ValidateDriverName checks a CSI driver name as the CSI spec defines it: at
@@ -83,47 +88,8 @@ func ValidateVolumeID(id string) error {
 // starting and ending with a letter or digit. Driver names become directory
 // and socket names in the kubelet's plugin directories.
 func ValidateDriverName(name string) error {
-	return validateLabel("driver name", name, MaxDriverNameLength, true)
-}
-
-// validateLabel checks DNS-label-like names and reports the first broken
-// rule precisely: "contains '/'" helps a user more than "does not match".
-func validateLabel(kind, s string, maxLen int, domain bool) error {
-	bad := func(reason string) error { return &NameError{Kind: kind, Name: s, Reason: reason} }
-	if s == "" {
-		return bad("it is empty")
-	}
-	if len(s) > maxLen {
-		return bad(fmt.Sprintf("it is %d characters long, more than %d", len(s), maxLen))
-	}
-	if strings.IndexByte(s, 0) >= 0 {
-		return bad("it contains a NUL byte")
-	}
-	if strings.Contains(s, "/") {
-		return bad(`it contains "/"`)
-	}
-	if strings.Contains(s, "..") {
-		return bad(`it contains ".."`)
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-':
-		case domain && (c >= 'A' && c <= 'Z' || c == '.'):
-		default:
-			allowed := "lowercase letters, digits and \"-\""
-			if domain {
-				allowed = "letters, digits, \"-\" and \".\""
-			}
-			return bad(fmt.Sprintf("character %q at offset %d is not allowed (only %s)", c, i, allowed))
-		}
-	}
-	if !isAlnum(s[0]) || !isAlnum(s[len(s)-1]) {
-		return bad("it must start and end with a letter or digit")
+	if err := dnsname.CheckDomain(name, MaxDriverNameLength); err != nil {
+		return &NameError{Kind: "driver name", Name: name, Reason: err.Error()}
 	}
 	return nil
-}
-
-func isAlnum(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }

@@ -33,6 +33,8 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+
+	"source.plinth.dev/pkg/dirsync"
 )
 
 // Default modes for declared nodes whose tag gives none.
@@ -126,7 +128,7 @@ func (d *Directory) Entries() ([]string, error) {
 // was left in (a new volume, a removed intent record) needs it after the
 // change: the entry's own fsync does not cover its name.
 func (d *Directory) Sync() error {
-	return syncDir(d.FullPath())
+	return dirsync.Sync(d.FullPath())
 }
 
 // File is a regular file of the tree, declared with a `file:"name"` tag or

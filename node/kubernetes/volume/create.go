@@ -161,7 +161,7 @@ func (m *Manager) createFilesystem(id string, size int64) error {
 	} else if err := setRecordedCapacity(path, size); err != nil {
 		return err
 	}
-	if err := syncDir(m.Data.Volumes.FullPath()); err != nil {
+	if err := m.Data.Volumes.Sync(); err != nil {
 		return err
 	}
 	return nil
@@ -194,7 +194,7 @@ func (m *Manager) createBlock(id string, size int64) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("closing image file: %w", err)
 	}
-	return syncDir(m.Data.Volumes.FullPath())
+	return m.Data.Volumes.Sync()
 }
 
 // checkSpace fails with ErrNoSpace when size more bytes of any volume

@@ -122,7 +122,7 @@ func (m *Manager) remove(id string, pid uint32, lookupPID bool) error {
 			return fmt.Errorf("removing volume directory: %w", err)
 		}
 		m.crashPoint("delete:rmdir")
-		if err := syncDir(m.Data.Volumes.FullPath()); err != nil {
+		if err := m.Data.Volumes.Sync(); err != nil {
 			return err
 		}
 	}
@@ -130,7 +130,7 @@ func (m *Manager) remove(id string, pid uint32, lookupPID bool) error {
 		if err := os.Remove(imgPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("removing image file: %w", err)
 		}
-		if err := syncDir(m.Data.Volumes.FullPath()); err != nil {
+		if err := m.Data.Volumes.Sync(); err != nil {
 			return err
 		}
 	}

@@ -12,8 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"source.plinth.dev/build/ktest"
-	"source.plinth.dev/node/core/localstorage"
-	"source.plinth.dev/pkg/fsquota"
+	"source.plinth.dev/node/kubernetes/volume/volumetest"
 )
 
 // TestMain lets `make test-kernel` run these tests on the host (as root)
@@ -54,19 +53,12 @@ func forEachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
 }
 
 // newManager places a data tree in dir and returns a Manager over it,
-// probing quota support like the node does. Unenforced backends allow
-// unenforced capacity.
+// probing quota support like the node does (volumetest.DataDir).
+// Unenforced backends allow unenforced capacity.
 func newManager(t *testing.T, dir string) *Manager {
 	t.Helper()
-	var d localstorage.DataDirectory
-	if err := d.Place(dir); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.MkdirAll(); err != nil {
-		t.Fatal(err)
-	}
-	qerr := fsquota.Probe(d.Volumes.FullPath())
-	m, err := New(Config{Data: &d, QuotaError: qerr, AllowUnenforced: qerr != nil})
+	d, qerr := volumetest.DataDir(t, dir)
+	m, err := New(Config{Data: d, QuotaError: qerr, AllowUnenforced: qerr != nil})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,5 +47,5 @@ func removeStateFile(dir *localstorage.Directory, f localstorage.File) error {
 	if err := f.Remove(); err != nil {
 		return err
 	}
-	return syncDir(dir.FullPath())
+	return dir.Sync()
 }

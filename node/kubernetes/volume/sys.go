@@ -34,19 +34,6 @@ func fallocate(f *os.File, off, n int64) error {
 	return nil
 }
 
-// syncDir makes creations, renames and removals in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("opening %s to sync it: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", dir, err)
-	}
-	return nil
-}
-
 // capacityXattr records a filesystem volume's size on its directory when
 // no quota can hold it (capacity not enforced). It is in the trusted
 // namespace, which only CAP_SYS_ADMIN can read or change, so a pod that

@@ -33,6 +33,7 @@ import (
 
 	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/build/ktest/initramfs"
+	"source.plinth.dev/pkg/kmod"
 )
 
 // modules are what the VM needs beyond the built-in drivers: virtio disks
@@ -163,7 +164,7 @@ func writeInitramfs(out string, o options, cfg *ktest.Config) error {
 		w.File(p, 0o644, initramfs.StripSignature(ko))
 		list = append(list, p)
 	}
-	w.File(ktest.GuestModules, 0o644, []byte(strings.Join(list, "\n")+"\n"))
+	w.File(ktest.GuestModules, 0o644, kmod.FormatList(list))
 	seen := map[string]bool{}
 	for _, t := range o.tests {
 		name := filepath.Base(t)

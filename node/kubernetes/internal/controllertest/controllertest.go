@@ -25,11 +25,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/volume"
-	"source.plinth.dev/pkg/fsquota"
+	"source.plinth.dev/node/kubernetes/volume/volumetest"
 	"source.plinth.dev/test/launch"
 )
 
@@ -124,15 +123,8 @@ func NewEnv(t *testing.T, allowUnenforced bool) *Env {
 // it, probing quota support like the node does.
 func NewVolumes(t testing.TB, dir string, allowUnenforced bool) *volume.Manager {
 	t.Helper()
-	var d localstorage.DataDirectory
-	if err := d.Place(dir); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.MkdirAll(); err != nil {
-		t.Fatal(err)
-	}
-	qerr := fsquota.Probe(d.Volumes.FullPath())
-	m, err := volume.New(volume.Config{Data: &d, QuotaError: qerr, AllowUnenforced: allowUnenforced})
+	d, qerr := volumetest.DataDir(t, dir)
+	m, err := volume.New(volume.Config{Data: d, QuotaError: qerr, AllowUnenforced: allowUnenforced})
 	if err != nil {
 		t.Fatal(err)
 	}
