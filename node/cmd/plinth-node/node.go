@@ -49,7 +49,10 @@ func runNode(ctx context.Context, o *options, out io.Writer) error {
 	}
 	defer tree.Ephemeral.PID.Remove()
 
-	svcs := services(o)
+	svcs, err := services(o, tree)
+	if err != nil {
+		return err
+	}
 	if o.kubeconfig != "" && len(svcs) == 0 {
 		log.Warningf("--kubeconfig %s given, but this build has no Kubernetes services yet: nothing will talk to the API", o.kubeconfig)
 	}

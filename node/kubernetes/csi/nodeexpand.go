@@ -33,7 +33,7 @@ func (s *Server) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	}
 	unlock := s.locks.Lock(volumeKey(id))
 	defer unlock()
-	st, err := s.Volumes.Stat(ctx, id)
+	st, err := s.cfg.Volumes.Stat(ctx, id)
 	if err != nil {
 		return nil, statusFromVolume(err)
 	}
@@ -47,7 +47,7 @@ func (s *Server) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	if st.Mode == volume.Filesystem {
 		return &csi.NodeExpandVolumeResponse{CapacityBytes: st.CapacityBytes}, nil
 	}
-	_, image, err := s.Volumes.Locate(ctx, id)
+	_, image, err := s.cfg.Volumes.Locate(ctx, id)
 	if err != nil {
 		return nil, statusFromVolume(err)
 	}

@@ -20,7 +20,7 @@ func (s *Server) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 	if err := checkVolumeID(id); err != nil {
 		return nil, err
 	}
-	st, err := s.Volumes.Stat(ctx, id)
+	st, err := s.cfg.Volumes.Stat(ctx, id)
 	if err != nil {
 		return nil, statusFromVolume(err)
 	}
@@ -113,7 +113,7 @@ func setLegacyCondition(resp *csi.NodeGetVolumeStatsResponse, c volumeCondition)
 
 // checkPublication says what is wrong with publication p, or "".
 func (s *Server) checkPublication(ctx context.Context, p *publication) string {
-	mode, source, err := s.Volumes.Locate(ctx, p.VolumeID)
+	mode, source, err := s.cfg.Volumes.Locate(ctx, p.VolumeID)
 	if err != nil {
 		return fmt.Sprintf("volume data missing: %v", err)
 	}

@@ -32,7 +32,7 @@ func (s *Server) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRe
 // key, which the provisioner's PV node affinity also uses.
 func (s *Server) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
 	return &csi.NodeGetInfoResponse{
-		NodeId:             s.NodeName,
-		AccessibleTopology: &csi.Topology{Segments: map[string]string{names.TopologyKeyHostname: s.NodeName}},
+		NodeId:             s.cfg.NodeName,
+		AccessibleTopology: &csi.Topology{Segments: map[string]string{names.TopologyKeyHostname: s.cfg.NodeName}},
 	}, nil
 }

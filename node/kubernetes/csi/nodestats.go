@@ -29,7 +29,7 @@ func (s *Server) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 	if path == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_path is required")
 	}
-	st, err := s.Volumes.Stat(ctx, id)
+	st, err := s.cfg.Volumes.Stat(ctx, id)
 	if err != nil {
 		return nil, statusFromVolume(err)
 	}

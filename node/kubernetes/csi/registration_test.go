@@ -40,7 +40,11 @@ func TestRegistration(t *testing.T) {
 	}
 	unix.Close(fd)
 
-	r := &Registrar{Kubelet: &e.root.Kubelet, Backoff: 200 * time.Millisecond}
+	r, err := NewRegistrar(&e.root.Kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.backoff = 200 * time.Millisecond
 	cancel, _ := supervisor.TestHarness(t, r.Run)
 	defer cancel()
 
