@@ -53,9 +53,6 @@ func runNode(ctx context.Context, o *options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if o.kubeconfig != "" && len(svcs) == 0 {
-		log.Warningf("--kubeconfig %s given, but this build has no Kubernetes services yet: nothing will talk to the API", o.kubeconfig)
-	}
 	root, err := core.Root(core.Config{
 		Root:                    tree,
 		NodeName:                o.nodeName,
