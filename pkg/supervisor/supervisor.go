@@ -25,6 +25,10 @@
 // context is cancelled only once all its descendants have returned, so a
 // parent may still use resources its children rely on while they shut down.
 //
+// A runnable that serves gRPC ends with ServeGRPC, so that every server of
+// the node signals Healthy the same way and stops by one bounded rule:
+// calls in flight may finish, but not for longer than GRPCStopTimeout.
+//
 // All tree state is owned by one goroutine per Supervisor (an actor); the
 // exported functions talk to it over channels. There is no global state: the
 // node a context belongs to travels in the context.

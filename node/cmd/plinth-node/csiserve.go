@@ -137,12 +137,23 @@ func csiServe(ctx context.Context, args []string) error {
 
 	lt := logtree.New(logtree.WithSink(os.Stderr))
 	lt.SetVerbosity("", o.verbosity)
-	srv := &csi.Server{
+	// Built before the tree starts: a wiring mistake ends csi-serve here
+	// instead of failing every restart of the runnables.
+	srv, err := csi.NewServer(csi.Config{
 		Volumes:    vols,
 		Kubelet:    &root.Kubelet,
 		State:      &root.Ephemeral.CSI,
 		NodeName:   o.nodeName,
 		Controller: ctrl != "",
+	})
+	if err != nil {
+		return err
+	}
+	var registrar *csi.Registrar
+	if o.register {
+		if registrar, err = csi.NewRegistrar(&root.Kubelet); err != nil {
+			return err
+		}
 	}
 	serve := func(ctx context.Context) error {
 		log := supervisor.Logger(ctx)
@@ -163,15 +174,15 @@ func csiServe(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		if err := srv.Start(ctx); err != nil {
+		if err := srv.Start(ctx, log); err != nil {
 			return err
 		}
 		group := map[string]supervisor.Runnable{"node": endpointRunnable(srv, node, srv.Register)}
 		if ctrl != "" {
 			group["controller"] = endpointRunnable(srv, ctrl, srv.RegisterController)
 		}
-		if o.register {
-			group["registration"] = (&csi.Registrar{Kubelet: &root.Kubelet}).Run
+		if registrar != nil {
+			group["registration"] = registrar.Run
 		}
 		if err := supervisor.RunGroup(ctx, group); err != nil {
 			return err
@@ -210,8 +221,7 @@ func endpointRunnable(srv *csi.Server, path string, register func(*grpc.Server))
 		g := srv.NewGRPCServer()
 		register(g)
 		supervisor.Logger(ctx).Infof("serving on %s", path)
-		supervisor.Signal(ctx, supervisor.SignalHealthy)
-		err = csi.Serve(ctx, g, l)
+		err = supervisor.ServeGRPC(ctx, g, l)
 		if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 			err = errors.Join(err, rerr)
 		}

@@ -49,9 +49,9 @@ func runNode(ctx context.Context, o *options, out io.Writer) error {
 	}
 	defer tree.Ephemeral.PID.Remove()
 
-	svcs := services(o)
-	if o.kubeconfig != "" && len(svcs) == 0 {
-		log.Warningf("--kubeconfig %s given, but this build has no Kubernetes services yet: nothing will talk to the API", o.kubeconfig)
+	svcs, err := services(o, tree)
+	if err != nil {
+		return err
 	}
 	root, err := core.Root(core.Config{
 		Root:                    tree,

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
+	"fmt"
+
 	"source.plinth.dev/node/core"
+	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/kubernetes"
 	"source.plinth.dev/node/kubernetes/csi"
 	"source.plinth.dev/node/kubernetes/volume"
@@ -11,38 +15,55 @@ import (
 // services lists the node's services, started by the root once the data
 // directory is ready. This is where the node is composed: a service package
 // is wired in with one entry, built from the options it needs and the Env
-// the root hands over.
+// the root hands over. tree is the node's placed tree, the one the root
+// hands over as Env.Root: what can be built from it is built here, before
+// the tree starts, so that a wiring mistake ends plinth-node at start
+// instead of failing every restart of a runnable.
 //
 // The Kubernetes service owns the node's one volume.Manager and hands it to
 // every child that touches volumes. The CSI plugin is one of those children
 // rather than a service of its own because the Manager's per-volume locks
 // only work within one Manager: the provisioner deleting a volume and the
 // CSI plugin publishing it must serialise on the same lock.
-func services(o *options) []core.Service {
+func services(o *options, tree *localstorage.Root) ([]core.Service, error) {
 	var svcs []core.Service
 	if o.kubeconfig != "" {
+		registrar, err := csi.NewRegistrar(&tree.Kubelet)
+		if err != nil {
+			return nil, fmt.Errorf("wiring the CSI plugin: %w", err)
+		}
 		svcs = append(svcs, kubernetes.NodeService(kubernetes.Options{
 			Kubeconfig:        o.kubeconfig,
 			QPS:               float32(o.kubeAPIQPS),
 			Burst:             o.kubeAPIBurst,
 			OrphanGracePeriod: o.orphanGracePeriod,
 			Extra: map[string]func(kubernetes.Clients, *core.Env, *volume.Manager) supervisor.Runnable{
-				"csi": csiPlugin,
+				"csi": csiPlugin(registrar),
 			},
 		}))
 	}
-	return svcs
+	return svcs, nil
 }
 
 // csiPlugin is the CSI node plugin of a node: it serves the plugin socket
-// in the kubelet's plugins directory and registers it with the kubelet.
-// It needs no API clients: the kubelet is its only caller.
-func csiPlugin(_ kubernetes.Clients, env *core.Env, vols *volume.Manager) supervisor.Runnable {
-	return (&csi.Server{
-		Volumes:      vols,
-		Kubelet:      &env.Root.Kubelet,
-		State:        &env.Root.Ephemeral.CSI,
-		NodeName:     env.NodeName,
-		Registration: true,
-	}).Run
+// in the kubelet's plugins directory and registers it with the kubelet
+// through registrar. It needs no API clients: the kubelet is its only
+// caller.
+func csiPlugin(registrar *csi.Registrar) func(kubernetes.Clients, *core.Env, *volume.Manager) supervisor.Runnable {
+	return func(_ kubernetes.Clients, env *core.Env, vols *volume.Manager) supervisor.Runnable {
+		srv, err := csi.NewServer(csi.Config{
+			Volumes:   vols,
+			Kubelet:   &env.Root.Kubelet,
+			State:     &env.Root.Ephemeral.CSI,
+			NodeName:  env.NodeName,
+			Registrar: registrar,
+		})
+		if err != nil {
+			// The volume manager exists only once the tree runs, so the
+			// server is built here; everything else it is built from was
+			// checked before the tree started (by services and core.Root).
+			return func(context.Context) error { return err }
+		}
+		return srv.Run
+	}
 }

@@ -90,8 +90,7 @@ func StorageClass() *storagev1.StorageClass {
 //   - provisioner: read claims, classes and its Node; create and delete PVs;
 //   - resizer: update PVs and claim status;
 //   - CSI plugin: read pods, CSINodes, VolumeAttachments and CSIDrivers;
-//   - all of them: Events (core and events.k8s.io), leases for leader
-//     election;
+//   - all of them: Events (core and events.k8s.io);
 //   - Ensure: read the CSIDriver, StorageClass and its own ClusterRole and
 //     binding, so a node finds them in place without write access. Create
 //     is deliberately missing: it cannot be limited to names, and a node
@@ -109,7 +108,6 @@ func ClusterRole() *rbacv1.ClusterRole {
 			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}},
 			{APIGroups: []string{""}, Resources: []string{"nodes", "pods"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses", "csinodes", "csidrivers", "volumeattachments"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}},
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"},
 				ResourceNames: []string{ClusterRoleName}, Verbs: []string{"get"}},
 		},

@@ -88,7 +88,7 @@ func sizeFor(r *csi.CapacityRange, dflt int64) (int64, error) {
 }
 
 func (c *controller) topology() []*csi.Topology {
-	return []*csi.Topology{{Segments: map[string]string{names.TopologyKeyHostname: c.s.NodeName}}}
+	return []*csi.Topology{{Segments: map[string]string{names.TopologyKeyHostname: c.s.cfg.NodeName}}}
 }
 
 // reachable reports whether requirements allow this node.
@@ -97,7 +97,7 @@ func (c *controller) reachable(req *csi.TopologyRequirement) bool {
 		return true
 	}
 	for _, t := range req.GetRequisite() {
-		if v, ok := t.GetSegments()[names.TopologyKeyHostname]; ok && v == c.s.NodeName {
+		if v, ok := t.GetSegments()[names.TopologyKeyHostname]; ok && v == c.s.cfg.NodeName {
 			return true
 		}
 	}
@@ -126,9 +126,9 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		return nil, err
 	}
 	if !c.reachable(req.GetAccessibilityRequirements()) {
-		return nil, status.Errorf(codes.ResourceExhausted, "accessibility_requirements exclude node %s, the only node this plugin provisions on", c.s.NodeName)
+		return nil, status.Errorf(codes.ResourceExhausted, "accessibility_requirements exclude node %s, the only node this plugin provisions on", c.s.cfg.NodeName)
 	}
-	v, err := c.s.Volumes.Create(ctx, VolumeIDForName(req.GetName()), mode, size)
+	v, err := c.s.cfg.Volumes.Create(ctx, VolumeIDForName(req.GetName()), mode, size)
 	if err != nil {
 		return nil, statusFromVolume(err)
 	}
@@ -149,7 +149,7 @@ func (c *controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	if targets := c.s.published(id); len(targets) > 0 {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still published at %s; unpublish it first", id, strings.Join(targets, ", "))
 	}
-	if err := c.s.Volumes.Delete(ctx, id); err != nil {
+	if err := c.s.cfg.Volumes.Delete(ctx, id); err != nil {
 		return nil, statusFromVolume(err)
 	}
 	return &csi.DeleteVolumeResponse{}, nil
@@ -172,7 +172,7 @@ func (c *controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 	if err != nil {
 		return nil, err
 	}
-	v, err := c.s.Volumes.Expand(ctx, id, size)
+	v, err := c.s.cfg.Volumes.Expand(ctx, id, size)
 	if err != nil {
 		return nil, statusFromVolume(err)
 	}
@@ -194,7 +194,7 @@ func (c *controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 	if len(req.GetVolumeCapabilities()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "volume_capabilities is required")
 	}
-	vmode, _, err := c.s.Volumes.Locate(ctx, id)
+	vmode, _, err := c.s.cfg.Volumes.Locate(ctx, id)
 	if err != nil {
 		return nil, statusFromVolume(err)
 	}

@@ -74,16 +74,19 @@ func newEnv(t testing.TB, dataDir string) *env {
 // a restarted node agent would start: nothing carried over in memory.
 func (e *env) restart() {
 	e.t.Helper()
-	e.srv = &Server{
+	srv, err := NewServer(Config{
 		Volumes:    e.volumes,
 		Kubelet:    &e.root.Kubelet,
 		State:      &e.root.Ephemeral.CSI,
 		NodeName:   "node-a",
 		Controller: true,
-		Log:        logtree.New().LeveledFor("csi"),
-		readBootID: func() (string, error) { return e.boot, nil },
+	})
+	if err != nil {
+		e.t.Fatal(err)
 	}
-	if err := e.srv.Start(context.Background()); err != nil {
+	srv.readBootID = func() (string, error) { return e.boot, nil }
+	e.srv = srv
+	if err := e.srv.Start(context.Background(), logtree.New().LeveledFor("csi")); err != nil {
 		e.t.Fatal(err)
 	}
 }

@@ -21,7 +21,7 @@ func (s *Server) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi
 // controller's work.
 func (s *Server) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	var caps []*csi.PluginCapability
-	if s.Controller {
+	if s.cfg.Controller {
 		for _, t := range []csi.PluginCapability_Service_Type{
 			csi.PluginCapability_Service_CONTROLLER_SERVICE,
 			csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS,

@@ -29,13 +29,13 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err := checkVolumeID(id); err != nil {
 		return nil, err
 	}
-	if err := checkPathInside(s.Kubelet, "target_path", target); err != nil {
+	if err := checkPathInside(s.cfg.Kubelet, "target_path", target); err != nil {
 		return nil, err
 	}
 	if sp := req.GetStagingTargetPath(); sp != "" {
 		// Never staged by us (no STAGE_UNSTAGE), but a path outside
 		// the kubelet directory is wrong whatever it is for.
-		if err := checkPathInside(s.Kubelet, "staging_target_path", sp); err != nil {
+		if err := checkPathInside(s.cfg.Kubelet, "staging_target_path", sp); err != nil {
 			return nil, err
 		}
 	}
@@ -61,14 +61,14 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 
 	unlock := s.locks.Lock(volumeKey(id), targetKey(target))
 	defer unlock()
-	vmode, source, err := s.Volumes.Locate(ctx, id)
+	vmode, source, err := s.cfg.Volumes.Locate(ctx, id)
 	if err != nil {
 		return nil, statusFromVolume(err)
 	}
 	if vmode != mode {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %s is a %v volume; it cannot be published with %s access", id, vmode, describeMode(mode))
 	}
-	if err := checkResolvedParent(s.Kubelet, "target_path", target); err != nil {
+	if err := checkResolvedParent(s.cfg.Kubelet, "target_path", target); err != nil {
 		return nil, err
 	}
 	if cur := s.store.get(target); cur != nil {
@@ -182,7 +182,7 @@ func (s *Server) publishBlock(p *publication, image string) error {
 		return errors.Join(status.Error(codes.Internal, err.Error()), d.Detach(), s.store.remove(p.TargetPath))
 	}
 	if err := d.Close(); err != nil {
-		s.Log.Warningf("closing %s: %v", d.Path(), err)
+		s.log.Warningf("closing %s: %v", d.Path(), err)
 	}
 	return nil
 }
@@ -295,7 +295,7 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	if err := checkVolumeID(id); err != nil {
 		return nil, err
 	}
-	if err := checkPathInside(s.Kubelet, "target_path", target); err != nil {
+	if err := checkPathInside(s.cfg.Kubelet, "target_path", target); err != nil {
 		return nil, err
 	}
 	unlock := s.locks.Lock(volumeKey(id), targetKey(target))
@@ -324,7 +324,7 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 // no record (the record is written first, so this is only ever needed if
 // records were lost).
 func (s *Server) unpublishUnrecorded(ctx context.Context, id, target string) error {
-	mode, source, err := s.Volumes.Locate(ctx, id)
+	mode, source, err := s.cfg.Volumes.Locate(ctx, id)
 	if err != nil {
 		return nil // not a volume of ours: nothing of ours can be there
 	}
@@ -370,7 +370,7 @@ func (s *Server) unpublish(ctx context.Context, p *publication) error {
 			return err
 		}
 		image := ""
-		if mode, path, err := s.Volumes.Locate(ctx, p.VolumeID); err == nil && mode == volume.Block {
+		if mode, path, err := s.cfg.Volumes.Locate(ctx, p.VolumeID); err == nil && mode == volume.Block {
 			image = path
 		}
 		// Detach, not Remove: the idle /dev/loopN is reused by the next

@@ -25,21 +25,21 @@ func (s *Server) reconcile(ctx context.Context) {
 			defer unlock()
 			if p.BootID != s.boot {
 				if err := removeTarget(p.TargetPath); err != nil {
-					s.Log.Warningf("cleaning publication of %s at %s from an earlier boot: %v", p.VolumeID, p.TargetPath, err)
+					s.log.Warningf("cleaning publication of %s at %s from an earlier boot: %v", p.VolumeID, p.TargetPath, err)
 				}
 				if err := s.store.remove(p.TargetPath); err != nil {
-					s.Log.Warningf("%v", err)
+					s.log.Warningf("%v", err)
 				}
-				s.Log.Infof("dropped publication of %s at %s from an earlier boot", p.VolumeID, p.TargetPath)
+				s.log.Infof("dropped publication of %s at %s from an earlier boot", p.VolumeID, p.TargetPath)
 				return
 			}
-			_, source, err := s.Volumes.Locate(ctx, p.VolumeID)
+			_, source, err := s.cfg.Volumes.Locate(ctx, p.VolumeID)
 			if err != nil {
-				s.Log.Warningf("publication of %s at %s: the volume is gone (%v); leaving it for the kubelet to unpublish", p.VolumeID, p.TargetPath, err)
+				s.log.Warningf("publication of %s at %s: the volume is gone (%v); leaving it for the kubelet to unpublish", p.VolumeID, p.TargetPath, err)
 				return
 			}
 			if err := s.ensure(ctx, p, source); err != nil {
-				s.Log.Warningf("re-establishing publication of %s at %s: %v", p.VolumeID, p.TargetPath, err)
+				s.log.Warningf("re-establishing publication of %s at %s: %v", p.VolumeID, p.TargetPath, err)
 			}
 		}()
 	}
@@ -55,7 +55,7 @@ func (s *Server) removeLeakedLoops() {
 			claimed[p.Loop.Number] = true
 		}
 	}
-	volumesDir := s.Volumes.Data.Volumes.FullPath() + "/"
+	volumesDir := s.cfg.Volumes.Data.Volumes.FullPath() + "/"
 	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -75,10 +75,10 @@ func (s *Server) removeLeakedLoops() {
 			continue
 		}
 		if err := d.Detach(); err != nil {
-			s.Log.Warningf("removing leaked loop device %s over %s: %v", d.Path(), backing, err)
+			s.log.Warningf("removing leaked loop device %s over %s: %v", d.Path(), backing, err)
 			continue
 		}
-		s.Log.Infof("removed leaked loop device /dev/loop%d over %s", n, backing)
+		s.log.Infof("removed leaked loop device /dev/loop%d over %s", n, backing)
 	}
 }
 

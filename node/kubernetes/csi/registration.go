@@ -11,7 +11,6 @@ import (
 
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/kubernetes/names"
-	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/supervisor"
 )
 
@@ -25,83 +24,74 @@ import (
 // socket would wait forever, so the Registrar removes the socket and
 // creates it again after a backoff, which makes the kubelet try again.
 type Registrar struct {
-	// Kubelet is the kubelet's root directory.
-	Kubelet *localstorage.KubeletDirectory
-	// Log receives log lines; nil means the supervisor's logger.
-	Log logtree.LeveledLogger
-	// Backoff is the first wait before re-creating the socket after a
-	// failed registration (doubling up to a minute); 0 means a second.
-	Backoff time.Duration
+	// socket is the registration socket.
+	socket localstorage.Socket
+	// endpoint is the CSI socket the kubelet is told about.
+	endpoint string
+	// backoff is the first wait before re-creating the socket after a
+	// failed registration, doubling up to a minute.
+	backoff time.Duration
 }
 
 // SupportedCSIVersions are the CSI versions announced to the kubelet.
 var SupportedCSIVersions = []string{"1.0.0"}
 
+// NewRegistrar returns the Registrar of the driver's sockets in kubelet,
+// which must be placed. Both socket paths are worked out here, so that one
+// the kernel cannot bind (too long) fails where the node is composed.
+func NewRegistrar(kubelet *localstorage.KubeletDirectory) (*Registrar, error) {
+	if kubelet == nil || !kubelet.Placed() {
+		return nil, errors.New("creating registrar: a placed kubelet directory is required")
+	}
+	sock, err := kubelet.PluginsRegistry.Registration(names.DriverName)
+	if err != nil {
+		return nil, fmt.Errorf("creating registrar: %w", err)
+	}
+	plugin, err := kubelet.Plugins.Driver(names.DriverName)
+	if err != nil {
+		return nil, fmt.Errorf("creating registrar: %w", err)
+	}
+	return &Registrar{socket: sock, endpoint: plugin.CSISocket.FullPath(), backoff: time.Second}, nil
+}
+
 // Run serves registration until ctx ends (a supervisor runnable).
 func (r *Registrar) Run(ctx context.Context) error {
-	log := r.Log
-	if log == nil {
-		log = supervisor.Logger(ctx)
-	}
-	sock, err := r.Kubelet.PluginsRegistry.Registration(names.DriverName)
-	if err != nil {
-		return err
-	}
-	plugin, err := r.Kubelet.Plugins.Driver(names.DriverName)
-	if err != nil {
-		return err
-	}
-	backoff := r.Backoff
-	if backoff == 0 {
-		backoff = time.Second
-	}
-	healthy := false
+	log := supervisor.Logger(ctx)
+	sock := &r.socket
+	backoff := r.backoff
 	for {
-		failed := make(chan string, 1)
 		l, err := Listen(sock.FullPath())
 		if err != nil {
 			return err
 		}
+		// A rejected registration ends this socket's server early, by
+		// its own context, and says why on failed.
+		failed := make(chan string, 1)
+		sctx, reject := context.WithCancel(ctx)
 		g := grpc.NewServer()
-		registerapi.RegisterRegistrationServer(g, &registration{endpoint: plugin.CSISocket.FullPath(), failed: failed})
-		serveErr := make(chan error, 1)
-		go func() { serveErr <- g.Serve(l) }()
+		registerapi.RegisterRegistrationServer(g, &registration{endpoint: r.endpoint, failed: failed, reject: reject})
 		log.Infof("registration socket %s ready for the kubelet", sock.FullPath())
-		if !healthy {
-			supervisor.Signal(ctx, supervisor.SignalHealthy)
-			healthy = true
+		err = supervisor.ServeGRPC(sctx, g, l)
+		reject()
+		if ctx.Err() != nil {
+			return errors.Join(ctx.Err(), sock.Remove())
 		}
+		var msg string
+		select {
+		case msg = <-failed:
+		default:
+			return errors.Join(fmt.Errorf("serving registration: %w", err), sock.Remove())
+		}
+		if err := sock.Remove(); err != nil {
+			return err
+		}
+		log.Warningf("kubelet rejected the registration of %s: %s; re-creating %s in %v so it tries again", names.DriverName, msg, sock.FullPath(), backoff)
 		select {
 		case <-ctx.Done():
-			stopGracefully(g)
-			return errors.Join(ctx.Err(), sock.Remove())
-		case err := <-serveErr:
-			return errors.Join(fmt.Errorf("serving registration: %w", err), sock.Remove())
-		case msg := <-failed:
-			stopGracefully(g)
-			if err := sock.Remove(); err != nil {
-				return err
-			}
-			log.Warningf("kubelet rejected the registration of %s: %s; re-creating %s in %v so it tries again", names.DriverName, msg, sock.FullPath(), backoff)
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, time.Minute)
+			return ctx.Err()
+		case <-time.After(backoff):
 		}
-	}
-}
-
-// stopGracefully lets in-flight calls (the kubelet's notification) finish,
-// but not for long.
-func stopGracefully(g *grpc.Server) {
-	done := make(chan struct{})
-	go func() { g.GracefulStop(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		g.Stop()
+		backoff = min(2*backoff, time.Minute)
 	}
 }
 
@@ -109,6 +99,9 @@ type registration struct {
 	registerapi.UnimplementedRegistrationServer
 	endpoint string
 	failed   chan<- string
+	// reject stops the server of the socket once the kubelet has
+	// rejected the registration.
+	reject context.CancelFunc
 }
 
 func (r *registration) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
@@ -126,6 +119,7 @@ func (r *registration) NotifyRegistrationStatus(_ context.Context, st *registera
 		case r.failed <- st.GetError():
 		default:
 		}
+		r.reject()
 	}
 	return &registerapi.RegistrationStatusResponse{}, nil
 }

@@ -42,17 +42,15 @@ import (
 // Version is reported by GetPluginInfo.
 const Version = "0.1.0"
 
-// Server implements the CSI Identity, Node and (optionally) Controller
-// services. Fill in the exported fields, call Start once, then serve it
-// with Serve or Run. Its handlers are safe for concurrent use: calls for
-// one volume, and calls for one target path, are serialised.
-type Server struct {
+// Config is what a Server is built from: its dependencies, and which
+// services it offers.
+type Config struct {
 	// Volumes is the volume layer the plugin publishes from.
 	Volumes *volume.Manager
-	// Kubelet is the kubelet's root directory. Target paths must lie
-	// below it, and the plugin socket lives in its plugins directory.
+	// Kubelet is the kubelet's root directory (placed). Target paths must
+	// lie below it, and the plugin socket lives in its plugins directory.
 	Kubelet *localstorage.KubeletDirectory
-	// State is where publication records are kept.
+	// State is where publication records are kept (placed).
 	State *localstorage.CSIStateDirectory
 	// NodeName is the node ID reported to the CO and the value of the
 	// hostname topology key.
@@ -60,56 +58,83 @@ type Server struct {
 	// Controller enables the development Controller service (csi-serve
 	// --controller-endpoint) and advertises it in the plugin capabilities.
 	Controller bool
-	// Log receives the plugin's log lines; nil means the supervisor's
-	// logger of the context passed to Start.
-	Log logtree.LeveledLogger
-	// Registration makes Run also serve the kubelet plugin registration
-	// socket (a Registrar child), started once the CSI socket listens, so
-	// the kubelet never learns of a socket that does not answer yet.
-	Registration bool
+	// Registrar, if set, makes Run also serve the kubelet plugin
+	// registration socket (as its child "registration"), started once the
+	// CSI socket listens, so the kubelet never learns of a socket that
+	// does not answer yet.
+	Registrar *Registrar
+}
+
+// Server implements the CSI Identity, Node and (optionally) Controller
+// services. Build it with NewServer, then either run it as a supervised
+// runnable (Run), or call Start once and serve it yourself. Its handlers
+// are safe for concurrent use: calls for one volume, and calls for one
+// target path, are serialised.
+type Server struct {
+	cfg Config
+	// socket is the CSI socket in the kubelet's plugins directory.
+	socket string
 
 	csi.UnimplementedIdentityServer
 	csi.UnimplementedNodeServer
 
+	// log is the logger given to Start.
+	log     logtree.LeveledLogger
 	store   store
 	locks   keymutex.Set
 	boot    string
 	started atomic.Bool
-	// readBootID replaces bootID in tests that simulate a reboot.
+	// readBootID is bootID; tests that simulate a reboot replace it.
 	readBootID func() (string, error)
+}
+
+// NewServer checks cfg and returns a Server over it. Every dependency is
+// checked here, so that a wiring mistake fails where the node is composed
+// rather than each time the supervisor restarts the plugin.
+func NewServer(cfg Config) (*Server, error) {
+	switch {
+	case cfg.Volumes == nil:
+		return nil, errors.New("creating CSI server: Volumes is required")
+	case cfg.Kubelet == nil || !cfg.Kubelet.Placed():
+		return nil, errors.New("creating CSI server: Kubelet is required, placed")
+	case cfg.State == nil || !cfg.State.Placed():
+		return nil, errors.New("creating CSI server: State is required, placed")
+	case cfg.NodeName == "":
+		return nil, errors.New("creating CSI server: NodeName is required")
+	}
+	plugin, err := cfg.Kubelet.Plugins.Driver(names.DriverName)
+	if err != nil {
+		return nil, fmt.Errorf("creating CSI server: %w", err)
+	}
+	return &Server{cfg: cfg, socket: plugin.CSISocket.FullPath(), readBootID: bootID}, nil
 }
 
 // Start loads the publication records and brings the node in line with
 // them: publications of an earlier boot are cleaned up (their device nodes
 // removed, never trusted), current ones are verified and repaired, and
 // loop devices over this node's images that no record claims are removed.
-// It must run before the first request is served.
-func (s *Server) Start(ctx context.Context) error {
-	if s.Volumes == nil || s.Kubelet == nil || s.State == nil || s.NodeName == "" {
-		return errors.New("starting CSI server: Volumes, Kubelet, State and NodeName are required")
+// It must run before the first request is served; the server logs to log
+// from then on.
+func (s *Server) Start(ctx context.Context, log logtree.LeveledLogger) error {
+	if log == nil {
+		return errors.New("starting CSI server: a logger is required")
 	}
-	if s.Log == nil {
-		s.Log = supervisor.Logger(ctx)
-	}
-	if err := localstorage.MkdirAll(s.State); err != nil {
+	s.log = log
+	if err := localstorage.MkdirAll(s.cfg.State); err != nil {
 		return fmt.Errorf("starting CSI server: %w", err)
 	}
-	readBoot := s.readBootID
-	if readBoot == nil {
-		readBoot = bootID
-	}
-	boot, err := readBoot()
+	boot, err := s.readBootID()
 	if err != nil {
 		return fmt.Errorf("starting CSI server: %w", err)
 	}
 	s.boot = boot
-	s.store.dir = &s.State.Publications
+	s.store.dir = &s.cfg.State.Publications
 	problems, err := s.store.load()
 	if err != nil {
 		return fmt.Errorf("starting CSI server: %w", err)
 	}
 	for _, p := range problems {
-		s.Log.Warningf("%s", p)
+		s.log.Warningf("%s", p)
 	}
 	s.reconcile(ctx)
 	s.started.Store(true)
@@ -145,8 +170,8 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		}
 		method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
 		if err != nil {
-			s.Log.Warningf("%s failed after %v: %v", method, time.Since(start).Round(time.Microsecond), err)
-		} else if v := s.Log.V(1); v.Enabled() {
+			s.log.Warningf("%s failed after %v: %v", method, time.Since(start).Round(time.Microsecond), err)
+		} else if v := s.log.V(1); v.Enabled() {
 			v.Infof("%s ok in %v", method, time.Since(start).Round(time.Microsecond))
 		}
 	}()
@@ -194,54 +219,35 @@ func ParseEndpoint(ep string) (string, error) {
 	return filepath.Clean(p), nil
 }
 
-// Serve serves g on l until ctx ends, then stops gracefully (in-flight
-// calls finish; a mount in progress is never cut off halfway).
-func Serve(ctx context.Context, g *grpc.Server, l net.Listener) error {
-	errc := make(chan error, 1)
-	go func() { errc <- g.Serve(l) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serving CSI: %w", err)
-	case <-ctx.Done():
-		g.GracefulStop()
-		<-errc
-		return ctx.Err()
-	}
-}
-
 // Run is the supervisor runnable of the node plugin: it starts the server
 // and serves Identity and Node on the driver's socket in the kubelet's
-// plugins directory (and, with Registration, the registration socket)
+// plugins directory (and, with a Registrar, the registration socket)
 // until ctx ends. plinth-node wires it in as
 //
-//	(&csi.Server{Volumes: vols, Kubelet: &env.Root.Kubelet,
-//		State: &env.Root.Ephemeral.CSI, NodeName: env.NodeName,
-//		Registration: true}).Run
+//	srv, err := csi.NewServer(csi.Config{Volumes: vols,
+//		Kubelet: &env.Root.Kubelet, State: &env.Root.Ephemeral.CSI,
+//		NodeName: env.NodeName, Registrar: registrar})
+//	... srv.Run
 //
 // with the node's one volume.Manager.
 func (s *Server) Run(ctx context.Context) error {
-	if err := s.Start(ctx); err != nil {
+	if err := s.Start(ctx, supervisor.Logger(ctx)); err != nil {
 		return err
 	}
-	dir, err := s.Kubelet.Plugins.Driver(names.DriverName)
-	if err != nil {
-		return err
-	}
-	l, err := Listen(dir.CSISocket.FullPath())
+	l, err := Listen(s.socket)
 	if err != nil {
 		return err
 	}
 	g := s.NewGRPCServer()
 	s.Register(g)
-	s.Log.Infof("serving CSI %s on %s", names.DriverName, dir.CSISocket.FullPath())
-	if s.Registration {
-		if err := supervisor.Run(ctx, "registration", (&Registrar{Kubelet: s.Kubelet}).Run); err != nil {
+	s.log.Infof("serving CSI %s on %s", names.DriverName, s.socket)
+	if s.cfg.Registrar != nil {
+		if err := supervisor.Run(ctx, "registration", s.cfg.Registrar.Run); err != nil {
 			l.Close()
 			return err
 		}
 	}
-	supervisor.Signal(ctx, supervisor.SignalHealthy)
-	return Serve(ctx, g, l)
+	return supervisor.ServeGRPC(ctx, g, l)
 }
 
 func volumeKey(id string) string     { return "1-volume/" + id }
