@@ -18,6 +18,7 @@ import (
 
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/provisioner"
+	"source.plinth.dev/pkg/mountinfo"
 	"source.plinth.dev/test/launch"
 )
 
@@ -348,15 +349,14 @@ func volumeMetric(ctx context.Context, c *launch.Cluster, metric, ns, claim stri
 // mountOptions returns the per-mount options of the one mount whose mount
 // point ends in suffix, from the host's mountinfo.
 func mountOptions(suffix string) (string, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return "", err
 	}
 	var found []string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 5 && strings.HasSuffix(f[4], suffix) {
-			found = append(found, f[5])
+	for _, m := range mounts {
+		if strings.HasSuffix(m.MountPoint, suffix) {
+			found = append(found, m.Options)
 		}
 	}
 	if len(found) != 1 {

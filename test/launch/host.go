@@ -1,7 +1,6 @@
 package launch
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"source.plinth.dev/pkg/loop"
+	"source.plinth.dev/pkg/mountinfo"
 )
 
 // A kubelet and containerd touch more of the host than their own
@@ -278,47 +278,20 @@ func inKubepods(pid int) bool {
 
 // mountsUnder lists mount points at or below dir, deepest first.
 func mountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
 	var out []string
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 64*1024), 1024*1024)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMount(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
+	for _, m := range mounts {
+		if m.MountPoint == dir || strings.HasPrefix(m.MountPoint, dir+"/") {
+			out = append(out, m.MountPoint)
 		}
 	}
 	// Later mounts stack on earlier ones, and deeper paths sort after their
 	// parents: unmount in reverse order of both.
 	sort.SliceStable(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	return out
-}
-
-// unescapeMount decodes the octal escapes (\040 for space) of mountinfo.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // ownLoops lists the loop devices backed below dir that are ours to
@@ -365,15 +338,13 @@ func pinnedLoops(dir string) map[string]string {
 			continue
 		}
 		seen[ns] = true
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+		mounts, err := mountinfo.ReadPID(pid)
 		if err != nil {
 			continue
 		}
-		for _, line := range strings.Split(string(data), "\n") {
-			if f := strings.Fields(line); len(f) > 2 {
-				if dev, ok := devs[f[2]]; ok {
-					out[dev] = fmt.Sprintf("pid %d (%s)", pid, filepath.Base(strings.Fields(cmdline(pid) + " ?")[0]))
-				}
+		for _, m := range mounts {
+			if dev, ok := devs[fmt.Sprintf("%d:%d", m.Major, m.Minor)]; ok {
+				out[dev] = fmt.Sprintf("pid %d (%s)", pid, filepath.Base(strings.Fields(cmdline(pid) + " ?")[0]))
 			}
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"source.plinth.dev/pkg/mountinfo"
 )
 
 // hostSnapshot records host state a cluster could leak, independently of
@@ -33,16 +35,11 @@ var clusterPrograms = map[string]bool{
 
 func takeHostSnapshot(dir string) hostSnapshot {
 	s := hostSnapshot{mounts: map[string]bool{}, loops: map[string]bool{}, procs: map[int]string{}, links: map[string]bool{}}
-	if data, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			f := strings.Fields(line)
-			if len(f) < 5 {
-				continue
-			}
-			mp := unescapeMount(f[4])
+	if mounts, err := mountinfo.Read(); err == nil {
+		for _, m := range mounts {
 			for _, p := range []string{dir + "/", "/run/netns/", "/run/containerd/", "/var/lib/kubelet/"} {
-				if strings.HasPrefix(mp+"/", p) {
-					s.mounts[mp] = true
+				if strings.HasPrefix(m.MountPoint+"/", p) {
+					s.mounts[m.MountPoint] = true
 				}
 			}
 		}

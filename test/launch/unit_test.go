@@ -67,20 +67,6 @@ func TestPKI(t *testing.T) {
 	}
 }
 
-func TestUnescapeMount(t *testing.T) {
-	for in, want := range map[string]string{
-		`/tmp/plain`:         "/tmp/plain",
-		`/tmp/with\040space`: "/tmp/with space",
-		`/tmp/tab\011x`:      "/tmp/tab\tx",
-		`/tmp/back\134slash`: `/tmp/back\slash`,
-		`/tmp/trailing\04`:   `/tmp/trailing\04`,
-	} {
-		if got := unescapeMount(in); got != want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestPPID(t *testing.T) {
 	if got, want := ppid(os.Getpid()), os.Getppid(); got != want {
 		t.Errorf("ppid(self) = %d, want %d", got, want)

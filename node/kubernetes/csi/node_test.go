@@ -15,6 +15,7 @@ import (
 
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/loop"
+	"source.plinth.dev/pkg/mountinfo/mounttest"
 )
 
 func TestPublishFilesystem(t *testing.T) {
@@ -40,7 +41,7 @@ func TestPublishFilesystem(t *testing.T) {
 	if err := e.publish("fs", rw, volume.Filesystem, false); err != nil {
 		t.Fatalf("repeated publish: %v", err)
 	}
-	if n := mountCount(t, rw); n != 1 {
+	if n := mounttest.Count(t, rw); n != 1 {
 		t.Errorf("%d mounts at the target after a repeated publish, want 1", n)
 	}
 	// The same target with other arguments, or another volume there.
@@ -228,11 +229,11 @@ func TestConcurrentPublishOfOneVolume(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if n := mountCount(t, e.target("fs")); n != 1 {
+	if n := mounttest.Count(t, e.target("fs")); n != 1 {
 		t.Errorf("%d mounts after concurrent publishes, want 1", n)
 	}
-	if b, _ := os.ReadFile("/proc/self/mountinfo"); bytes.Count(b, []byte(e.target("fs"))) != 1 {
-		t.Errorf("mountinfo lists the target %d times", bytes.Count(b, []byte(e.target("fs"))))
+	if n := mounttest.Mentions(t, e.target("fs")); n != 1 {
+		t.Errorf("mountinfo lists the target %d times", n)
 	}
 	loops := 0
 	_, image, _ := e.volumes.Locate(context.Background(), "blk")
