@@ -353,27 +353,14 @@ func pinnedLoops(dir string) map[string]string {
 
 // loopsUnder lists loop devices whose backing file is below dir.
 func loopsUnder(dir string) []string {
+	bindings, _ := loop.Bindings()
 	var out []string
-	for dev, file := range loopBackings() {
-		if strings.HasPrefix(file, dir+"/") {
-			out = append(out, dev)
+	for _, b := range bindings {
+		if strings.HasPrefix(b.Backing, dir+"/") {
+			out = append(out, b.Path())
 		}
 	}
 	sort.Strings(out)
-	return out
-}
-
-// loopBackings maps each bound loop device to its backing file.
-func loopBackings() map[string]string {
-	matches, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	out := map[string]string{}
-	for _, m := range matches {
-		data, err := os.ReadFile(m)
-		if err != nil {
-			continue
-		}
-		out["/dev/"+filepath.Base(filepath.Dir(filepath.Dir(m)))] = strings.TrimSpace(string(data))
-	}
 	return out
 }
 

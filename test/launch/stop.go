@@ -11,6 +11,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"source.plinth.dev/pkg/loop"
 )
 
 // stopGrace is how long a component gets between SIGTERM and SIGKILL.
@@ -58,9 +60,9 @@ func (c *Cluster) Stop(ctx context.Context) error {
 		// undoes it; the bridge, cgroups and /var/lib/kubelet always stay.
 		l.Mounts = slices.DeleteFunc(l.Mounts, func(m string) bool { return m == c.DataDir || m == c.KubeletRootDir })
 		l.Other = nil
-		backing := loopBackings()
+		data, _ := loop.Lookup(filepath.Join(c.Dir, "data.img"))
 		l.LoopDevices = slices.DeleteFunc(l.LoopDevices, func(dev string) bool {
-			return backing[dev] == filepath.Join(c.Dir, "data.img")
+			return slices.Contains(data, dev)
 		})
 		if !l.Empty() {
 			c.logf("cleaning up after the components: %s", l)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"source.plinth.dev/build/ktest"
+	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/pkg/mountinfo/mounttest"
 )
 
@@ -158,10 +159,13 @@ func TestCSIServeSurvivesKill(t *testing.T) {
 	if mounttest.Mentions(t, dir+"/") > 0 {
 		t.Errorf("mounts left below %s", dir)
 	}
-	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, f := range files {
-		if b, _ := os.ReadFile(f); strings.HasPrefix(string(b), data) {
-			t.Errorf("loop device left over %s", b)
+	bindings, err := loop.Bindings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bindings {
+		if strings.HasPrefix(b.Backing, data) {
+			t.Errorf("loop device left over %s", b.Backing)
 		}
 	}
 }

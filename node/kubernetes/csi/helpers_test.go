@@ -19,6 +19,7 @@ import (
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/fsquota"
 	"source.plinth.dev/pkg/logtree"
+	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/pkg/mountinfo/mounttest"
 )
 
@@ -141,6 +142,16 @@ func wantCode(t *testing.T, what string, err error, code codes.Code) {
 	if status.Code(err) != code {
 		t.Errorf("%s: %v, want %v", what, err, code)
 	}
+}
+
+// bindings lists the bound loop devices.
+func bindings(t *testing.T) []loop.Binding {
+	t.Helper()
+	all, err := loop.Bindings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return all
 }
 
 func isErrno(err error, errnos ...unix.Errno) bool {

@@ -5,7 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -173,9 +173,8 @@ func TestPublishBlock(t *testing.T) {
 		if _, err := os.Lstat(tg); !os.IsNotExist(err) {
 			t.Errorf("device node %s still exists after unpublish (%v)", tg, err)
 		}
-		if _, err := os.Stat("/sys/block/loop" + strconv.Itoa(rec.Loop.Number) + "/loop/backing_file"); err == nil {
-			b, _ := os.ReadFile("/sys/block/loop" + strconv.Itoa(rec.Loop.Number) + "/loop/backing_file")
-			if bytes.Contains(b, []byte(image)) {
+		for _, b := range bindings(t) {
+			if b.Number == rec.Loop.Number && strings.Contains(b.Backing, image) {
 				t.Errorf("loop device %d still bound to the image after unpublish", rec.Loop.Number)
 			}
 		}
@@ -237,9 +236,8 @@ func TestConcurrentPublishOfOneVolume(t *testing.T) {
 	}
 	loops := 0
 	_, image, _ := e.volumes.Locate(context.Background(), "blk")
-	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, f := range files {
-		if b, _ := os.ReadFile(f); bytes.HasPrefix(b, []byte(image)) {
+	for _, b := range bindings(t) {
+		if strings.HasPrefix(b.Backing, image) {
 			loops++
 		}
 	}

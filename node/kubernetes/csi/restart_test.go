@@ -165,10 +165,12 @@ func TestLeakedLoopDeviceIsRemoved(t *testing.T) {
 	n := d.Number()
 	d.Close()
 	e.restart()
-	if b, err := os.ReadFile("/sys/block/loop" + itoa(n) + "/loop/backing_file"); err == nil && string(b) == image+"\n" {
-		t.Errorf("leaked loop%d over %s survived the restart", n, image)
-		if d, err := loop.Open("/dev/loop" + itoa(n)); err == nil {
-			d.Remove()
+	for _, b := range bindings(t) {
+		if b.Number == n && b.Backing == image && !b.Deleted {
+			t.Errorf("leaked loop%d over %s survived the restart", n, image)
+			if d, err := loop.Open(b.Path()); err == nil {
+				d.Remove()
+			}
 		}
 	}
 }

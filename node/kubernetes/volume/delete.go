@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"source.plinth.dev/pkg/fsquota"
+	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/pkg/mountinfo"
 )
 
@@ -218,12 +219,12 @@ func refuseInUse(fsPath, imgPath string) error {
 		}
 	}
 	if isRegular(imgPath) {
-		files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-		for _, f := range files {
-			b, err := os.ReadFile(f)
-			if err == nil && strings.TrimSuffix(string(b), "\n") == imgPath {
-				return fmt.Errorf("%w: its image backs %s", ErrInUse, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(f))))
-			}
+		devs, err := loop.Lookup(imgPath)
+		if err != nil {
+			return err
+		}
+		if len(devs) > 0 {
+			return fmt.Errorf("%w: its image backs %s", ErrInUse, devs[0])
 		}
 	}
 	return nil
