@@ -161,13 +161,13 @@ func (c *Cluster) writeConfigs() error {
 	}); err != nil {
 		return err
 	}
-	kubeletServing := c.pki.get("kubelet-serving")
+	kubeletServing := c.pki.Get("kubelet-serving")
 	if err := writeTemplate(filepath.Join(c.Dir, "kubelet.yaml"), kubeletConfig, map[string]any{
 		"NodeIP":        c.NodeIP,
 		"Port":          c.kubeletPort,
-		"CAFile":        c.pki.ca.certPath,
-		"CertFile":      kubeletServing.certPath,
-		"KeyFile":       kubeletServing.keyPath,
+		"CAFile":        c.pki.CA.CertPath,
+		"CertFile":      kubeletServing.CertPath,
+		"KeyFile":       kubeletServing.KeyPath,
 		"Containerd":    c.ContainerdSocket,
 		"PodLogs":       filepath.Join(c.DataDir, "pod-logs"),
 		"VolumePlugins": filepath.Join(c.DataDir, "kubelet-volume-plugins"),
@@ -211,8 +211,8 @@ current-context: plinth
 // writeKubeconfig writes a self-contained kubeconfig (certificates inline,
 // so it keeps working when copied) for the identity named cert.
 func (c *Cluster) writeKubeconfig(path, cert string) error {
-	kp := c.pki.get(cert)
-	key, err := kp.keyPEM()
+	kp := c.pki.Get(cert)
+	key, err := kp.KeyPEM()
 	if err != nil {
 		return fmt.Errorf("writing kubeconfig for %s: %w", cert, err)
 	}
@@ -220,9 +220,9 @@ func (c *Cluster) writeKubeconfig(path, cert string) error {
 	var b strings.Builder
 	if err := kubeconfigTemplate.Execute(&b, map[string]string{
 		"Server": c.APIServerURL,
-		"CA":     b64(c.pki.ca.certPEM()),
+		"CA":     b64(c.pki.CA.CertPEM()),
 		"User":   cert,
-		"Cert":   b64(kp.certPEM()),
+		"Cert":   b64(kp.CertPEM()),
 		"Key":    b64(key),
 	}); err != nil {
 		return fmt.Errorf("writing kubeconfig for %s: %w", cert, err)

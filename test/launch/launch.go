@@ -29,6 +29,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"source.plinth.dev/test/launch/pki"
 )
 
 const (
@@ -122,7 +124,7 @@ type Cluster struct {
 
 	cfg         Config
 	logw        io.Writer
-	pki         *pki
+	pki         *pki.PKI
 	base        baseline
 	lock        *os.File
 	cniBinDir   string

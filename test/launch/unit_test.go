@@ -1,71 +1,11 @@
 package launch
 
 import (
-	"crypto/x509"
-	"encoding/pem"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
-
-func TestPKI(t *testing.T) {
-	dir := t.TempDir()
-	p, err := newPKI(dir, []identity{
-		{name: "server", cn: "kube-apiserver", server: true, dns: []string{"kubernetes"}, ips: []net.IP{net.IPv4(127, 0, 0, 1)}},
-		{name: "client", cn: "system:node:n1", orgs: []string{"system:nodes"}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(p.ca.cert)
-	for _, tc := range []struct {
-		name  string
-		usage x509.ExtKeyUsage
-		host  string
-	}{
-		{"server", x509.ExtKeyUsageServerAuth, "127.0.0.1"},
-		{"server", x509.ExtKeyUsageServerAuth, "kubernetes"},
-		{"client", x509.ExtKeyUsageClientAuth, ""},
-	} {
-		data, err := os.ReadFile(filepath.Join(dir, tc.name+".crt"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		block, _ := pem.Decode(data)
-		cert, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		opts := x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{tc.usage}, DNSName: tc.host}
-		if _, err := cert.Verify(opts); err != nil {
-			t.Errorf("%s (host %q): does not verify: %v", tc.name, tc.host, err)
-		}
-	}
-	// A client certificate must not serve, and the groups must be there
-	// for RBAC and the Node authorizer.
-	client := p.get("client").cert
-	if _, err := client.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err == nil {
-		t.Error("client certificate verifies for serverAuth")
-	}
-	if got := client.Subject.Organization; len(got) != 1 || got[0] != "system:nodes" {
-		t.Errorf("client organizations = %v", got)
-	}
-	if info, err := os.Stat(p.get("client").keyPath); err != nil || info.Mode().Perm() != 0o600 {
-		t.Errorf("client key mode = %v, %v; want 0600", info.Mode(), err)
-	}
-	for _, f := range []string{p.saKeyPath, p.saPubPath} {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if block, _ := pem.Decode(data); block == nil {
-			t.Errorf("%s is not PEM", f)
-		}
-	}
-}
 
 func TestPPID(t *testing.T) {
 	if got, want := ppid(os.Getpid()), os.Getppid(); got != want {
