@@ -9,6 +9,7 @@ import (
 	"text/template"
 
 	"source.plinth.dev/test/images"
+	"source.plinth.dev/test/launch/host"
 )
 
 // The configuration files of the components, written into the work
@@ -155,7 +156,7 @@ func (c *Cluster) writeConfigs() error {
 		return fmt.Errorf("creating CNI config directory: %w", err)
 	}
 	if err := writeTemplate(filepath.Join(c.Dir, "cni", "net.d", "10-plinth.conflist"), cniConfig, map[string]string{
-		"Bridge":  bridgeName,
+		"Bridge":  host.BridgeName,
 		"IPAMDir": filepath.Join(c.Dir, "cni", "ipam"),
 		"PodCIDR": podCIDR,
 	}); err != nil {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"source.plinth.dev/test/images"
+	"source.plinth.dev/test/launch/host"
 	"source.plinth.dev/test/launch/pki"
 )
 
@@ -70,12 +71,12 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if prev.Dir != "" {
 		// The last launcher died without tearing down.
 		c.logf("cleaning up after a launcher that did not stop cleanly (work directory %s)", prev.Dir)
-		if err := sweep(prev.Dir, prev.Baseline); err != nil {
+		if err := host.Sweep(prev.Dir, prev.Baseline); err != nil {
 			c.logf("cleanup of %s incomplete: %v", prev.Dir, err)
 		}
 		c.base = prev.Baseline
 	} else {
-		c.base = takeBaseline()
+		c.base = host.TakeBaseline()
 	}
 	if err := writeLockState(lock, &lockState{PID: os.Getpid(), Dir: dir, Baseline: c.base}); err != nil {
 		return c, err

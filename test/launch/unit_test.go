@@ -5,13 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-func TestPPID(t *testing.T) {
-	if got, want := ppid(os.Getpid()), os.Getppid(); got != want {
-		t.Errorf("ppid(self) = %d, want %d", got, want)
-	}
-}
+	"source.plinth.dev/test/launch/host"
+)
 
 func TestPrepareDirRefusesForeignDirectory(t *testing.T) {
 	dir := t.TempDir()
@@ -31,7 +27,7 @@ func TestPrepareDirRefusesForeignDirectory(t *testing.T) {
 // hostOwned is a baseline in which all host-wide state predates the test,
 // so a sweep touches nothing outside the test's directory (a cluster may be
 // running on this host while unit tests run).
-var hostOwned = baseline{Kubepods: true, KubeletDir: true, BridgeExists: true, RunContainerd: true}
+var hostOwned = host.Baseline{Kubepods: true, KubeletDir: true, BridgeExists: true, RunContainerd: true}
 
 func TestPrepareDirWipesOldWorkDirectory(t *testing.T) {
 	dir := t.TempDir()
