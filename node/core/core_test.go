@@ -15,6 +15,7 @@ import (
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/pkg/fsquota"
 	"source.plinth.dev/pkg/logtree"
+	"source.plinth.dev/pkg/mountinfo/mounttest"
 	"source.plinth.dev/pkg/supervisor"
 )
 
@@ -301,47 +302,8 @@ func TestDataMount(t *testing.T) {
 		}
 		stop()
 	}
-	if n := countMounts(t, target); n != 1 {
+	if n := mounttest.Count(t, target); n != 1 {
 		t.Errorf("%d mounts at %s after two starts, want 1", n, target)
-	}
-}
-
-func countMounts(t *testing.T, p string) int {
-	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	points, err := parseMountPoints(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, q := range points {
-		if q == p {
-			n++
-		}
-	}
-	return n
-}
-
-func TestParseMountPoints(t *testing.T) {
-	table := `22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
-23 22 0:5 / /dev rw,nosuid shared:2 - devtmpfs devtmpfs rw
-24 22 0:40 / /mnt/with\040space rw - tmpfs tmpfs rw
-25 22 0:41 / /mnt/back\134slash rw - tmpfs tmpfs rw
-`
-	got, err := parseMountPoints(strings.NewReader(table))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"/", "/dev", "/mnt/with space", `/mnt/back\slash`}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("got %q, want %q", got, want)
-	}
-	if _, err := parseMountPoints(strings.NewReader("short line\n")); err == nil {
-		t.Error("malformed table accepted")
 	}
 }
 

@@ -1,14 +1,13 @@
 package core
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"source.plinth.dev/pkg/mountinfo"
 )
 
 // ensureMounted mounts m at target unless something is mounted there
@@ -51,56 +50,9 @@ func IsMountPoint(path string) (bool, error) {
 	} else if os.IsNotExist(err) {
 		return false, nil
 	}
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false, fmt.Errorf("reading mount table: %w", err)
-	}
-	defer f.Close()
-	points, err := parseMountPoints(f)
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return false, err
 	}
-	for _, p := range points {
-		if p == abs {
-			return true, nil
-		}
-	}
-	return false, nil
+	return len(mountinfo.At(mounts, abs)) > 0, nil
 }
-
-// parseMountPoints returns the mount points (field 5) of a mountinfo table,
-// with the kernel's octal escapes (\040 for space, ...) decoded.
-func parseMountPoints(r io.Reader) ([]string, error) {
-	var points []string
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			return nil, fmt.Errorf("reading mount table: malformed line %q", sc.Text())
-		}
-		points = append(points, unescapeMountinfo(fields[4]))
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading mount table: %w", err)
-	}
-	return points, nil
-}
-
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
-			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isOctal(c byte) bool { return c >= '0' && c <= '7' }

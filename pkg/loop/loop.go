@@ -293,31 +293,6 @@ func numberOf(rdev uint64) (int, error) {
 	return n, nil
 }
 
-// Lookup returns the paths of the loop devices currently serving the file
-// at backing (as the kernel names it: an absolute path without symlinks).
-// It reads sysfs only, so it opens no device; use it after a restart to
-// find devices attached before, instead of trusting a record of them.
-func Lookup(backing string) ([]string, error) {
-	attrs, err := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	if err != nil {
-		return nil, fmt.Errorf("looking up loop devices of %s: %w", backing, err)
-	}
-	var paths []string
-	for _, a := range attrs {
-		b, err := os.ReadFile(a)
-		if errors.Is(err, os.ErrNotExist) {
-			continue // detached meanwhile
-		}
-		if err != nil {
-			return nil, fmt.Errorf("looking up loop devices of %s: %w", backing, err)
-		}
-		if strings.TrimSuffix(string(b), "\n") == backing {
-			paths = append(paths, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(a))))
-		}
-	}
-	return paths, nil
-}
-
 // Status reports the device's binding and the flags the kernel really
 // applied. It fails with ErrDetached when nothing is bound.
 func (d *Device) Status() (Status, error) {
@@ -352,7 +327,7 @@ func (d *Device) Flags() (Flags, error) {
 // (" (deleted)" appended if it was unlinked). It fails with ErrDetached
 // when nothing is bound.
 func (d *Device) BackingFile() (string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/sys/block/loop%d/loop/backing_file", d.number))
+	b, err := os.ReadFile(backingAttr(d.number))
 	if errors.Is(err, os.ErrNotExist) {
 		// The loop attribute directory only exists while bound; make
 		// sure the device itself is still there before saying so.
@@ -489,7 +464,7 @@ func (d *Device) close(op string) error {
 // a concurrent Create over the very same path looks like ours and ends in
 // EBUSY after the timeout.)
 func waitDetached(n int, backing string, timeout time.Duration) (reused bool, err error) {
-	attr := fmt.Sprintf("/sys/block/loop%d/loop/backing_file", n)
+	attr := backingAttr(n)
 	delay := 100 * time.Microsecond
 	deadline := time.Now().Add(timeout)
 	for {
@@ -547,6 +522,6 @@ func removeNumber(n int, path string) error {
 // bound reports whether /dev/loopN has a backing file, without opening it
 // (an open would itself make LOOP_CTL_REMOVE fail).
 func bound(n int) bool {
-	_, err := os.Stat(fmt.Sprintf("/sys/block/loop%d/loop/backing_file", n))
+	_, err := os.Stat(backingAttr(n))
 	return err == nil
 }

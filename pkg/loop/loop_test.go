@@ -214,6 +214,44 @@ func TestRefreshSizeAfterGrow(t *testing.T) {
 	}
 }
 
+// TestBindingsFollowTheBackingFile checks the sysfs listing against the
+// device's own view, before and after its backing file is unlinked.
+func TestBindingsFollowTheBackingFile(t *testing.T) {
+	ktest.RequireRoot(t)
+	path := backing(t, "", 8*MiB)
+	d := create(t, path, loop.Options{})
+	find := func() (loop.Binding, int) {
+		t.Helper()
+		all, err := loop.Bindings()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found loop.Binding
+		n := 0
+		for _, b := range all {
+			if b.Number == d.Number() {
+				found = b
+				n++
+			}
+		}
+		return found, n
+	}
+	b, n := find()
+	if n != 1 || b.Backing != path || b.Deleted || b.Path() != d.Path() {
+		t.Errorf("Bindings has %d entries for %s: %+v (path %s); want one over %s", n, d.Path(), b, b.Path(), path)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	b, n = find()
+	if n != 1 || b.Backing != path || !b.Deleted {
+		t.Errorf("after unlinking the backing file, Bindings has %d entries for %s: %+v; want one over %s, deleted", n, d.Path(), b, path)
+	}
+	if got, err := loop.Lookup(path); err != nil || len(got) != 0 {
+		t.Errorf("Lookup of an unlinked backing file = %v, %v; want none (no path leads to it)", got, err)
+	}
+}
+
 func TestOpenAndIdentity(t *testing.T) {
 	ktest.RequireRoot(t)
 	path := backing(t, "", 8*MiB)
@@ -300,7 +338,9 @@ func servesOther(n int, path string) bool {
 	return err == nil && strings.TrimSpace(string(b)) != path
 }
 
-// boundTo lists the loop devices whose backing file is path.
+// boundTo lists the loop devices whose backing file is path. It reads
+// sysfs itself rather than through Lookup or Bindings, so the tests of
+// those have an independent witness.
 func boundTo(t testing.TB, path string) []string {
 	t.Helper()
 	files, err := filepath.Glob("/sys/block/loop*/loop/backing_file")

@@ -131,16 +131,10 @@ func TestBlockVolumeWithoutLosetup(t *testing.T) {
 // back onto a device file mapped by kubelet (its volumeDevices tree).
 func boundLoops(t *testing.T, dir string) []string {
 	t.Helper()
-	matches, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 	var out []string
-	for _, m := range matches {
-		data, err := os.ReadFile(m)
-		if err != nil {
-			continue
-		}
-		file := strings.TrimSpace(string(data))
-		if strings.HasPrefix(file, dir+"/") {
-			out = append(out, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(m))))
+	for _, b := range bindings(t) {
+		if strings.HasPrefix(b.Backing, dir+"/") {
+			out = append(out, b.Path())
 		}
 	}
 	return out

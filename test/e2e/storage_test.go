@@ -18,6 +18,8 @@ import (
 
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/provisioner"
+	"source.plinth.dev/pkg/loop"
+	"source.plinth.dev/pkg/mountinfo"
 	"source.plinth.dev/test/launch"
 )
 
@@ -154,13 +156,13 @@ func TestBlockVolumeClaim(t *testing.T) {
 	if want := pv.Spec.Capacity[corev1.ResourceStorage]; int64(len(got)) != want.Value() {
 		t.Errorf("image %s holds %d bytes, want the PV's capacity %d", image, len(got), want.Value())
 	}
-	if loops := loopsOver(image); len(loops) != 1 {
+	if loops := loopsOver(t, image); len(loops) != 1 {
 		t.Errorf("loop devices over %s: %v, want exactly the CSI plugin's one", image, loops)
 	}
 
 	deletePod(t, c.Client, "default", name)
 	deleteClaim(t, c, pvc, pv)
-	if loops := loopsOver(image); len(loops) != 0 {
+	if loops := loopsOver(t, image); len(loops) != 0 {
 		t.Errorf("loop devices over %s after the claim was deleted: %v", image, loops)
 	}
 	if _, err := os.Stat(image); !errors.Is(err, os.ErrNotExist) {
@@ -348,15 +350,14 @@ func volumeMetric(ctx context.Context, c *launch.Cluster, metric, ns, claim stri
 // mountOptions returns the per-mount options of the one mount whose mount
 // point ends in suffix, from the host's mountinfo.
 func mountOptions(suffix string) (string, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return "", err
 	}
 	var found []string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 5 && strings.HasSuffix(f[4], suffix) {
-			found = append(found, f[5])
+	for _, m := range mounts {
+		if strings.HasSuffix(m.MountPoint, suffix) {
+			found = append(found, m.Options)
 		}
 	}
 	if len(found) != 1 {
@@ -365,18 +366,27 @@ func mountOptions(suffix string) (string, error) {
 	return found[0], nil
 }
 
-// loopsOver lists the loop devices whose backing file is path.
-func loopsOver(path string) []string {
-	matches, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+// loopsOver lists the loop devices whose backing file is path, or was
+// until it was removed.
+func loopsOver(t *testing.T, path string) []string {
+	t.Helper()
 	var out []string
-	for _, m := range matches {
-		data, err := os.ReadFile(m)
-		// A device over a removed file reports "<path> (deleted)".
-		if err == nil && strings.TrimSuffix(strings.TrimSpace(string(data)), " (deleted)") == path {
-			out = append(out, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(m))))
+	for _, b := range bindings(t) {
+		if b.Backing == path {
+			out = append(out, b.Path())
 		}
 	}
 	return out
+}
+
+// bindings lists the bound loop devices.
+func bindings(t *testing.T) []loop.Binding {
+	t.Helper()
+	all, err := loop.Bindings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return all
 }
 
 func contains(list []string, s string) bool {

@@ -9,6 +9,7 @@ import (
 	"text/template"
 
 	"source.plinth.dev/test/images"
+	"source.plinth.dev/test/launch/host"
 )
 
 // The configuration files of the components, written into the work
@@ -155,19 +156,19 @@ func (c *Cluster) writeConfigs() error {
 		return fmt.Errorf("creating CNI config directory: %w", err)
 	}
 	if err := writeTemplate(filepath.Join(c.Dir, "cni", "net.d", "10-plinth.conflist"), cniConfig, map[string]string{
-		"Bridge":  bridgeName,
+		"Bridge":  host.BridgeName,
 		"IPAMDir": filepath.Join(c.Dir, "cni", "ipam"),
 		"PodCIDR": podCIDR,
 	}); err != nil {
 		return err
 	}
-	kubeletServing := c.pki.get("kubelet-serving")
+	kubeletServing := c.pki.Get("kubelet-serving")
 	if err := writeTemplate(filepath.Join(c.Dir, "kubelet.yaml"), kubeletConfig, map[string]any{
 		"NodeIP":        c.NodeIP,
 		"Port":          c.kubeletPort,
-		"CAFile":        c.pki.ca.certPath,
-		"CertFile":      kubeletServing.certPath,
-		"KeyFile":       kubeletServing.keyPath,
+		"CAFile":        c.pki.CA.CertPath,
+		"CertFile":      kubeletServing.CertPath,
+		"KeyFile":       kubeletServing.KeyPath,
 		"Containerd":    c.ContainerdSocket,
 		"PodLogs":       filepath.Join(c.DataDir, "pod-logs"),
 		"VolumePlugins": filepath.Join(c.DataDir, "kubelet-volume-plugins"),
@@ -211,8 +212,8 @@ current-context: plinth
 // writeKubeconfig writes a self-contained kubeconfig (certificates inline,
 // so it keeps working when copied) for the identity named cert.
 func (c *Cluster) writeKubeconfig(path, cert string) error {
-	kp := c.pki.get(cert)
-	key, err := kp.keyPEM()
+	kp := c.pki.Get(cert)
+	key, err := kp.KeyPEM()
 	if err != nil {
 		return fmt.Errorf("writing kubeconfig for %s: %w", cert, err)
 	}
@@ -220,9 +221,9 @@ func (c *Cluster) writeKubeconfig(path, cert string) error {
 	var b strings.Builder
 	if err := kubeconfigTemplate.Execute(&b, map[string]string{
 		"Server": c.APIServerURL,
-		"CA":     b64(c.pki.ca.certPEM()),
+		"CA":     b64(c.pki.CA.CertPEM()),
 		"User":   cert,
-		"Cert":   b64(kp.certPEM()),
+		"Cert":   b64(kp.CertPEM()),
 		"Key":    b64(key),
 	}); err != nil {
 		return fmt.Errorf("writing kubeconfig for %s: %w", cert, err)

@@ -93,8 +93,8 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (cp *Control
 		"--leader-elect=false",
 		"--secure-port=0",
 		"--use-service-account-credentials=true",
-		"--service-account-private-key-file=" + c.pki.saKeyPath,
-		"--root-ca-file=" + c.pki.ca.certPath,
+		"--service-account-private-key-file=" + c.pki.SAKeyPath,
+		"--root-ca-file=" + c.pki.CA.CertPath,
 		"--pvclaimbinder-sync-period=2s",
 		"--v=1",
 	}, cfg.ControllerManagerArgs...)

@@ -13,6 +13,10 @@
 // namespaces, stops the components, then sweeps whatever is left (processes,
 // mounts, loop devices, netns, the CNI bridge, kubepods cgroups) and reports
 // anything it could not remove.
+//
+// Two parts live in packages of their own: the cluster's certificates in
+// launch/pki, and the host cleanup (baseline, sweep, leftovers, snapshots)
+// in launch/host.
 package launch
 
 import (
@@ -29,6 +33,9 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"source.plinth.dev/test/launch/host"
+	"source.plinth.dev/test/launch/pki"
 )
 
 const (
@@ -122,8 +129,8 @@ type Cluster struct {
 
 	cfg         Config
 	logw        io.Writer
-	pki         *pki
-	base        baseline
+	pki         *pki.PKI
+	base        host.Baseline
 	lock        *os.File
 	cniBinDir   string
 	kubeletPort int
@@ -208,7 +215,7 @@ func nodeIP() (string, error) {
 		return "", fmt.Errorf("listing network interfaces: %w", err)
 	}
 	for _, iface := range ifaces {
-		if iface.Flags&net.FlagUp == 0 || iface.Flags&net.FlagLoopback != 0 || iface.Name == bridgeName {
+		if iface.Flags&net.FlagUp == 0 || iface.Flags&net.FlagLoopback != 0 || iface.Name == host.BridgeName {
 			continue
 		}
 		addrs, _ := iface.Addrs()
@@ -241,7 +248,7 @@ func freePorts(n int) ([]int, error) {
 
 // prepareDir creates dir, or empties an old work directory. It refuses to
 // touch a non-empty directory that launch did not create.
-func prepareDir(dir string, base baseline) error {
+func prepareDir(dir string, base host.Baseline) error {
 	entries, err := os.ReadDir(dir)
 	switch {
 	case os.IsNotExist(err):
@@ -251,7 +258,7 @@ func prepareDir(dir string, base baseline) error {
 		if _, err := os.Stat(filepath.Join(dir, markerFile)); err != nil {
 			return fmt.Errorf("work directory %s is not empty and was not made by launch; refusing to wipe it", dir)
 		}
-		if err := sweep(dir, base); err != nil {
+		if err := host.Sweep(dir, base); err != nil {
 			return fmt.Errorf("cleaning old work directory: %w", err)
 		}
 		if err := os.RemoveAll(dir); err != nil {

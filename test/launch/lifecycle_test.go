@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"source.plinth.dev/test/images"
+	"source.plinth.dev/test/launch/host"
 )
 
 // crash simulates a launcher that dies without tearing down: every
@@ -79,7 +80,7 @@ func TestLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := takeHostSnapshot(base)
+	before := host.TakeSnapshot(base)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	dirA, dirB := filepath.Join(base, "a"), filepath.Join(base, "b")
@@ -96,7 +97,7 @@ func TestLifecycle(t *testing.T) {
 	defer func() {
 		if !stopped {
 			a.crash()
-			_ = sweep(dirA, a.base)
+			_ = host.Sweep(dirA, a.base)
 		}
 	}()
 
@@ -110,11 +111,11 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	runPod(t, a, "before-crash")
-	if len(mountsUnder(dirA)) < 2 || len(loopsUnder(dirA)) != 1 {
-		t.Fatalf("cluster a should hold mounts and its data loop device: mounts %v, loops %v", mountsUnder(dirA), loopsUnder(dirA))
+	if len(host.MountsUnder(dirA)) < 2 || len(host.LoopsUnder(dirA)) != 1 {
+		t.Fatalf("cluster a should hold mounts and its data loop device: mounts %v, loops %v", host.MountsUnder(dirA), host.LoopsUnder(dirA))
 	}
 	a.crash()
-	if len(clusterProcesses(dirA, a.base)) == 0 {
+	if len(host.ClusterProcesses(dirA, a.base)) == 0 {
 		t.Fatal("after the simulated crash, no shim or container survived; the test no longer exercises recovery")
 	}
 
@@ -123,7 +124,7 @@ func TestLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatalf("starting cluster b after a crashed launcher: %v", err)
 	}
-	if l := findLeftovers(dirA, a.base); len(l.Processes)+len(l.Mounts)+len(l.LoopDevices) > 0 {
+	if l := host.FindLeftovers(dirA, a.base); len(l.Processes)+len(l.Mounts)+len(l.LoopDevices) > 0 {
 		t.Errorf("launch b did not clean up after crashed a: %s", l)
 	}
 	runPod(t, b, "after-recovery")
@@ -131,10 +132,10 @@ func TestLifecycle(t *testing.T) {
 	if err := b.Stop(context.Background()); err != nil {
 		t.Fatalf("stopping b: %v", err)
 	}
-	if diff := before.diff(takeHostSnapshot(base)); diff != "" {
+	if diff := before.Diff(host.TakeSnapshot(base)); diff != "" {
 		t.Errorf("host state after teardown differs from before:\n%s", diff)
 	}
-	if l := findLeftovers(dirB, b.base); !l.Empty() {
+	if l := host.FindLeftovers(dirB, b.base); !l.Empty() {
 		t.Errorf("leftovers of b: %s", l)
 	}
 	entries, _ := os.ReadDir(dirB)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"source.plinth.dev/test/launch/host"
 )
 
 // LockPath is the host-wide lock every launched cluster holds while it runs.
@@ -30,9 +32,9 @@ func (e *BusyError) Error() string {
 // lockState is what the lock file records, so that the next launcher can
 // clean up after one that died without tearing down.
 type lockState struct {
-	PID      int      `json:"pid"`
-	Dir      string   `json:"dir"`
-	Baseline baseline `json:"baseline"`
+	PID      int           `json:"pid"`
+	Dir      string        `json:"dir"`
+	Baseline host.Baseline `json:"baseline"`
 }
 
 // acquireLock takes the host lock. With wait it polls until the lock is

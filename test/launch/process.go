@@ -45,7 +45,7 @@ func startProcess(name, logDir, bin string, args, env []string, onExit func(*pro
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// Own process group, so stop can signal everything the component
-		// forked (but see sweep for what escapes it, like containerd shims).
+		// forked (but see host.Sweep for what escapes it, like containerd shims).
 		Setpgid: true,
 		// If the launcher is killed outright, take the component with it.
 		Pdeathsig: syscall.SIGKILL,

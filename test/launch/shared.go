@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"source.plinth.dev/test/launch/host"
 )
 
 // Shared gives all tests of one test binary a single cluster: it starts on
@@ -31,7 +33,7 @@ type Shared struct {
 	mu      sync.Mutex
 	cluster *Cluster
 	err     error
-	before  hostSnapshot
+	before  host.Snapshot
 }
 
 // NewShared prepares a shared cluster. cfg.Dir defaults to a new directory
@@ -59,7 +61,7 @@ func (s *Shared) Run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "FAIL: cluster teardown: %v\n", err)
 		code = 1
 	}
-	if diff := s.before.diff(takeHostSnapshot(c.Dir)); diff != "" {
+	if diff := s.before.Diff(host.TakeSnapshot(c.Dir)); diff != "" {
 		fmt.Fprintf(os.Stderr, "FAIL: the cluster left state on the host:\n%s\n", diff)
 		code = 1
 	}
@@ -94,7 +96,7 @@ func (s *Shared) Cluster(t testing.TB) *Cluster {
 				cfg.Log = os.Stderr
 			}
 		}
-		s.before = takeHostSnapshot(cfg.Dir)
+		s.before = host.TakeSnapshot(cfg.Dir)
 		// Generous: a cold Kubernetes build alone takes about 10 minutes.
 		ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 		defer cancel()

@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"source.plinth.dev/test/images"
+	"source.plinth.dev/test/launch/host"
+	"source.plinth.dev/test/launch/pki"
 )
 
 // kubeletTools are the host programs the kubelet may run; see
@@ -69,12 +71,12 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if prev.Dir != "" {
 		// The last launcher died without tearing down.
 		c.logf("cleaning up after a launcher that did not stop cleanly (work directory %s)", prev.Dir)
-		if err := sweep(prev.Dir, prev.Baseline); err != nil {
+		if err := host.Sweep(prev.Dir, prev.Baseline); err != nil {
 			c.logf("cleanup of %s incomplete: %v", prev.Dir, err)
 		}
 		c.base = prev.Baseline
 	} else {
-		c.base = takeBaseline()
+		c.base = host.TakeBaseline()
 	}
 	if err := writeLockState(lock, &lockState{PID: os.Getpid(), Dir: dir, Baseline: c.base}); err != nil {
 		return c, err
@@ -145,17 +147,17 @@ func (c *Cluster) initPaths(ctx context.Context) error {
 	}
 
 	ip := net.ParseIP(c.NodeIP)
-	c.pki, err = newPKI(filepath.Join(c.Dir, "pki"), []identity{
-		{name: "apiserver", cn: "kube-apiserver", server: true,
-			dns: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", c.NodeName},
-			ips: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv4(10, 96, 0, 1), ip}},
-		{name: "admin", cn: "plinth-admin", orgs: []string{"system:masters"}},
-		{name: "controller-manager", cn: "system:kube-controller-manager"},
-		{name: "scheduler", cn: "system:kube-scheduler"},
-		{name: "kubelet", cn: "system:node:" + c.NodeName, orgs: []string{"system:nodes"}},
-		{name: "kubelet-serving", cn: c.NodeName, server: true, dns: []string{c.NodeName, "localhost"}, ips: []net.IP{ip, net.IPv4(127, 0, 0, 1)}},
-		{name: "apiserver-kubelet-client", cn: "kube-apiserver-kubelet-client", orgs: []string{"system:masters"}},
-		{name: "plinth-node", cn: "system:plinth-node:" + c.NodeName, orgs: []string{plinthNodeGroup}},
+	c.pki, err = pki.New(filepath.Join(c.Dir, "pki"), []pki.Identity{
+		{Name: "apiserver", CN: "kube-apiserver", Server: true,
+			DNS: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", c.NodeName},
+			IPs: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv4(10, 96, 0, 1), ip}},
+		{Name: "admin", CN: "plinth-admin", Orgs: []string{"system:masters"}},
+		{Name: "controller-manager", CN: "system:kube-controller-manager"},
+		{Name: "scheduler", CN: "system:kube-scheduler"},
+		{Name: "kubelet", CN: "system:node:" + c.NodeName, Orgs: []string{"system:nodes"}},
+		{Name: "kubelet-serving", CN: c.NodeName, Server: true, DNS: []string{c.NodeName, "localhost"}, IPs: []net.IP{ip, net.IPv4(127, 0, 0, 1)}},
+		{Name: "apiserver-kubelet-client", CN: "kube-apiserver-kubelet-client", Orgs: []string{"system:masters"}},
+		{Name: "plinth-node", CN: "system:plinth-node:" + c.NodeName, Orgs: []string{plinthNodeGroup}},
 	})
 	if err != nil {
 		return err
@@ -166,9 +168,9 @@ func (c *Cluster) initPaths(ctx context.Context) error {
 	c.RESTConfig = &rest.Config{
 		Host: c.APIServerURL,
 		TLSClientConfig: rest.TLSClientConfig{
-			CAFile:   c.pki.ca.certPath,
-			CertFile: c.pki.get("admin").certPath,
-			KeyFile:  c.pki.get("admin").keyPath,
+			CAFile:   c.pki.CA.CertPath,
+			CertFile: c.pki.Get("admin").CertPath,
+			KeyFile:  c.pki.Get("admin").KeyPath,
 		},
 		QPS:   50,
 		Burst: 100,
@@ -306,19 +308,19 @@ func (c *Cluster) startAPIServer() error {
 		"--bind-address=127.0.0.1",
 		"--advertise-address=" + c.NodeIP,
 		"--secure-port=" + strconv.Itoa(c.apiPort),
-		"--tls-cert-file=" + p.get("apiserver").certPath,
-		"--tls-private-key-file=" + p.get("apiserver").keyPath,
-		"--client-ca-file=" + p.ca.certPath,
+		"--tls-cert-file=" + p.Get("apiserver").CertPath,
+		"--tls-private-key-file=" + p.Get("apiserver").KeyPath,
+		"--client-ca-file=" + p.CA.CertPath,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + p.saPubPath,
-		"--service-account-signing-key-file=" + p.saKeyPath,
+		"--service-account-key-file=" + p.SAPubPath,
+		"--service-account-signing-key-file=" + p.SAKeyPath,
 		"--service-cluster-ip-range=" + serviceCIDR,
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true",
-		"--kubelet-client-certificate=" + p.get("apiserver-kubelet-client").certPath,
-		"--kubelet-client-key=" + p.get("apiserver-kubelet-client").keyPath,
-		"--kubelet-certificate-authority=" + p.ca.certPath,
+		"--kubelet-client-certificate=" + p.Get("apiserver-kubelet-client").CertPath,
+		"--kubelet-client-key=" + p.Get("apiserver-kubelet-client").KeyPath,
+		"--kubelet-certificate-authority=" + p.CA.CertPath,
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--cert-dir=" + filepath.Join(c.Dir, "run", "apiserver"),
 		"--profiling=false",
@@ -335,10 +337,10 @@ func (c *Cluster) startControllers() error {
 		"--leader-elect=false",
 		"--secure-port=0",
 		"--use-service-account-credentials=true",
-		"--service-account-private-key-file=" + p.saKeyPath,
-		"--root-ca-file=" + p.ca.certPath,
-		"--cluster-signing-cert-file=" + p.ca.certPath,
-		"--cluster-signing-key-file=" + p.ca.keyPath,
+		"--service-account-private-key-file=" + p.SAKeyPath,
+		"--root-ca-file=" + p.CA.CertPath,
+		"--cluster-signing-cert-file=" + p.CA.CertPath,
+		"--cluster-signing-key-file=" + p.CA.KeyPath,
 		// Bind claims to volumes within 2 s instead of 15 s.
 		"--pvclaimbinder-sync-period=2s",
 		"--v=1",

@@ -11,6 +11,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"source.plinth.dev/pkg/loop"
+	"source.plinth.dev/test/launch/host"
 )
 
 // stopGrace is how long a component gets between SIGTERM and SIGKILL.
@@ -53,25 +56,25 @@ func (c *Cluster) Stop(ctx context.Context) error {
 		// The data filesystem is ours to unmount; anything else still
 		// there means a component did not clean up after itself, which is
 		// expected only after a crash or a failed pod deletion.
-		l := findLeftovers(c.Dir, c.base)
+		l := host.FindLeftovers(c.Dir, c.base)
 		// kubelet bind-mounts its root directory onto itself and never
 		// undoes it; the bridge, cgroups and /var/lib/kubelet always stay.
 		l.Mounts = slices.DeleteFunc(l.Mounts, func(m string) bool { return m == c.DataDir || m == c.KubeletRootDir })
 		l.Other = nil
-		backing := loopBackings()
+		data, _ := loop.Lookup(filepath.Join(c.Dir, "data.img"))
 		l.LoopDevices = slices.DeleteFunc(l.LoopDevices, func(dev string) bool {
-			return backing[dev] == filepath.Join(c.Dir, "data.img")
+			return slices.Contains(data, dev)
 		})
 		if !l.Empty() {
 			c.logf("cleaning up after the components: %s", l)
 		}
-		if err := sweep(c.Dir, c.base); err != nil {
+		if err := host.Sweep(c.Dir, c.base); err != nil {
 			errs = append(errs, err)
 		}
-		for dev, holder := range pinnedLoops(c.Dir) {
+		for dev, holder := range host.PinnedLoops(c.Dir) {
 			c.logf("warning: %s stays bound until the mount namespace of %s ends (it copied our mounts); the kernel then detaches it", dev, holder)
 		}
-		if l := findLeftovers(c.Dir, c.base); !l.Empty() {
+		if l := host.FindLeftovers(c.Dir, c.base); !l.Empty() {
 			errs = append(errs, fmt.Errorf("left behind on the host: %s", l))
 		} else if err := removeAllBut(c.Dir, "logs"); err != nil {
 			errs = append(errs, err)

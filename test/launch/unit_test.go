@@ -1,91 +1,13 @@
 package launch
 
 import (
-	"crypto/x509"
-	"encoding/pem"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"source.plinth.dev/test/launch/host"
 )
-
-func TestPKI(t *testing.T) {
-	dir := t.TempDir()
-	p, err := newPKI(dir, []identity{
-		{name: "server", cn: "kube-apiserver", server: true, dns: []string{"kubernetes"}, ips: []net.IP{net.IPv4(127, 0, 0, 1)}},
-		{name: "client", cn: "system:node:n1", orgs: []string{"system:nodes"}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(p.ca.cert)
-	for _, tc := range []struct {
-		name  string
-		usage x509.ExtKeyUsage
-		host  string
-	}{
-		{"server", x509.ExtKeyUsageServerAuth, "127.0.0.1"},
-		{"server", x509.ExtKeyUsageServerAuth, "kubernetes"},
-		{"client", x509.ExtKeyUsageClientAuth, ""},
-	} {
-		data, err := os.ReadFile(filepath.Join(dir, tc.name+".crt"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		block, _ := pem.Decode(data)
-		cert, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		opts := x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{tc.usage}, DNSName: tc.host}
-		if _, err := cert.Verify(opts); err != nil {
-			t.Errorf("%s (host %q): does not verify: %v", tc.name, tc.host, err)
-		}
-	}
-	// A client certificate must not serve, and the groups must be there
-	// for RBAC and the Node authorizer.
-	client := p.get("client").cert
-	if _, err := client.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err == nil {
-		t.Error("client certificate verifies for serverAuth")
-	}
-	if got := client.Subject.Organization; len(got) != 1 || got[0] != "system:nodes" {
-		t.Errorf("client organizations = %v", got)
-	}
-	if info, err := os.Stat(p.get("client").keyPath); err != nil || info.Mode().Perm() != 0o600 {
-		t.Errorf("client key mode = %v, %v; want 0600", info.Mode(), err)
-	}
-	for _, f := range []string{p.saKeyPath, p.saPubPath} {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if block, _ := pem.Decode(data); block == nil {
-			t.Errorf("%s is not PEM", f)
-		}
-	}
-}
-
-func TestUnescapeMount(t *testing.T) {
-	for in, want := range map[string]string{
-		`/tmp/plain`:         "/tmp/plain",
-		`/tmp/with\040space`: "/tmp/with space",
-		`/tmp/tab\011x`:      "/tmp/tab\tx",
-		`/tmp/back\134slash`: `/tmp/back\slash`,
-		`/tmp/trailing\04`:   `/tmp/trailing\04`,
-	} {
-		if got := unescapeMount(in); got != want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-func TestPPID(t *testing.T) {
-	if got, want := ppid(os.Getpid()), os.Getppid(); got != want {
-		t.Errorf("ppid(self) = %d, want %d", got, want)
-	}
-}
 
 func TestPrepareDirRefusesForeignDirectory(t *testing.T) {
 	dir := t.TempDir()
@@ -105,7 +27,7 @@ func TestPrepareDirRefusesForeignDirectory(t *testing.T) {
 // hostOwned is a baseline in which all host-wide state predates the test,
 // so a sweep touches nothing outside the test's directory (a cluster may be
 // running on this host while unit tests run).
-var hostOwned = baseline{Kubepods: true, KubeletDir: true, BridgeExists: true, RunContainerd: true}
+var hostOwned = host.Baseline{Kubepods: true, KubeletDir: true, BridgeExists: true, RunContainerd: true}
 
 func TestPrepareDirWipesOldWorkDirectory(t *testing.T) {
 	dir := t.TempDir()

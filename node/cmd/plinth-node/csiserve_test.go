@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"source.plinth.dev/build/ktest"
+	"source.plinth.dev/pkg/loop"
+	"source.plinth.dev/pkg/mountinfo/mounttest"
 )
 
 // TestCSIServeSurvivesKill runs `plinth-node csi-serve` as a process,
@@ -109,7 +111,7 @@ func TestCSIServeSurvivesKill(t *testing.T) {
 	n.wait(t)
 	n, nc, cc = start()
 
-	if got := countMounts(t, vols[0].target); got != 1 {
+	if got := mounttest.Count(t, vols[0].target); got != 1 {
 		t.Errorf("%d mounts at %s after kill and restart, want 1", got, vols[0].target)
 	}
 	if b, err := os.ReadFile(filepath.Join(vols[0].target, "f")); err != nil || !bytes.Equal(b, payload) {
@@ -127,7 +129,7 @@ func TestCSIServeSurvivesKill(t *testing.T) {
 	if err := unix.Stat(vols[1].target, &after); err != nil || after.Rdev != before.Rdev {
 		t.Errorf("block publication changed device after restart: %v -> %v (%v)", before.Rdev, after.Rdev, err)
 	}
-	if got := countMounts(t, vols[0].target); got != 1 {
+	if got := mounttest.Count(t, vols[0].target); got != 1 {
 		t.Errorf("%d mounts after republish, want 1", got)
 	}
 	f, err := os.Open(vols[1].target)
@@ -154,28 +156,16 @@ func TestCSIServeSurvivesKill(t *testing.T) {
 	if err := n.wait(t); err != nil {
 		t.Errorf("csi-serve exited with %v after SIGTERM:\n%s", err, n.output())
 	}
-	if b, _ := os.ReadFile("/proc/self/mountinfo"); bytes.Contains(b, []byte(dir+"/")) {
+	if mounttest.Mentions(t, dir+"/") > 0 {
 		t.Errorf("mounts left below %s", dir)
 	}
-	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, f := range files {
-		if b, _ := os.ReadFile(f); strings.HasPrefix(string(b), data) {
-			t.Errorf("loop device left over %s", b)
-		}
-	}
-}
-
-func countMounts(t *testing.T, p string) int {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	bindings, err := loop.Bindings()
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == p {
-			n++
+	for _, b := range bindings {
+		if strings.HasPrefix(b.Backing, data) {
+			t.Errorf("loop device left over %s", b.Backing)
 		}
 	}
-	return n
 }

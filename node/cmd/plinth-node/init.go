@@ -16,6 +16,7 @@ import (
 	"source.plinth.dev/node/core"
 	"source.plinth.dev/pkg/kmod"
 	"source.plinth.dev/pkg/logtree"
+	"source.plinth.dev/pkg/mountinfo"
 )
 
 // The init is deliberately small. PID 1 only mounts what every process
@@ -410,7 +411,7 @@ func halt(log logtree.LeveledLogger, d haltDecision) {
 // unmountAll unmounts everything but / and init's own mounts, deepest
 // first, so filesystems with data (the data partition) are clean.
 func unmountAll(log logtree.LeveledLogger) {
-	f, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return
 	}
@@ -419,9 +420,9 @@ func unmountAll(log logtree.LeveledLogger) {
 		keep[m.target] = true
 	}
 	var points []string
-	for _, line := range strings.Split(strings.TrimSpace(string(f)), "\n") {
-		if fields := strings.Fields(line); len(fields) >= 5 && !keep[fields[4]] {
-			points = append(points, fields[4])
+	for _, m := range mounts {
+		if !keep[m.MountPoint] {
+			points = append(points, m.MountPoint)
 		}
 	}
 	slices.Reverse(points)

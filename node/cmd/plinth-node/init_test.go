@@ -17,6 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"source.plinth.dev/pkg/logtree"
+	"source.plinth.dev/pkg/mountinfo"
+	"source.plinth.dev/pkg/mountinfo/mounttest"
 )
 
 // The init's code paths are tested in child processes that get the
@@ -50,15 +52,24 @@ func runHelper(role string) int {
 		for range 2 { // the second pass must find everything mounted
 			must(mountEarly(prefix, earlyMounts(), log))
 		}
-		raw, err := os.ReadFile("/proc/self/mountinfo")
+		mounts, err := mountinfo.Read()
 		must(err)
-		for _, l := range strings.Split(string(raw), "\n") {
-			if f := strings.Fields(l); len(f) > 9 && strings.HasPrefix(f[4], prefix+"/") {
-				fmt.Printf("%s %s\n", strings.TrimPrefix(f[4], prefix), f[slices.Index(f, "-")+1])
-			}
+		for _, m := range mountinfo.Under(mounts, prefix) {
+			fmt.Printf("%s %s\n", strings.TrimPrefix(m.MountPoint, prefix), m.FSType)
 		}
 		_, err = os.Stat(filepath.Join(prefix, "dev/null"))
 		must(err)
+		return 0
+	case "unmount-all":
+		// Everything but / and the early mounts goes, so the namespace
+		// must be private: unmounts must not propagate to the host.
+		must(unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""))
+		target := os.Getenv("TARGET")
+		must(unix.Mount("tmpfs", target, "tmpfs", 0, ""))
+		unmountAll(log)
+		mounts, err := mountinfo.Read()
+		must(err)
+		fmt.Printf("%d", len(mountinfo.At(mounts, target)))
 		return 0
 	case "console":
 		must(attachConsole(os.Getenv("CONSOLE")))
@@ -107,9 +118,30 @@ func TestMountEarly(t *testing.T) {
 		}
 	}
 	// Nothing leaked into our namespace.
-	raw, _ := os.ReadFile("/proc/self/mountinfo")
-	if strings.Contains(string(raw), prefix) {
+	if mounttest.Mentions(t, prefix) > 0 {
 		t.Errorf("early mounts leaked out of the helper's namespace")
+	}
+}
+
+// TestUnmountAllDecodesPaths checks that the halt path unmounts a mount
+// whose path the mount table escapes (a space, a backslash).
+func TestUnmountAllDecodesPaths(t *testing.T) {
+	requireRoot(t)
+	target := filepath.Join(t.TempDir(), `with space\and backslash`)
+	if err := os.Mkdir(target, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := helperCmd("unmount-all", "TARGET="+target)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, exitStderr(err))
+	}
+	if string(out) != "0" {
+		t.Errorf("%s mounts left at %q after unmountAll, want 0", out, target)
+	}
+	if mounttest.Mentions(t, target) > 0 {
+		t.Errorf("the helper's mount leaked out of its namespace")
 	}
 }
 

@@ -3,10 +3,8 @@ package csi
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -21,6 +19,8 @@ import (
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/fsquota"
 	"source.plinth.dev/pkg/logtree"
+	"source.plinth.dev/pkg/loop"
+	"source.plinth.dev/pkg/mountinfo/mounttest"
 )
 
 // TestMain lets `make test-kernel` run these tests on the host and in the
@@ -99,8 +99,7 @@ func (e *env) cleanup() {
 			e.t.Errorf("cleanup: unpublishing %s at %s: %v", p.VolumeID, p.TargetPath, err)
 		}
 	}
-	b, _ := os.ReadFile("/proc/self/mountinfo")
-	if strings.Contains(string(b), e.dir+"/") {
+	if mounttest.Mentions(e.t, e.dir+"/") > 0 {
 		e.t.Errorf("cleanup: mounts left below %s", e.dir)
 	}
 }
@@ -148,21 +147,14 @@ func wantCode(t *testing.T, what string, err error, code codes.Code) {
 	}
 }
 
-// mountCount counts mounts at p.
-func mountCount(t *testing.T, p string) int {
+// bindings lists the bound loop devices.
+func bindings(t *testing.T) []loop.Binding {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	all, err := loop.Bindings()
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && f[4] == p {
-			n++
-		}
-	}
-	return n
+	return all
 }
 
 func isErrno(err error, errnos ...unix.Errno) bool {

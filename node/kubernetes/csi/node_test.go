@@ -5,7 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -15,6 +15,7 @@ import (
 
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/loop"
+	"source.plinth.dev/pkg/mountinfo/mounttest"
 )
 
 func TestPublishFilesystem(t *testing.T) {
@@ -40,7 +41,7 @@ func TestPublishFilesystem(t *testing.T) {
 	if err := e.publish("fs", rw, volume.Filesystem, false); err != nil {
 		t.Fatalf("repeated publish: %v", err)
 	}
-	if n := mountCount(t, rw); n != 1 {
+	if n := mounttest.Count(t, rw); n != 1 {
 		t.Errorf("%d mounts at the target after a repeated publish, want 1", n)
 	}
 	// The same target with other arguments, or another volume there.
@@ -172,9 +173,8 @@ func TestPublishBlock(t *testing.T) {
 		if _, err := os.Lstat(tg); !os.IsNotExist(err) {
 			t.Errorf("device node %s still exists after unpublish (%v)", tg, err)
 		}
-		if _, err := os.Stat("/sys/block/loop" + strconv.Itoa(rec.Loop.Number) + "/loop/backing_file"); err == nil {
-			b, _ := os.ReadFile("/sys/block/loop" + strconv.Itoa(rec.Loop.Number) + "/loop/backing_file")
-			if bytes.Contains(b, []byte(image)) {
+		for _, b := range bindings(t) {
+			if b.Number == rec.Loop.Number && strings.Contains(b.Backing, image) {
 				t.Errorf("loop device %d still bound to the image after unpublish", rec.Loop.Number)
 			}
 		}
@@ -228,17 +228,16 @@ func TestConcurrentPublishOfOneVolume(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if n := mountCount(t, e.target("fs")); n != 1 {
+	if n := mounttest.Count(t, e.target("fs")); n != 1 {
 		t.Errorf("%d mounts after concurrent publishes, want 1", n)
 	}
-	if b, _ := os.ReadFile("/proc/self/mountinfo"); bytes.Count(b, []byte(e.target("fs"))) != 1 {
-		t.Errorf("mountinfo lists the target %d times", bytes.Count(b, []byte(e.target("fs"))))
+	if n := mounttest.Mentions(t, e.target("fs")); n != 1 {
+		t.Errorf("mountinfo lists the target %d times", n)
 	}
 	loops := 0
 	_, image, _ := e.volumes.Locate(context.Background(), "blk")
-	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, f := range files {
-		if b, _ := os.ReadFile(f); bytes.HasPrefix(b, []byte(image)) {
+	for _, b := range bindings(t) {
+		if strings.HasPrefix(b.Backing, image) {
 			loops++
 		}
 	}

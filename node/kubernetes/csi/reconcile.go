@@ -2,9 +2,6 @@ package csi
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 
 	"source.plinth.dev/pkg/loop"
@@ -56,29 +53,25 @@ func (s *Server) removeLeakedLoops() {
 		}
 	}
 	volumesDir := s.cfg.Volumes.Data.Volumes.FullPath() + "/"
-	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
+	bindings, err := loop.Bindings()
+	if err != nil {
+		s.log.Warningf("looking for leaked loop devices: %v", err)
+		return
+	}
+	for _, b := range bindings {
+		// A leaked device over a deleted image is leaked all the same.
+		if !strings.HasPrefix(b.Backing, volumesDir) || claimed[b.Number] {
 			continue
 		}
-		backing := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), " (deleted)")
-		if !strings.HasPrefix(backing, volumesDir) {
-			continue
-		}
-		n, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(filepath.Dir(filepath.Dir(f))), "loop"))
-		if err != nil || claimed[n] {
-			continue
-		}
-		d, err := loop.Open("/dev/loop" + strconv.Itoa(n))
+		d, err := loop.Open(b.Path())
 		if err != nil {
 			continue
 		}
 		if err := d.Detach(); err != nil {
-			s.log.Warningf("removing leaked loop device %s over %s: %v", d.Path(), backing, err)
+			s.log.Warningf("removing leaked loop device %s over %s: %v", d.Path(), b.Backing, err)
 			continue
 		}
-		s.log.Infof("removed leaked loop device /dev/loop%d over %s", n, backing)
+		s.log.Infof("removed leaked loop device %s over %s", b.Path(), b.Backing)
 	}
 }
 

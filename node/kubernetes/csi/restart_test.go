@@ -11,6 +11,7 @@ import (
 
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/loop"
+	"source.plinth.dev/pkg/mountinfo/mounttest"
 )
 
 // TestRestartKeepsPublications restarts the plugin (a new Server over the
@@ -34,7 +35,7 @@ func TestRestartKeepsPublications(t *testing.T) {
 	if after == nil || *after.Loop != *before {
 		t.Fatalf("block publication after restart: %+v, want loop %+v", after, before)
 	}
-	if n := mountCount(t, e.target("fs")); n != 1 {
+	if n := mounttest.Count(t, e.target("fs")); n != 1 {
 		t.Errorf("%d mounts at the filesystem target after restart, want 1", n)
 	}
 	for _, id := range []string{"fs", "blk"} {
@@ -49,7 +50,7 @@ func TestRestartKeepsPublications(t *testing.T) {
 			t.Errorf("repeated publish of %s after restart: %v", id, err)
 		}
 	}
-	if n := mountCount(t, e.target("fs")); n != 1 {
+	if n := mounttest.Count(t, e.target("fs")); n != 1 {
 		t.Errorf("%d mounts after republish, want 1", n)
 	}
 }
@@ -164,10 +165,12 @@ func TestLeakedLoopDeviceIsRemoved(t *testing.T) {
 	n := d.Number()
 	d.Close()
 	e.restart()
-	if b, err := os.ReadFile("/sys/block/loop" + itoa(n) + "/loop/backing_file"); err == nil && string(b) == image+"\n" {
-		t.Errorf("leaked loop%d over %s survived the restart", n, image)
-		if d, err := loop.Open("/dev/loop" + itoa(n)); err == nil {
-			d.Remove()
+	for _, b := range bindings(t) {
+		if b.Number == n && b.Backing == image && !b.Deleted {
+			t.Errorf("leaked loop%d over %s survived the restart", n, image)
+			if d, err := loop.Open(b.Path()); err == nil {
+				d.Remove()
+			}
 		}
 	}
 }
@@ -198,7 +201,7 @@ func TestUnpublishWithoutRecordTouchesOnlyOurs(t *testing.T) {
 	if err := e.publish("fs", target, volume.Filesystem, false); err != nil {
 		t.Fatalf("publish over an unrecorded mount of the same volume: %v", err)
 	}
-	if n := mountCount(t, target); n != 1 || e.srv.store.get(target) == nil {
+	if n := mounttest.Count(t, target); n != 1 || e.srv.store.get(target) == nil {
 		t.Errorf("after adopting: %d mounts, record %v", n, e.srv.store.get(target))
 	}
 	if err := e.srv.store.remove(target); err != nil {
@@ -207,7 +210,7 @@ func TestUnpublishWithoutRecordTouchesOnlyOurs(t *testing.T) {
 	if err := e.unpublish("fs", target); err != nil {
 		t.Fatal(err)
 	}
-	if n := mountCount(t, target); n != 0 {
+	if n := mounttest.Count(t, target); n != 0 {
 		t.Errorf("unrecorded bind mount of the volume not removed (%d mounts)", n)
 	}
 }

@@ -1,7 +1,6 @@
 package volume
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +10,8 @@ import (
 	"strings"
 
 	"source.plinth.dev/pkg/fsquota"
+	"source.plinth.dev/pkg/loop"
+	"source.plinth.dev/pkg/mountinfo"
 )
 
 // Delete removes volume id: its data, its quota and its project ID. It is
@@ -185,65 +186,14 @@ func removeContents(dir string) error {
 // volume directory itself being a mount source is fine; publications are
 // bind mounts of it elsewhere.
 func refuseNestedMounts(dir string) error {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return fmt.Errorf("checking for mounts inside %s: %w", dir, err)
 	}
-	defer f.Close()
-	prefix := filepath.Clean(dir) + "/"
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(fields[4])
-		if strings.HasPrefix(mp, prefix) {
-			return fmt.Errorf("refusing to remove volume files: %s is mounted inside the volume directory; unmount it first", mp)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("checking for mounts inside %s: %w", dir, err)
+	if nested := mountinfo.Under(mounts, filepath.Clean(dir)); len(nested) > 0 {
+		return fmt.Errorf("refusing to remove volume files: %s is mounted inside the volume directory; unmount it first", nested[0].MountPoint)
 	}
 	return nil
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for space etc.) the
-// kernel uses in /proc/self/mountinfo paths.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' {
-			if v, ok := octal3(s[i+1 : min(i+4, len(s))]); ok {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func octal3(s string) (byte, bool) {
-	if len(s) != 3 {
-		return 0, false
-	}
-	var v int
-	for _, c := range s {
-		if c < '0' || c > '7' {
-			return 0, false
-		}
-		v = v*8 + int(c-'0')
-	}
-	if v > 255 {
-		return 0, false
-	}
-	return byte(v), true
 }
 
 func isDir(p string) bool {
@@ -269,38 +219,15 @@ func refuseInUse(fsPath, imgPath string) error {
 		}
 	}
 	if isRegular(imgPath) {
-		files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-		for _, f := range files {
-			b, err := os.ReadFile(f)
-			if err == nil && strings.TrimSuffix(string(b), "\n") == imgPath {
-				return fmt.Errorf("%w: its image backs %s", ErrInUse, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(f))))
-			}
+		devs, err := loop.Lookup(imgPath)
+		if err != nil {
+			return err
+		}
+		if len(devs) > 0 {
+			return fmt.Errorf("%w: its image backs %s", ErrInUse, devs[0])
 		}
 	}
 	return nil
-}
-
-// mountInfo is one line of /proc/self/mountinfo.
-type mountInfo struct {
-	dev        string // major:minor
-	root       string // the mount's root within its filesystem
-	mountPoint string
-}
-
-func readMountInfo() ([]mountInfo, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("reading mount table: %w", err)
-	}
-	var out []mountInfo
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		out = append(out, mountInfo{dev: f[2], root: unescapeMountinfo(f[3]), mountPoint: unescapeMountinfo(f[4])})
-	}
-	return out, nil
 }
 
 // mountedFrom returns a mount point whose source is dir or lies inside it
@@ -309,15 +236,15 @@ func readMountInfo() ([]mountInfo, error) {
 // the source's path within that filesystem as its root, so dir is first
 // translated to that form through the mount that contains it.
 func mountedFrom(dir string) (string, error) {
-	mounts, err := readMountInfo()
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return "", err
 	}
 	dir = filepath.Clean(dir)
-	var host *mountInfo
+	var host *mountinfo.Mount
 	for i, m := range mounts {
-		if m.mountPoint == dir || strings.HasPrefix(dir, strings.TrimSuffix(m.mountPoint, "/")+"/") {
-			if host == nil || len(m.mountPoint) >= len(host.mountPoint) {
+		if m.MountPoint == dir || strings.HasPrefix(dir, strings.TrimSuffix(m.MountPoint, "/")+"/") {
+			if host == nil || len(m.MountPoint) >= len(host.MountPoint) {
 				host = &mounts[i]
 			}
 		}
@@ -325,13 +252,13 @@ func mountedFrom(dir string) (string, error) {
 	if host == nil {
 		return "", nil
 	}
-	rel := filepath.Join(host.root, strings.TrimPrefix(dir, host.mountPoint))
+	rel := filepath.Join(host.Root, strings.TrimPrefix(dir, host.MountPoint))
 	for _, m := range mounts {
-		if m.dev != host.dev || m.mountPoint == host.mountPoint {
+		if m.Major != host.Major || m.Minor != host.Minor || m.MountPoint == host.MountPoint {
 			continue
 		}
-		if m.root == rel || strings.HasPrefix(m.root, rel+"/") {
-			return m.mountPoint, nil
+		if m.Root == rel || strings.HasPrefix(m.Root, rel+"/") {
+			return m.MountPoint, nil
 		}
 	}
 	return "", nil

@@ -1,4 +1,4 @@
-package launch
+package host
 
 import (
 	"fmt"
@@ -7,9 +7,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"source.plinth.dev/pkg/mountinfo"
 )
 
-// hostSnapshot records host state a cluster could leak, independently of
+// Snapshot records host state a cluster could leak, independently of
 // the sweep's own bookkeeping, so the teardown check does not merely
 // repeat the teardown's logic. Other work on a shared machine (builds,
 // other tests) also mounts things and starts processes, so only state a
@@ -17,7 +19,7 @@ import (
 // kubelet/containerd/netns locations, loop devices backed below the work
 // directory, processes of the cluster's programs that name the work
 // directory or run in a pod cgroup, pod network links.
-type hostSnapshot struct {
+type Snapshot struct {
 	mounts map[string]bool
 	loops  map[string]bool
 	procs  map[int]string
@@ -31,18 +33,14 @@ var clusterPrograms = map[string]bool{
 	"runc": true, "pause": true, "busybox": true, "plinth-node": true,
 }
 
-func takeHostSnapshot(dir string) hostSnapshot {
-	s := hostSnapshot{mounts: map[string]bool{}, loops: map[string]bool{}, procs: map[int]string{}, links: map[string]bool{}}
-	if data, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			f := strings.Fields(line)
-			if len(f) < 5 {
-				continue
-			}
-			mp := unescapeMount(f[4])
+// TakeSnapshot records the host state that the cluster in dir could leak.
+func TakeSnapshot(dir string) Snapshot {
+	s := Snapshot{mounts: map[string]bool{}, loops: map[string]bool{}, procs: map[int]string{}, links: map[string]bool{}}
+	if mounts, err := mountinfo.Read(); err == nil {
+		for _, m := range mounts {
 			for _, p := range []string{dir + "/", "/run/netns/", "/run/containerd/", "/var/lib/kubelet/"} {
-				if strings.HasPrefix(mp+"/", p) {
-					s.mounts[mp] = true
+				if strings.HasPrefix(m.MountPoint+"/", p) {
+					s.mounts[m.MountPoint] = true
 				}
 			}
 		}
@@ -69,15 +67,15 @@ func takeHostSnapshot(dir string) hostSnapshot {
 	}
 	links, _ := os.ReadDir("/sys/class/net")
 	for _, l := range links {
-		if n := l.Name(); n == bridgeName || strings.HasPrefix(n, "veth") {
+		if n := l.Name(); n == BridgeName || strings.HasPrefix(n, "veth") {
 			s.links[n] = true
 		}
 	}
 	return s
 }
 
-// diff describes what after has that s (before) did not; "" if nothing.
-func (s hostSnapshot) diff(after hostSnapshot) string {
+// Diff describes what after has that s (before) did not; "" if nothing.
+func (s Snapshot) Diff(after Snapshot) string {
 	var out []string
 	for m := range after.mounts {
 		if !s.mounts[m] {

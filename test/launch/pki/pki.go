@@ -1,4 +1,13 @@
-package launch
+// Package pki is the certificate authority of a launched cluster: one CA,
+// the leaf certificates the components need, and the service account key
+// pair, all written as PEM files in one directory.
+//
+// The cluster uses real TLS everywhere, exactly as a production cluster
+// would, so that authentication (client certificates), the Node authorizer
+// and NodeRestriction behave as they do on a Plinth node. Keys are ECDSA
+// P-256: generating one takes microseconds, where RSA-2048 takes tens of
+// milliseconds each, and every component accepts them.
+package pki
 
 import (
 	"crypto"
@@ -16,60 +25,56 @@ import (
 	"time"
 )
 
-// The cluster uses real TLS everywhere, exactly as a production cluster
-// would, so that authentication (client certificates), the Node authorizer
-// and NodeRestriction behave as they do on a Plinth node. Keys are ECDSA
-// P-256: generating one takes microseconds, where RSA-2048 takes tens of
-// milliseconds each, and every component accepts them.
-
 // certLifetime is long enough for any test run and short enough that a
 // leaked work directory does not hold credentials that matter for long.
 const certLifetime = 7 * 24 * time.Hour
 
-// keyPair is a certificate with its private key, both also written as PEM.
-type keyPair struct {
-	cert     *x509.Certificate
-	key      crypto.Signer
-	certPath string
-	keyPath  string
+// KeyPair is a certificate with its private key, both also written as PEM.
+type KeyPair struct {
+	Cert     *x509.Certificate
+	Key      crypto.Signer
+	CertPath string
+	KeyPath  string
 }
 
-// identity describes a leaf certificate to issue.
-type identity struct {
-	name   string // file name stem under pki/
-	cn     string
-	orgs   []string
-	server bool // serving certificate (serverAuth) instead of a client one
-	dns    []string
-	ips    []net.IP
+// Identity describes a leaf certificate to issue.
+type Identity struct {
+	Name   string // file name stem in the PKI directory
+	CN     string
+	Orgs   []string
+	Server bool // serving certificate (serverAuth) instead of a client one
+	DNS    []string
+	IPs    []net.IP
 }
 
-// pki is the cluster's certificate authority and everything it issued.
-type pki struct {
-	dir string
-	ca  *keyPair
-	// saKeyPath/saPubPath sign and verify service account tokens.
-	saKeyPath string
-	saPubPath string
-	issued    map[string]*keyPair
+// PKI is the cluster's certificate authority and everything it issued.
+type PKI struct {
+	Dir string
+	CA  *KeyPair
+	// SAKeyPath and SAPubPath sign and verify service account tokens.
+	SAKeyPath string
+	SAPubPath string
+	issued    map[string]*KeyPair
 }
 
-func newPKI(dir string, ids []identity) (*pki, error) {
+// New creates a CA in dir, issues a certificate for each of ids, and
+// writes a service account key pair.
+func New(dir string, ids []Identity) (*PKI, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating pki directory: %w", err)
 	}
-	p := &pki{dir: dir, issued: map[string]*keyPair{}}
+	p := &PKI{Dir: dir, issued: map[string]*KeyPair{}}
 	ca, err := p.newCA()
 	if err != nil {
 		return nil, err
 	}
-	p.ca = ca
+	p.CA = ca
 	for _, id := range ids {
 		kp, err := p.issue(id)
 		if err != nil {
 			return nil, err
 		}
-		p.issued[id.name] = kp
+		p.issued[id.Name] = kp
 	}
 	if err := p.newServiceAccountKey(); err != nil {
 		return nil, err
@@ -77,10 +82,13 @@ func newPKI(dir string, ids []identity) (*pki, error) {
 	return p, nil
 }
 
-func (p *pki) get(name string) *keyPair {
+// Get returns the certificate issued for the identity called name. The
+// names are fixed in the caller's code, so an unknown one is a programming
+// error: Get panics.
+func (p *PKI) Get(name string) *KeyPair {
 	kp, ok := p.issued[name]
 	if !ok {
-		panic("launch: no certificate named " + name) // a programming error in this package
+		panic("pki: no certificate named " + name)
 	}
 	return kp
 }
@@ -101,7 +109,7 @@ func serial() (*big.Int, error) {
 	return n, nil
 }
 
-func (p *pki) newCA() (*keyPair, error) {
+func (p *PKI) newCA() (*KeyPair, error) {
 	key, err := newKey()
 	if err != nil {
 		return nil, fmt.Errorf("creating CA: %w", err)
@@ -127,38 +135,38 @@ func (p *pki) newCA() (*keyPair, error) {
 	return p.write("ca", der, key)
 }
 
-func (p *pki) issue(id identity) (*keyPair, error) {
+func (p *PKI) issue(id Identity) (*KeyPair, error) {
 	key, err := newKey()
 	if err != nil {
-		return nil, fmt.Errorf("issuing %s certificate: %w", id.name, err)
+		return nil, fmt.Errorf("issuing %s certificate: %w", id.Name, err)
 	}
 	sn, err := serial()
 	if err != nil {
-		return nil, fmt.Errorf("issuing %s certificate: %w", id.name, err)
+		return nil, fmt.Errorf("issuing %s certificate: %w", id.Name, err)
 	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: sn,
-		Subject:      pkix.Name{CommonName: id.cn, Organization: id.orgs},
+		Subject:      pkix.Name{CommonName: id.CN, Organization: id.Orgs},
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(certLifetime),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		DNSNames:     id.dns,
-		IPAddresses:  id.ips,
+		DNSNames:     id.DNS,
+		IPAddresses:  id.IPs,
 	}
-	if id.server {
+	if id.Server {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca.cert, key.Public(), p.ca.key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.CA.Cert, key.Public(), p.CA.Key)
 	if err != nil {
-		return nil, fmt.Errorf("issuing %s certificate: %w", id.name, err)
+		return nil, fmt.Errorf("issuing %s certificate: %w", id.Name, err)
 	}
-	return p.write(id.name, der, key)
+	return p.write(id.Name, der, key)
 }
 
 // write stores a certificate and key as <name>.crt and <name>.key.
-func (p *pki) write(name string, der []byte, key *ecdsa.PrivateKey) (*keyPair, error) {
+func (p *PKI) write(name string, der []byte, key *ecdsa.PrivateKey) (*KeyPair, error) {
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
 		return nil, fmt.Errorf("parsing %s certificate: %w", name, err)
@@ -167,16 +175,16 @@ func (p *pki) write(name string, der []byte, key *ecdsa.PrivateKey) (*keyPair, e
 	if err != nil {
 		return nil, fmt.Errorf("encoding %s key: %w", name, err)
 	}
-	kp := &keyPair{
-		cert:     cert,
-		key:      key,
-		certPath: filepath.Join(p.dir, name+".crt"),
-		keyPath:  filepath.Join(p.dir, name+".key"),
+	kp := &KeyPair{
+		Cert:     cert,
+		Key:      key,
+		CertPath: filepath.Join(p.Dir, name+".crt"),
+		KeyPath:  filepath.Join(p.Dir, name+".key"),
 	}
-	if err := writePEM(kp.certPath, "CERTIFICATE", der, 0o644); err != nil {
+	if err := writePEM(kp.CertPath, "CERTIFICATE", der, 0o644); err != nil {
 		return nil, err
 	}
-	if err := writePEM(kp.keyPath, "EC PRIVATE KEY", keyDER, 0o600); err != nil {
+	if err := writePEM(kp.KeyPath, "EC PRIVATE KEY", keyDER, 0o600); err != nil {
 		return nil, err
 	}
 	return kp, nil
@@ -184,7 +192,7 @@ func (p *pki) write(name string, der []byte, key *ecdsa.PrivateKey) (*keyPair, e
 
 // newServiceAccountKey writes the key pair the apiserver signs service
 // account tokens with (sa.key) and verifies them with (sa.pub).
-func (p *pki) newServiceAccountKey() error {
+func (p *PKI) newServiceAccountKey() error {
 	key, err := newKey()
 	if err != nil {
 		return fmt.Errorf("creating service account key: %w", err)
@@ -197,12 +205,12 @@ func (p *pki) newServiceAccountKey() error {
 	if err != nil {
 		return fmt.Errorf("encoding service account public key: %w", err)
 	}
-	p.saKeyPath = filepath.Join(p.dir, "sa.key")
-	p.saPubPath = filepath.Join(p.dir, "sa.pub")
-	if err := writePEM(p.saKeyPath, "EC PRIVATE KEY", keyDER, 0o600); err != nil {
+	p.SAKeyPath = filepath.Join(p.Dir, "sa.key")
+	p.SAPubPath = filepath.Join(p.Dir, "sa.pub")
+	if err := writePEM(p.SAKeyPath, "EC PRIVATE KEY", keyDER, 0o600); err != nil {
 		return err
 	}
-	return writePEM(p.saPubPath, "PUBLIC KEY", pubDER, 0o644)
+	return writePEM(p.SAPubPath, "PUBLIC KEY", pubDER, 0o644)
 }
 
 func writePEM(path, typ string, der []byte, mode os.FileMode) error {
@@ -213,15 +221,16 @@ func writePEM(path, typ string, der []byte, mode os.FileMode) error {
 	return nil
 }
 
-// pemBytes returns the PEM encoding of a certificate, for kubeconfigs.
-func (kp *keyPair) certPEM() []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: kp.cert.Raw})
+// CertPEM returns the PEM encoding of the certificate, for kubeconfigs.
+func (kp *KeyPair) CertPEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: kp.Cert.Raw})
 }
 
-func (kp *keyPair) keyPEM() ([]byte, error) {
-	k, ok := kp.key.(*ecdsa.PrivateKey)
+// KeyPEM returns the PEM encoding of the private key, for kubeconfigs.
+func (kp *KeyPair) KeyPEM() ([]byte, error) {
+	k, ok := kp.Key.(*ecdsa.PrivateKey)
 	if !ok {
-		return nil, fmt.Errorf("unexpected key type %T", kp.key)
+		return nil, fmt.Errorf("unexpected key type %T", kp.Key)
 	}
 	der, err := x509.MarshalECPrivateKey(k)
 	if err != nil {

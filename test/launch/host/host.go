@@ -1,7 +1,21 @@
-package launch
+// Package host finds and removes the state a launched cluster leaves on
+// the host outside its own processes' reach, and checks that a teardown
+// left none.
+//
+// A kubelet and containerd touch more of the host than their own
+// directories: containerd shims outlive containerd, containers live in
+// kubepods cgroups, pods get network namespaces under /run/netns, the bridge
+// plugin creates a bridge, kubelet insists on /var/lib/kubelet/device-plugins.
+// The launcher records what existed before it started (TakeBaseline) and
+// Sweep removes exactly what appeared since; FindLeftovers reports what
+// remains, and a Snapshot taken before and after compares the host
+// independently of that bookkeeping, so tests can assert a clean teardown.
+//
+// Everything is read from the host afresh (/proc, sysfs, the mount table);
+// the package keeps no state of its own.
+package host
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -17,22 +31,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"source.plinth.dev/pkg/loop"
+	"source.plinth.dev/pkg/mountinfo"
 )
 
-// A kubelet and containerd touch more of the host than their own
-// directories: containerd shims outlive containerd, containers live in
-// kubepods cgroups, pods get network namespaces under /run/netns, the bridge
-// plugin creates a bridge, kubelet insists on /var/lib/kubelet/device-plugins.
-// The launcher records what existed before it started (baseline) and
-// removes exactly what appeared since, and Leftovers reports what remains so
-// tests can assert a clean teardown.
-
-// bridgeName is the CNI bridge; a name of our own so we never delete
+// BridgeName is the CNI bridge; a name of our own so we never delete
 // another tool's cni0.
-const bridgeName = "plinth0"
+const BridgeName = "plinth0"
 
-// baseline is the host state before a cluster started.
-type baseline struct {
+// Baseline is the host state before a cluster started.
+type Baseline struct {
 	NetNS        []string `json:"netns"`
 	Kubepods     bool     `json:"kubepods"` // kubepods cgroups existed already
 	KubeletDir   bool     `json:"kubeletDir"`
@@ -42,12 +49,14 @@ type baseline struct {
 	RunContainerd bool `json:"runContainerd"`
 }
 
-func takeBaseline() baseline {
-	b := baseline{NetNS: netnsNames()}
+// TakeBaseline records the host-wide state that exists before a cluster
+// starts, which Sweep must leave alone.
+func TakeBaseline() Baseline {
+	b := Baseline{NetNS: netnsNames()}
 	b.Kubepods = len(kubepodsCgroups()) > 0
 	_, err := os.Stat("/var/lib/kubelet")
 	b.KubeletDir = err == nil
-	_, err = os.Stat("/sys/class/net/" + bridgeName)
+	_, err = os.Stat("/sys/class/net/" + BridgeName)
 	b.BridgeExists = err == nil
 	_, err = os.Stat("/run/containerd")
 	b.RunContainerd = err == nil
@@ -81,18 +90,18 @@ func (l Leftovers) String() string {
 	return strings.TrimSuffix(b.String(), "; ")
 }
 
-// findLeftovers inspects the host for state of the cluster in dir.
-func findLeftovers(dir string, base baseline) Leftovers {
+// FindLeftovers inspects the host for state of the cluster in dir.
+func FindLeftovers(dir string, base Baseline) Leftovers {
 	var l Leftovers
-	for _, pid := range clusterProcesses(dir, base) {
+	for _, pid := range ClusterProcesses(dir, base) {
 		l.Processes = append(l.Processes, fmt.Sprintf("%d: %s", pid, cmdline(pid)))
 	}
-	l.Mounts = mountsUnder(dir)
+	l.Mounts = MountsUnder(dir)
 	l.LoopDevices = ownLoops(dir)
 	l.NetNS = newNetNS(base)
 	if !base.BridgeExists {
-		if _, err := os.Stat("/sys/class/net/" + bridgeName); err == nil {
-			l.Other = append(l.Other, "network link "+bridgeName)
+		if _, err := os.Stat("/sys/class/net/" + BridgeName); err == nil {
+			l.Other = append(l.Other, "network link "+BridgeName)
 		}
 	}
 	if !base.Kubepods {
@@ -106,14 +115,14 @@ func findLeftovers(dir string, base baseline) Leftovers {
 	return l
 }
 
-// sweep removes everything findLeftovers would report, as forcefully as
+// Sweep removes everything FindLeftovers would report, as forcefully as
 // needed. It is the last step of every teardown and the first step after a
 // launcher that died without one.
-func sweep(dir string, base baseline) error {
+func Sweep(dir string, base Baseline) error {
 	var errs []error
 	// Processes first: they hold mounts and loop devices.
 	for try := 0; try < 50; try++ {
-		pids := clusterProcesses(dir, base)
+		pids := ClusterProcesses(dir, base)
 		if len(pids) == 0 {
 			break
 		}
@@ -122,7 +131,7 @@ func sweep(dir string, base baseline) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if pids := clusterProcesses(dir, base); len(pids) > 0 {
+	if pids := ClusterProcesses(dir, base); len(pids) > 0 {
 		errs = append(errs, fmt.Errorf("processes survive SIGKILL: %v", pids))
 	}
 	for _, ns := range newNetNS(base) {
@@ -134,7 +143,7 @@ func sweep(dir string, base baseline) error {
 	}
 	// Deepest mounts first; a lazy unmount is the fallback for a mount some
 	// process still has open, so the directory tree can at least go away.
-	for _, m := range mountsUnder(dir) {
+	for _, m := range MountsUnder(dir) {
 		if err := unix.Unmount(m, 0); err != nil {
 			if err2 := unix.Unmount(m, unix.MNT_DETACH); err2 != nil && !errors.Is(err2, unix.EINVAL) {
 				errs = append(errs, fmt.Errorf("unmounting %s: %w", m, err))
@@ -158,9 +167,9 @@ func sweep(dir string, base baseline) error {
 		}
 	}
 	if !base.BridgeExists {
-		if _, err := os.Stat("/sys/class/net/" + bridgeName); err == nil {
-			if out, err := exec.Command("ip", "link", "delete", bridgeName).CombinedOutput(); err != nil {
-				errs = append(errs, fmt.Errorf("deleting bridge %s: %w: %s", bridgeName, err, bytes.TrimSpace(out)))
+		if _, err := os.Stat("/sys/class/net/" + BridgeName); err == nil {
+			if out, err := exec.Command("ip", "link", "delete", BridgeName).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("deleting bridge %s: %w: %s", BridgeName, err, bytes.TrimSpace(out)))
 			}
 		}
 	}
@@ -183,7 +192,7 @@ func sweep(dir string, base baseline) error {
 // components create (kubelet's device-plugins directory is hard-coded, and
 // containerd's shim sockets live in /run/containerd), when they did not
 // exist before.
-func createdDirs(base baseline) []string {
+func createdDirs(base Baseline) []string {
 	var out []string
 	if !base.KubeletDir {
 		out = append(out, "/var/lib/kubelet")
@@ -194,11 +203,11 @@ func createdDirs(base baseline) []string {
 	return out
 }
 
-// clusterProcesses returns the processes of the cluster in dir: everything
+// ClusterProcesses returns the processes of the cluster in dir: everything
 // whose command line names dir (components, containerd shims), their
 // descendants (containers), and when kubepods did not exist before, every
 // process in a kubepods cgroup (containers orphaned by a killed shim).
-func clusterProcesses(dir string, base baseline) []int {
+func ClusterProcesses(dir string, base Baseline) []int {
 	self := os.Getpid()
 	parents := map[int]int{}
 	// Never the launcher itself or what started it (go test, make).
@@ -276,24 +285,16 @@ func inKubepods(pid int) bool {
 	return bytes.Contains(data, []byte(":/kubepods"))
 }
 
-// mountsUnder lists mount points at or below dir, deepest first.
-func mountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
+// MountsUnder lists mount points at or below dir, deepest first.
+func MountsUnder(dir string) []string {
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
 	var out []string
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 64*1024), 1024*1024)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMount(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
+	for _, m := range mounts {
+		if m.MountPoint == dir || strings.HasPrefix(m.MountPoint, dir+"/") {
+			out = append(out, m.MountPoint)
 		}
 	}
 	// Later mounts stack on earlier ones, and deeper paths sort after their
@@ -302,36 +303,17 @@ func mountsUnder(dir string) []string {
 	return out
 }
 
-// unescapeMount decodes the octal escapes (\040 for space) of mountinfo.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // ownLoops lists the loop devices backed below dir that are ours to
 // detach: not those still mounted in another process's mount namespace.
 // On a shared machine a sandbox (bazel's linux-sandbox, unshare) may clone
 // the mount table while the cluster runs; its copy of the data mount keeps
 // the device busy until that namespace ends, and autoclear then frees it.
 // Nothing we can (or should) do about other namespaces, so such devices
-// are reported by pinnedLoops instead of counting as our leftovers.
+// are reported by PinnedLoops instead of counting as our leftovers.
 func ownLoops(dir string) []string {
-	pinned := pinnedLoops(dir)
+	pinned := PinnedLoops(dir)
 	var out []string
-	for _, dev := range loopsUnder(dir) {
+	for _, dev := range LoopsUnder(dir) {
 		if _, ok := pinned[dev]; !ok {
 			out = append(out, dev)
 		}
@@ -339,11 +321,11 @@ func ownLoops(dir string) []string {
 	return out
 }
 
-// pinnedLoops maps loop devices backed below dir that are mounted in a
+// PinnedLoops maps loop devices backed below dir that are mounted in a
 // mount namespace other than ours to a process of that namespace.
-func pinnedLoops(dir string) map[string]string {
+func PinnedLoops(dir string) map[string]string {
 	devs := map[string]string{} // "7:N" -> /dev/loopN
-	for _, dev := range loopsUnder(dir) {
+	for _, dev := range LoopsUnder(dir) {
 		if data, err := os.ReadFile("/sys/block/" + filepath.Base(dev) + "/dev"); err == nil {
 			devs[strings.TrimSpace(string(data))] = dev
 		}
@@ -365,44 +347,29 @@ func pinnedLoops(dir string) map[string]string {
 			continue
 		}
 		seen[ns] = true
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+		mounts, err := mountinfo.ReadPID(pid)
 		if err != nil {
 			continue
 		}
-		for _, line := range strings.Split(string(data), "\n") {
-			if f := strings.Fields(line); len(f) > 2 {
-				if dev, ok := devs[f[2]]; ok {
-					out[dev] = fmt.Sprintf("pid %d (%s)", pid, filepath.Base(strings.Fields(cmdline(pid) + " ?")[0]))
-				}
+		for _, m := range mounts {
+			if dev, ok := devs[fmt.Sprintf("%d:%d", m.Major, m.Minor)]; ok {
+				out[dev] = fmt.Sprintf("pid %d (%s)", pid, filepath.Base(strings.Fields(cmdline(pid) + " ?")[0]))
 			}
 		}
 	}
 	return out
 }
 
-// loopsUnder lists loop devices whose backing file is below dir.
-func loopsUnder(dir string) []string {
+// LoopsUnder lists loop devices whose backing file is below dir.
+func LoopsUnder(dir string) []string {
+	bindings, _ := loop.Bindings()
 	var out []string
-	for dev, file := range loopBackings() {
-		if strings.HasPrefix(file, dir+"/") {
-			out = append(out, dev)
+	for _, b := range bindings {
+		if strings.HasPrefix(b.Backing, dir+"/") {
+			out = append(out, b.Path())
 		}
 	}
 	sort.Strings(out)
-	return out
-}
-
-// loopBackings maps each bound loop device to its backing file.
-func loopBackings() map[string]string {
-	matches, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	out := map[string]string{}
-	for _, m := range matches {
-		data, err := os.ReadFile(m)
-		if err != nil {
-			continue
-		}
-		out["/dev/"+filepath.Base(filepath.Dir(filepath.Dir(m)))] = strings.TrimSpace(string(data))
-	}
 	return out
 }
 
@@ -416,7 +383,7 @@ func netnsNames() []string {
 }
 
 // newNetNS lists the CNI network namespaces that appeared since base.
-func newNetNS(base baseline) []string {
+func newNetNS(base Baseline) []string {
 	old := map[string]bool{}
 	for _, n := range base.NetNS {
 		old[n] = true
