@@ -250,7 +250,9 @@ func TestForeignClaimsUntouched(t *testing.T) {
 	if _, err := e.Client.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.Client.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = e.Client.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
+	})
 	foreign := e.ClaimObject(controllertest.Claim{Name: "other-driver", Size: "16Mi", Class: "other-class"})
 	foreign.Spec.VolumeName = pv.Name
 	if _, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Create(context.Background(), foreign, metav1.CreateOptions{}); err != nil {
