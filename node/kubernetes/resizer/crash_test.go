@@ -1,0 +1,177 @@
+package resizer
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"source.plinth.dev/node/kubernetes/internal/controllertest"
+	"source.plinth.dev/node/kubernetes/internal/ownership"
+)
+
+// TestResizeCrashSafety kills plinth-node with SIGKILL at random moments
+// while claims are grown one after another (some first to an infeasible
+// size, then back to a feasible one), restarts it every time, lets it
+// settle and checks that every claim converged: claim capacity, PV
+// capacity, allocated size and the volume itself all exactly the request,
+// no resize status left, no interrupted operation left, and no block image
+// holding more blocks than its size (an allocation done twice, or left
+// past the end by an interrupted one).
+func TestResizeCrashSafety(t *testing.T) {
+	e := newEnv(t)
+	cp := controllertest.ControlPlane(t)
+	bin, err := controllertest.PlinthNodeBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &controllertest.NodeProcess{T: t, Bin: bin, Log: filepath.Join(t.TempDir(), "plinth-node.log"), Args: []string{
+		"--root=" + filepath.Join(t.TempDir(), "node"),
+		"--data-dir=" + e.Dir,
+		"--node-name=" + e.Node,
+		"--kubeconfig=" + cp.NodeKubeconfig,
+		"--allow-unenforced-capacity",
+	}}
+	// Every other start, a tight client budget makes API writes wait,
+	// which widens the windows between the steps of a resize.
+	var starts int
+	p.Extra = func() []string {
+		starts++
+		if starts%2 == 0 {
+			return []string{"--kube-api-qps=10", "--kube-api-burst=2"}
+		}
+		return nil
+	}
+	p.Start()
+	t.Cleanup(func() {
+		p.Kill(syscall.SIGKILL)
+		if t.Failed() {
+			t.Logf("plinth-node log (tail):\n%s", p.LogTail())
+		}
+	})
+
+	const claims = 12
+	sizes := map[string]int64{} // request in MiB, per claim
+	for i := range claims {
+		c := controllertest.Claim{Name: fmt.Sprintf("c%02d", i), Size: "4Mi"}
+		if i%2 == 1 {
+			c.Mode = corev1.PersistentVolumeBlock
+		}
+		e.CreateClaim(c)
+		sizes[c.Name] = 4
+	}
+	for i := range claims {
+		e.WaitBound(fmt.Sprintf("c%02d", i))
+	}
+
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("random seed %d", seed)
+	rnd := rand.New(rand.NewPCG(seed, 42))
+
+	// The killer: SIGKILL at random moments, restart right away. Right
+	// after each kill it counts the claims caught mid-resize.
+	stopKiller := make(chan struct{})
+	var kills, midResize int
+	var killerDone sync.WaitGroup
+	killerDone.Go(func() {
+		krnd := rand.New(rand.NewPCG(seed, 7))
+		for {
+			select {
+			case <-stopKiller:
+				return
+			case <-time.After(time.Duration(50+krnd.IntN(400)) * time.Millisecond):
+			}
+			p.Kill(syscall.SIGKILL)
+			kills++
+			list, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).List(context.Background(), metav1.ListOptions{})
+			if err == nil {
+				for _, c := range list.Items {
+					if c.Status.AllocatedResourceStatuses[corev1.ResourceStorage] == corev1.PersistentVolumeClaimControllerResizeInProgress {
+						midResize++
+					}
+				}
+			}
+			if err := p.StartErr(); err != nil {
+				t.Errorf("restarting plinth-node: %v", err)
+				return
+			}
+		}
+	})
+
+	// The workload: 60 requests raised by 4 to 12 MiB, and every tenth
+	// first to 1Pi, lowered again a moment later.
+	for i := range 60 {
+		name := fmt.Sprintf("c%02d", rnd.IntN(claims))
+		if i%10 == 9 {
+			e.requestRetrying(name, "1Pi")
+			time.Sleep(time.Duration(100+rnd.IntN(400)) * time.Millisecond)
+		}
+		sizes[name] += 4 * int64(1+rnd.IntN(3))
+		e.requestRetrying(name, fmt.Sprintf("%dMi", sizes[name]))
+		time.Sleep(time.Duration(20+rnd.IntN(200)) * time.Millisecond)
+	}
+	close(stopKiller)
+	killerDone.Wait()
+	t.Logf("%d kills, %d claims caught mid-resize", kills, midResize)
+	if kills < 10 {
+		t.Errorf("only %d kills; the test needs at least 10 to mean something", kills)
+	}
+	if midResize == 0 {
+		t.Errorf("no kill landed while a resize was in progress")
+	}
+
+	for name, mib := range sizes {
+		size := fmt.Sprintf("%dMi", mib)
+		e.waitResized(name, size, 2*time.Minute)
+		e.assertResized(name, size)
+	}
+	entries, err := e.Vols.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range entries {
+		if en.Pending != "" || en.Problem != "" {
+			t.Errorf("volume %s left with pending %q, problem %q", en.ID, en.Pending, en.Problem)
+		}
+	}
+	for i := 1; i < claims; i += 2 {
+		name := fmt.Sprintf("c%02d", i)
+		pvc := e.claim(name)
+		_, image, err := e.Vols.Locate(context.Background(), ownership.VolumeIDFor(pvc.UID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(image, &st); err != nil {
+			t.Fatal(err)
+		}
+		q := resource.MustParse(fmt.Sprintf("%dMi", sizes[name]))
+		want := q.Value()
+		if st.Size != want || st.Blocks*512 < want || st.Blocks*512 > want+1<<20 {
+			t.Errorf("%s: image of %d bytes holds %d bytes of blocks; want %d, fully allocated, nothing past the end",
+				name, st.Size, st.Blocks*512, want)
+		}
+	}
+}
+
+// requestRetrying is request, retried while plinth-node restarts or the
+// claim changes under the patch.
+func (e *env) requestRetrying(name, size string) {
+	e.T.Helper()
+	var err error
+	for range 50 {
+		if err = e.request(name, size); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.T.Fatalf("setting the request of %s to %s: %v", name, size, err)
+}
