@@ -21,6 +21,10 @@ HOST=(
 	# plinth-node's RSS per foreign PVC (custom metrics B/foreign-pvc-*).
 	"./node/kubernetes/provisioner Provision500"
 	"./node/kubernetes/provisioner ForeignClaimsRSS"
+	# Claim patch to new size visible on the published device, 20 resizes
+	# per op, beside the kube-controller-manager's own reaction to the same
+	# patches (custom metrics ms-*-median/p90, ratio-visible/kcm).
+	"./node/kubernetes/resizer ResizeBlock"
 	"./pkg/loop CreateRemove losetup"
 	"./node/kubernetes/csi PublishUnpublishBlock"
 )

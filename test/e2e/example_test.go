@@ -10,15 +10,18 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"source.plinth.dev/node/kubernetes/resizer"
 	"source.plinth.dev/test/launch"
 )
 
 // TestMakeRunExample applies the example `make run` prints, with kubectl as
-// a user would: the claim binds, the pod runs and writes to the volume, and
-// deleting both removes the PV and the volume's directory.
+// a user would: the claim binds, the pod runs and writes to the volume,
+// growing the claim with kubectl patch shows the new capacity in kubectl,
+// and deleting both removes the PV and the volume's directory.
 func TestMakeRunExample(t *testing.T) {
 	t.Parallel()
 	c := clusterFor(t)
@@ -58,6 +61,22 @@ func TestMakeRunExample(t *testing.T) {
 			return false, nil
 		}
 		return len(data) > 0, err
+	})
+
+	// The user grows the claim, as the README tells them to, and sees the
+	// new size in kubectl: the claim's capacity, the PV's, and an Event.
+	kubectl("patch", "pvc", "example", "-p", `{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}`)
+	waitFor(t, 30*time.Second, "the example claim's capacity to be 2Gi", func() (bool, error) {
+		return kubectl("get", "pvc", "example", "-o", "jsonpath={.status.capacity.storage}") == "2Gi", nil
+	})
+	if got := kubectl("get", "pv", pvName, "-o", "jsonpath={.spec.capacity.storage}"); got != "2Gi" {
+		t.Errorf("example PV capacity %q after the resize, want 2Gi", got)
+	}
+	if got := kubectl("get", "pvc", "example", "-o", "jsonpath={.status.allocatedResourceStatuses}"); got != "" {
+		t.Errorf("example claim still has resize statuses %s", got)
+	}
+	waitFor(t, 30*time.Second, "Event "+resizer.ReasonResizeSuccess+" on the example claim", func() (bool, error) {
+		return hasEvent(ctx, c, "PersistentVolumeClaim", "example", corev1.EventTypeNormal, resizer.ReasonResizeSuccess)
 	})
 
 	kubectl("delete", "--grace-period=1", "-f", file)

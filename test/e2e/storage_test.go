@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/provisioner"
@@ -136,7 +137,8 @@ func TestBlockVolumeClaim(t *testing.T) {
 	}
 	pvc := createClaim(t, c, name, corev1.PersistentVolumeBlock, "16Mi")
 	pod := busyboxPod(name, "printf '"+payload+"' | dd of=/dev/xvda conv=fsync 2>/dev/null && "+
-		"echo; echo read back: $(dd if=/dev/xvda bs="+fmt.Sprint(len(payload))+" count=1 2>/dev/null); sleep 3600")
+		"echo; echo read back: $(dd if=/dev/xvda bs="+fmt.Sprint(len(payload))+" count=1 2>/dev/null); "+
+		"while true; do echo device size: $(blockdev --getsize64 /dev/xvda); sleep 0.2; done")
 	pod.Spec.Containers[0].VolumeDevices = []corev1.VolumeDevice{{Name: "data", DevicePath: "/dev/xvda"}}
 	pod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name},
@@ -144,6 +146,16 @@ func TestBlockVolumeClaim(t *testing.T) {
 	pv := runPod(t, c, pod, pvc)
 	waitLogs(t, c, name, "read back: "+payload)
 	waitCapacityMetric(t, c, pv)
+	// Grown while the pod runs: the pod sees the new device size (no
+	// restart, no node step), and the PV says what the image holds.
+	waitLogs(t, c, name, "device size: 16777216")
+	growClaim(t, c, name, "32Mi")
+	waitLogs(t, c, name, "device size: 33554432")
+	grown, err := c.Client.CoreV1().PersistentVolumes().Get(context.Background(), pv.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv = grown
 
 	image := filepath.Join(c.DataDir, "volumes", pv.Name+".img")
 	got, err := os.ReadFile(image)
@@ -168,6 +180,26 @@ func TestBlockVolumeClaim(t *testing.T) {
 	if _, err := os.Stat(image); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("image %s after the claim was deleted: %v", image, err)
 	}
+}
+
+// growClaim raises a claim's storage request and waits until the claim's
+// capacity shows it.
+func growClaim(t *testing.T, c *launch.Cluster, name, size string) {
+	t.Helper()
+	ctx := context.Background()
+	patch := fmt.Sprintf(`{"spec":{"resources":{"requests":{"storage":%q}}}}`, size)
+	if _, err := c.Client.CoreV1().PersistentVolumeClaims("default").Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("growing claim %s to %s: %v", name, size, err)
+	}
+	want := resource.MustParse(size)
+	waitFor(t, 30*time.Second, "claim "+name+" to have "+size, func() (bool, error) {
+		pvc, err := c.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		got := pvc.Status.Capacity[corev1.ResourceStorage]
+		return got.Cmp(want) == 0, fmt.Errorf("capacity %s", got.String())
+	})
 }
 
 // createClaim creates a ReadWriteOnce claim of the default StorageClass.

@@ -97,10 +97,10 @@ type Env struct {
 	Dir    string
 }
 
-// NewEnv prepares a test's world. allowUnenforced decides whether
-// filesystem volumes are accepted without quota (the host's filesystem
-// enforces none; the kernel-test VM's does).
-func NewEnv(t *testing.T, allowUnenforced bool) *Env {
+// NewEnv prepares a test's (or a benchmark's) world. allowUnenforced
+// decides whether filesystem volumes are accepted without quota (the
+// host's filesystem enforces none; the kernel-test VM's does).
+func NewEnv(t testing.TB, allowUnenforced bool) *Env {
 	t.Helper()
 	cp := ControlPlane(t)
 	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
@@ -108,6 +108,11 @@ func NewEnv(t *testing.T, allowUnenforced bool) *Env {
 		name = name[:40]
 	}
 	name = strings.Trim(name, "-")
+	if _, bench := t.(*testing.B); bench {
+		// The testing package calls a benchmark several times (rising
+		// b.N), each time with the same name.
+		name = fmt.Sprintf("%s-%d", name, time.Now().UnixNano()%1e9)
+	}
 	e := &Env{T: t, Client: cp.Client, NS: name, Class: "sc-" + name, Node: "node-" + name}
 	ctx := context.Background()
 	if _, err := e.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.NS}}, metav1.CreateOptions{}); err != nil {

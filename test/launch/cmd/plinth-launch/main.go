@@ -122,6 +122,11 @@ Storage: StorageClass %q. Try the example PVC + pod:
   kubectl apply -f %s
   kubectl get pvc,pod
 
+Grow the claim while the pod runs, and see its new capacity:
+
+  kubectl patch pvc example -p '{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}'
+  kubectl get pvc example
+
 %s`, storageClass, example, exampleYAML)
 	} else {
 		fmt.Printf(`
