@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"source.plinth.dev/node/kubernetes/clusterobjects"
+	"source.plinth.dev/node/kubernetes/internal/controller"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/provisioner"
 	"source.plinth.dev/node/kubernetes/resizer"
@@ -147,24 +148,21 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	base := controller.Base{
+		Client:      clients.Client,
+		EventClient: clients.Events,
+		Driver:      names.DriverName,
+		NodeName:    s.NodeName,
+	}
 	prov, err := provisioner.New(provisioner.Config{
-		Client:            clients.Client,
-		EventClient:       clients.Events,
-		Driver:            names.DriverName,
-		NodeName:          s.NodeName,
+		Base:              base,
 		Volumes:           s.Volumes,
 		OrphanGracePeriod: s.OrphanGracePeriod,
 	})
 	if err != nil {
 		return err
 	}
-	resize, err := resizer.New(resizer.Config{
-		Client:      clients.Client,
-		EventClient: clients.Events,
-		Driver:      names.DriverName,
-		NodeName:    s.NodeName,
-		Volumes:     s.Volumes,
-	})
+	resize, err := resizer.New(resizer.Config{Base: base, Volumes: s.Volumes})
 	if err != nil {
 		return err
 	}

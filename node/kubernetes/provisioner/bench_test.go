@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"source.plinth.dev/node/kubernetes/internal/controller"
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
@@ -149,10 +150,12 @@ func provisionBatch(b *testing.B, impl string, i int) (created, bound time.Durat
 		}()
 	} else {
 		c, err := New(Config{
-			Client:            client,
-			EventClient:       clientWith(b, 20, 50),
-			Driver:            names.DriverName,
-			NodeName:          e.Node,
+			Base: controller.Base{
+				Client:      client,
+				EventClient: clientWith(b, 20, 50),
+				Driver:      names.DriverName,
+				NodeName:    e.Node,
+			},
 			Volumes:           e.Vols,
 			OrphanGracePeriod: time.Hour,
 		})

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
-	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/pkg/supervisor"
 )
 
@@ -31,15 +30,7 @@ func newEnv(t *testing.T, allowUnenforced bool) *env {
 
 // controller returns the configuration of a controller for this env's node.
 func (e *env) controller() *Config {
-	return &Config{
-		Client:            e.Client,
-		Driver:            names.DriverName,
-		NodeName:          e.Node,
-		Volumes:           e.Vols,
-		OrphanGracePeriod: time.Hour,
-		RetryBase:         100 * time.Millisecond,
-		RetryMax:          2 * time.Second,
-	}
+	return &Config{Base: e.Base(e.Node), Volumes: e.Vols, OrphanGracePeriod: time.Hour}
 }
 
 // start runs a controller of cfg under a supervisor until the test ends

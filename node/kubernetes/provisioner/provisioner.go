@@ -28,9 +28,6 @@ import (
 	"errors"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/clock"
-
 	"source.plinth.dev/node/kubernetes/internal/controller"
 	"source.plinth.dev/node/kubernetes/volume"
 )
@@ -47,14 +44,11 @@ const (
 	ReasonOrphanRetained        = "OrphanedVolumeRetained"
 )
 
-// Defaults for the Controller's optional fields.
+// Defaults for the Config's optional fields.
 const (
 	DefaultClaimWorkers      = 16
 	DefaultVolumeWorkers     = 4
 	DefaultOrphanGracePeriod = 10 * time.Minute
-	DefaultResync            = 10 * time.Minute
-	defaultRetryBase         = 250 * time.Millisecond
-	defaultRetryMax          = 5 * time.Minute
 )
 
 // Volumes is the part of the volume manager (*volume.Manager) the
@@ -74,18 +68,10 @@ type Volumes interface {
 	CapacityEnforced() bool
 }
 
-// Config is what a Controller needs. Client, Driver, NodeName and Volumes
-// are required; zero values of the other fields mean their defaults.
+// Config is what a Controller needs: the fields every controller has
+// (Client, Driver and NodeName required), and Volumes.
 type Config struct {
-	// Client is used for informers and all writes.
-	Client kubernetes.Interface
-	// EventClient sends Events. It should have its own rate limiter so that
-	// Events never take request budget from provisioning. Defaults to Client.
-	EventClient kubernetes.Interface
-	// Driver is the provisioner and CSI driver name.
-	Driver string
-	// NodeName is this node's Node object name.
-	NodeName string
+	controller.Base
 	// Volumes creates and deletes volumes on this node's data directory.
 	Volumes Volumes
 
@@ -96,12 +82,6 @@ type Config struct {
 	// before it is removed. It covers the lag of the informers and the time
 	// between creating a volume and creating its PV.
 	OrphanGracePeriod time.Duration
-	// Resync is the informer resync period.
-	Resync time.Duration
-	// RetryBase and RetryMax bound the per-item exponential retry backoff.
-	RetryBase, RetryMax time.Duration
-	// Clock is for tests; defaults to the real clock.
-	Clock clock.WithTicker
 }
 
 // Controller is the provisioner runnable: build it with New, then pass Run
@@ -114,23 +94,14 @@ type Controller struct {
 // New checks cfg and fills in its defaults, so a wiring mistake fails when
 // the node starts rather than as a runnable the supervisor restarts forever.
 func New(cfg Config) (*Controller, error) {
-	switch {
-	case cfg.Client == nil:
-		return nil, errors.New("creating provisioner: no Kubernetes client")
-	case cfg.Driver == "":
-		return nil, errors.New("creating provisioner: no driver name")
-	case cfg.NodeName == "":
-		return nil, errors.New("creating provisioner: no node name")
-	case cfg.Volumes == nil:
+	if err := cfg.Complete("provisioner"); err != nil {
+		return nil, err
+	}
+	if cfg.Volumes == nil {
 		return nil, errors.New("creating provisioner: no volume manager")
 	}
-	cfg.EventClient = controller.OrDefault(cfg.EventClient, cfg.Client)
 	cfg.ClaimWorkers = controller.OrDefault(cfg.ClaimWorkers, DefaultClaimWorkers)
 	cfg.VolumeWorkers = controller.OrDefault(cfg.VolumeWorkers, DefaultVolumeWorkers)
 	cfg.OrphanGracePeriod = controller.OrDefault(cfg.OrphanGracePeriod, DefaultOrphanGracePeriod)
-	cfg.Resync = controller.OrDefault(cfg.Resync, DefaultResync)
-	cfg.RetryBase = controller.OrDefault(cfg.RetryBase, defaultRetryBase)
-	cfg.RetryMax = controller.OrDefault(cfg.RetryMax, defaultRetryMax)
-	cfg.Clock = controller.OrDefault[clock.WithTicker](cfg.Clock, clock.RealClock{})
 	return &Controller{Config: cfg}, nil
 }

@@ -9,9 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -48,37 +45,38 @@ type run struct {
 
 // Run provisions and deletes volumes until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
+	inc, err := c.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer inc.Stop()
 	r := &run{
 		Controller: c,
-		log:        supervisor.Logger(ctx),
+		log:        inc.Log,
 		clock:      c.Clock,
+		hostname:   inc.Hostname,
 		label:      ownership.NodeLabelValue(c.NodeName),
+		recorder:   inc.Recorder,
+		claimQ:     controller.NewBackoffQueue("plinth-provisioner-claims", c.Clock, c.RetryBase, c.RetryMax),
+		volumeQ:    controller.NewBackoffQueue("plinth-provisioner-volumes", c.Clock, c.RetryBase, c.RetryMax),
 		firstSeen:  map[string]time.Time{},
 		reported:   map[string]bool{},
 		kept:       map[string]bool{},
 	}
-	var err error
-	if r.hostname, err = ownership.NodeHostname(ctx, c.Client, c.NodeName, r.log); err != nil {
-		return err
-	}
-	r.claimQ = controller.NewBackoffQueue("plinth-provisioner-claims", r.clock, c.RetryBase, c.RetryMax)
-	r.volumeQ = controller.NewBackoffQueue("plinth-provisioner-volumes", r.clock, c.RetryBase, c.RetryMax)
 	defer r.claimQ.ShutDown()
 	defer r.volumeQ.ShutDown()
-	var stopEvents func()
-	r.recorder, stopEvents = controller.NewRecorder(ctx, c.EventClient, c.Driver, c.NodeName)
-	defer stopEvents()
-
-	// Informers stop with their own context, cancelled before their
-	// factories' Shutdown waits for them, so every return path of Run
-	// leaves nothing running.
-	ictx, stopInformers := context.WithCancel(ctx)
-	shutdown, err := r.startInformers(ictx)
-	defer shutdown()
-	defer stopInformers()
-	if err != nil {
+	if err := r.watch(ctx, inc); err != nil {
 		return err
 	}
+	if err := inc.Sync(ctx); err != nil {
+		return err
+	}
+	// The initial list of every PVC in the cluster was decoded in full
+	// before the transform shrank each to a stub: on a big cluster tens of
+	// MB, now garbage. Hand it back to the OS now rather than whenever the
+	// runtime's scavenger gets to it, so the node agent's footprint is what
+	// it holds, not what it once listed. One GC, once per start.
+	debug.FreeOSMemory()
 	r.log.Infof("provisioner for driver %s on node %s (hostname %s) started", c.Driver, c.NodeName, r.hostname)
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 
@@ -97,65 +95,36 @@ func (c *Controller) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// startInformers builds the informers, connects their handlers, starts them
-// and waits for their caches. The returned shutdown waits for them to stop
-// once ctx is cancelled; it is valid even when err is not nil.
-func (r *run) startInformers(ctx context.Context) (shutdown func(), err error) {
-	// PVCs and StorageClasses: every one in the cluster (a claim becomes ours
-	// only when the scheduler picks this node); foreign claims are stubbed by
-	// the transform. PVs: only this node's, selected by label on the server.
-	all := informers.NewSharedInformerFactoryWithOptions(r.Client, r.Resync,
-		informers.WithTransform(ownership.StripManagedFields))
-	own := informers.NewSharedInformerFactoryWithOptions(r.Client, r.Resync,
-		informers.WithTransform(ownership.StripManagedFields),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = labels.Set{ownership.LabelNode: r.label}.String()
-		}))
-	shutdown = func() { all.Shutdown(); own.Shutdown() }
-	claimInf := all.Core().V1().PersistentVolumeClaims().Informer()
-	if err := claimInf.SetTransform(ownership.ClaimTransform(r.Driver, r.NodeName)); err != nil {
-		return shutdown, fmt.Errorf("setting PVC transform: %w", err)
+// watch adds what the provisioner needs to the incarnation's informers
+// (the claims' UID index, StorageClasses) and connects its handlers.
+func (r *run) watch(ctx context.Context, inc *controller.Incarnation) error {
+	if err := inc.Claims.AddIndexers(cache.Indexers{ownership.UIDIndex: ownership.IndexByUID}); err != nil {
+		return fmt.Errorf("adding PVC index: %w", err)
 	}
-	if err := claimInf.AddIndexers(cache.Indexers{ownership.UIDIndex: ownership.IndexByUID}); err != nil {
-		return shutdown, fmt.Errorf("adding PVC index: %w", err)
-	}
-	classInf := all.Storage().V1().StorageClasses().Informer()
-	volInf := own.Core().V1().PersistentVolumes().Informer()
-	r.claimIdx = claimInf.GetIndexer()
-	r.classes = all.Storage().V1().StorageClasses().Lister()
-	r.volumes = controller.NewOwnWrites[*corev1.PersistentVolume](volInf.GetStore(), r.clock, time.Minute)
-
-	if _, err := claimInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	classInf := inc.Cluster.Storage().V1().StorageClasses().Informer()
+	r.claimIdx = inc.Claims.GetIndexer()
+	r.classes = inc.Cluster.Storage().V1().StorageClasses().Lister()
+	r.volumes = controller.NewOwnWrites[*corev1.PersistentVolume](inc.Volumes.GetStore(), r.clock, time.Minute)
+	if _, err := inc.Claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    r.onClaim,
 		UpdateFunc: func(_, o any) { r.onClaim(o) },
 	}); err != nil {
-		return shutdown, fmt.Errorf("watching PVCs: %w", err)
+		return fmt.Errorf("watching PVCs: %w", err)
 	}
 	if _, err := classInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    r.onClass,
 		UpdateFunc: func(_, o any) { r.onClass(o) },
 	}); err != nil {
-		return shutdown, fmt.Errorf("watching StorageClasses: %w", err)
+		return fmt.Errorf("watching StorageClasses: %w", err)
 	}
-	if _, err := volInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := inc.Volumes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    r.onVolume,
 		UpdateFunc: func(_, o any) { r.onVolume(o) },
 		DeleteFunc: func(o any) { r.onVolumeDeleted(ctx, o) },
 	}); err != nil {
-		return shutdown, fmt.Errorf("watching PVs: %w", err)
+		return fmt.Errorf("watching PVs: %w", err)
 	}
-	all.Start(ctx.Done())
-	own.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), claimInf.HasSynced, classInf.HasSynced, volInf.HasSynced) {
-		return shutdown, ctx.Err()
-	}
-	// The initial list of every PVC in the cluster was decoded in full
-	// before the transform shrank each to a stub: on a big cluster tens of
-	// MB, now garbage. Hand it back to the OS now rather than whenever the
-	// runtime's scavenger gets to it, so the node agent's footprint is what
-	// it holds, not what it once listed. One GC, once per start.
-	debug.FreeOSMemory()
-	return shutdown, nil
+	return nil
 }
 
 func (r *run) onClaim(obj any) {

@@ -123,7 +123,7 @@ func unitRun(t *testing.T, client *fake.Clientset) (*run, *fakeVolumes, string) 
 	pvs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}) // the lagging watch
 	vols := &fakeVolumes{}
 	r := &run{
-		Controller: &Controller{Config: Config{Client: client, Driver: testDriver, NodeName: testNode, Volumes: vols}},
+		Controller: &Controller{Config: Config{Base: controller.Base{Client: client, Driver: testDriver, NodeName: testNode}, Volumes: vols}},
 		log:        logtree.New().LeveledFor("test"),
 		clock:      clock.RealClock{},
 		hostname:   testNode,

@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
-	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/provisioner"
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/loop"
@@ -41,10 +40,7 @@ func newEnv(t *testing.T) *env {
 // ends.
 func (e *env) startProvisioner(node string, vols *volume.Manager) {
 	e.T.Helper()
-	p, err := provisioner.New(provisioner.Config{
-		Client: e.Client, Driver: names.DriverName, NodeName: node, Volumes: vols,
-		OrphanGracePeriod: time.Hour, RetryBase: 100 * time.Millisecond, RetryMax: 2 * time.Second,
-	})
+	p, err := provisioner.New(provisioner.Config{Base: e.Base(node), Volumes: vols, OrphanGracePeriod: time.Hour})
 	if err != nil {
 		e.T.Fatal(err)
 	}
@@ -55,10 +51,7 @@ func (e *env) startProvisioner(node string, vols *volume.Manager) {
 // test ends (or stop is called).
 func (e *env) startResizer() (stop func()) {
 	e.T.Helper()
-	r, err := New(Config{
-		Client: e.Client, Driver: names.DriverName, NodeName: e.Node, Volumes: e.Vols,
-		RetryBase: 100 * time.Millisecond, RetryMax: 2 * time.Second,
-	})
+	r, err := New(Config{Base: e.Base(e.Node), Volumes: e.Vols})
 	if err != nil {
 		e.T.Fatal(err)
 	}

@@ -24,10 +24,6 @@ package resizer
 import (
 	"context"
 	"errors"
-	"time"
-
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/clock"
 
 	"source.plinth.dev/node/kubernetes/internal/controller"
 	"source.plinth.dev/node/kubernetes/volume"
@@ -42,13 +38,8 @@ const (
 	ReasonResizeFailed  = "VolumeResizeFailed"
 )
 
-// Defaults for the Config's optional fields.
-const (
-	DefaultWorkers   = 8
-	DefaultResync    = 10 * time.Minute
-	defaultRetryBase = 250 * time.Millisecond
-	defaultRetryMax  = 5 * time.Minute
-)
+// DefaultWorkers is the default of Config.Workers.
+const DefaultWorkers = 8
 
 // Volumes is the part of the volume manager (*volume.Manager) the resizer
 // uses. Expand is idempotent and crash-safe, never shrinks a volume, and
@@ -57,29 +48,14 @@ type Volumes interface {
 	Expand(ctx context.Context, id string, bytes int64) (volume.Info, error)
 }
 
-// Config is what a Controller needs. Client, Driver, NodeName and Volumes
-// are required; zero values of the other fields mean their defaults.
+// Config is what a Controller needs: the fields every controller has
+// (Client, Driver and NodeName required), and Volumes.
 type Config struct {
-	// Client is used for informers and all writes.
-	Client kubernetes.Interface
-	// EventClient sends Events, with its own rate limiter. Defaults to
-	// Client.
-	EventClient kubernetes.Interface
-	// Driver is the CSI driver name.
-	Driver string
-	// NodeName is this node's Node object name.
-	NodeName string
+	controller.Base
 	// Volumes grows volumes on this node's data directory.
 	Volumes Volumes
 	// Workers is the number of claims resized concurrently.
 	Workers int
-	// Resync is the informer resync period.
-	Resync time.Duration
-	// RetryBase and RetryMax bound the per-claim exponential backoff of
-	// transient failures.
-	RetryBase, RetryMax time.Duration
-	// Clock is for tests; defaults to the real clock.
-	Clock clock.WithTicker
 }
 
 // Controller is the resizer runnable: build it with New, then pass Run to
@@ -92,21 +68,12 @@ type Controller struct {
 // New checks cfg and fills in its defaults, so a wiring mistake fails when
 // the node starts rather than as a runnable the supervisor restarts forever.
 func New(cfg Config) (*Controller, error) {
-	switch {
-	case cfg.Client == nil:
-		return nil, errors.New("creating resizer: no Kubernetes client")
-	case cfg.Driver == "":
-		return nil, errors.New("creating resizer: no driver name")
-	case cfg.NodeName == "":
-		return nil, errors.New("creating resizer: no node name")
-	case cfg.Volumes == nil:
+	if err := cfg.Complete("resizer"); err != nil {
+		return nil, err
+	}
+	if cfg.Volumes == nil {
 		return nil, errors.New("creating resizer: no volume manager")
 	}
-	cfg.EventClient = controller.OrDefault(cfg.EventClient, cfg.Client)
 	cfg.Workers = controller.OrDefault(cfg.Workers, DefaultWorkers)
-	cfg.Resync = controller.OrDefault(cfg.Resync, DefaultResync)
-	cfg.RetryBase = controller.OrDefault(cfg.RetryBase, defaultRetryBase)
-	cfg.RetryMax = controller.OrDefault(cfg.RetryMax, defaultRetryMax)
-	cfg.Clock = controller.OrDefault[clock.WithTicker](cfg.Clock, clock.RealClock{})
 	return &Controller{Config: cfg}, nil
 }

@@ -7,9 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
@@ -40,24 +37,35 @@ const ownWritesTTL = time.Minute
 
 // Run resizes volumes until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	r := &run{Controller: c, log: supervisor.Logger(ctx), clock: c.Clock}
-	var err error
-	if r.hostname, err = ownership.NodeHostname(ctx, c.Client, c.NodeName, r.log); err != nil {
+	inc, err := c.Begin(ctx)
+	if err != nil {
 		return err
 	}
-	r.queue = controller.NewBackoffQueue("plinth-resizer", r.clock, c.RetryBase, c.RetryMax)
+	defer inc.Stop()
+	r := &run{
+		Controller: c,
+		log:        inc.Log,
+		clock:      c.Clock,
+		hostname:   inc.Hostname,
+		recorder:   inc.Recorder,
+		queue:      controller.NewBackoffQueue("plinth-resizer", c.Clock, c.RetryBase, c.RetryMax),
+		claims:     controller.NewOwnWrites[*corev1.PersistentVolumeClaim](inc.Claims.GetStore(), c.Clock, ownWritesTTL),
+		volumes:    controller.NewOwnWrites[*corev1.PersistentVolume](inc.Volumes.GetStore(), c.Clock, ownWritesTTL),
+	}
 	defer r.queue.ShutDown()
-	var stopEvents func()
-	r.recorder, stopEvents = controller.NewRecorder(ctx, c.EventClient, c.Driver, c.NodeName)
-	defer stopEvents()
-
-	// Informers stop with their own context, cancelled before their
-	// factories' Shutdown waits for them.
-	ictx, stopInformers := context.WithCancel(ctx)
-	shutdown, err := r.startInformers(ictx)
-	defer shutdown()
-	defer stopInformers()
-	if err != nil {
+	if _, err := inc.Claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    r.onClaim,
+		UpdateFunc: func(_, o any) { r.onClaim(o) },
+	}); err != nil {
+		return fmt.Errorf("watching PVCs: %w", err)
+	}
+	if _, err := inc.Volumes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    r.onVolume,
+		UpdateFunc: func(_, o any) { r.onVolume(o) },
+	}); err != nil {
+		return fmt.Errorf("watching PVs: %w", err)
+	}
+	if err := inc.Sync(ctx); err != nil {
 		return err
 	}
 	r.log.Infof("resizer for driver %s on node %s (hostname %s) started", c.Driver, c.NodeName, r.hostname)
@@ -71,49 +79,6 @@ func (c *Controller) Run(ctx context.Context) error {
 	r.queue.ShutDown()
 	wg.Wait()
 	return ctx.Err()
-}
-
-// startInformers builds the claim and PV informers, connects their
-// handlers, starts them and waits for their caches. The returned shutdown
-// waits for them to stop once ctx is cancelled; it is valid even when err
-// is not nil.
-func (r *run) startInformers(ctx context.Context) (shutdown func(), err error) {
-	// Claims: every one in the cluster, foreign ones as stubs (the same
-	// transform as the provisioner's). PVs: only this node's, selected by
-	// label on the server.
-	all := informers.NewSharedInformerFactoryWithOptions(r.Client, r.Resync,
-		informers.WithTransform(ownership.StripManagedFields))
-	own := informers.NewSharedInformerFactoryWithOptions(r.Client, r.Resync,
-		informers.WithTransform(ownership.StripManagedFields),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = labels.Set{ownership.LabelNode: ownership.NodeLabelValue(r.NodeName)}.String()
-		}))
-	shutdown = func() { all.Shutdown(); own.Shutdown() }
-	claimInf := all.Core().V1().PersistentVolumeClaims().Informer()
-	if err := claimInf.SetTransform(ownership.ClaimTransform(r.Driver, r.NodeName)); err != nil {
-		return shutdown, fmt.Errorf("setting PVC transform: %w", err)
-	}
-	volInf := own.Core().V1().PersistentVolumes().Informer()
-	r.claims = controller.NewOwnWrites[*corev1.PersistentVolumeClaim](claimInf.GetStore(), r.clock, ownWritesTTL)
-	r.volumes = controller.NewOwnWrites[*corev1.PersistentVolume](volInf.GetStore(), r.clock, ownWritesTTL)
-	if _, err := claimInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    r.onClaim,
-		UpdateFunc: func(_, o any) { r.onClaim(o) },
-	}); err != nil {
-		return shutdown, fmt.Errorf("watching PVCs: %w", err)
-	}
-	if _, err := volInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    r.onVolume,
-		UpdateFunc: func(_, o any) { r.onVolume(o) },
-	}); err != nil {
-		return shutdown, fmt.Errorf("watching PVs: %w", err)
-	}
-	all.Start(ctx.Done())
-	own.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), claimInf.HasSynced, volInf.HasSynced) {
-		return shutdown, ctx.Err()
-	}
-	return shutdown, nil
 }
 
 // onClaim queues a bound claim of ours that has a resize to do. The check

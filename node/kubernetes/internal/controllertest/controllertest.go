@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"source.plinth.dev/node/kubernetes/internal/controller"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/volume"
@@ -122,6 +123,19 @@ func NewEnv(t testing.TB, allowUnenforced bool) *Env {
 	e.Dir = t.TempDir()
 	e.Vols = NewVolumes(t, e.Dir, allowUnenforced)
 	return e
+}
+
+// Base is the controller configuration tests use for node: the env's
+// client and our driver, with retries short enough for a test to see
+// several.
+func (e *Env) Base(node string) controller.Base {
+	return controller.Base{
+		Client:    e.Client,
+		Driver:    names.DriverName,
+		NodeName:  node,
+		RetryBase: 100 * time.Millisecond,
+		RetryMax:  2 * time.Second,
+	}
 }
 
 // NewVolumes places a data tree in dir and returns a volume manager over
