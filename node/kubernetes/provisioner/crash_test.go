@@ -34,32 +34,13 @@ import (
 func TestCrashSafety(t *testing.T) {
 	e := newEnv(t, true)
 	cp := controllertest.ControlPlane(t)
-	bin, err := controllertest.PlinthNodeBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
 	const grace = 3 * time.Second
-	p := &controllertest.NodeProcess{T: t, Bin: bin, Log: filepath.Join(t.TempDir(), "plinth-node.log"), Args: []string{
-		"--root=" + filepath.Join(t.TempDir(), "node"),
-		"--data-dir=" + e.Dir,
-		"--node-name=" + e.Node,
-		// The restricted identity a node really runs with.
-		"--kubeconfig=" + cp.NodeKubeconfig,
-		"--allow-unenforced-capacity",
-		"--orphan-grace-period=" + grace.String(),
-	}}
+	p := e.NodeProcess(t, "--orphan-grace-period="+grace.String())
 	// Every other start, a tight client budget makes API writes wait,
 	// which widens the window between creating a volume and creating its
 	// PV: the crash that leaves an orphan becomes likely instead of rare.
 	// The other starts are fast, so kills also land in volume operations.
-	var starts int
-	p.Extra = func() []string {
-		starts++
-		if starts%2 == 0 {
-			return []string{"--kube-api-qps=20", "--kube-api-burst=5"}
-		}
-		return nil
-	}
+	p.Extra = controllertest.EveryOtherStart(20, 5)
 	p.Start()
 	t.Cleanup(func() {
 		p.Kill(syscall.SIGKILL)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -28,28 +27,10 @@ import (
 // past the end by an interrupted one).
 func TestResizeCrashSafety(t *testing.T) {
 	e := newEnv(t)
-	cp := controllertest.ControlPlane(t)
-	bin, err := controllertest.PlinthNodeBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &controllertest.NodeProcess{T: t, Bin: bin, Log: filepath.Join(t.TempDir(), "plinth-node.log"), Args: []string{
-		"--root=" + filepath.Join(t.TempDir(), "node"),
-		"--data-dir=" + e.Dir,
-		"--node-name=" + e.Node,
-		"--kubeconfig=" + cp.NodeKubeconfig,
-		"--allow-unenforced-capacity",
-	}}
+	p := e.NodeProcess(t)
 	// Every other start, a tight client budget makes API writes wait,
 	// which widens the windows between the steps of a resize.
-	var starts int
-	p.Extra = func() []string {
-		starts++
-		if starts%2 == 0 {
-			return []string{"--kube-api-qps=10", "--kube-api-burst=2"}
-		}
-		return nil
-	}
+	p.Extra = controllertest.EveryOtherStart(10, 2)
 	p.Start()
 	t.Cleanup(func() {
 		p.Kill(syscall.SIGKILL)

@@ -111,3 +111,38 @@ func (p *NodeProcess) LogTail() string {
 	lines := strings.Split(string(b), "\n")
 	return strings.Join(lines[max(0, len(lines)-60):], "\n")
 }
+
+// NodeProcess returns a plinth-node process (not started) serving the
+// env's node and data directory, with the restricted identity a node
+// really runs with, unenforced capacity allowed (the host has no quotas),
+// and args added.
+func (e *Env) NodeProcess(t *testing.T, args ...string) *NodeProcess {
+	t.Helper()
+	bin, err := PlinthNodeBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &NodeProcess{T: t, Bin: bin, Log: filepath.Join(t.TempDir(), "plinth-node.log"), Args: append([]string{
+		"--root=" + filepath.Join(t.TempDir(), "node"),
+		"--data-dir=" + e.Dir,
+		"--node-name=" + e.Node,
+		"--kubeconfig=" + ControlPlane(t).NodeKubeconfig,
+		"--allow-unenforced-capacity",
+	}, args...)}
+}
+
+// EveryOtherStart is a NodeProcess.Extra that gives every second start a
+// client budget of qps and burst, so tight that API writes wait. Crash
+// tests use it to widen the windows between an operation's steps, so that
+// kills land inside them, while the other starts run fast and kills land
+// in the volume work.
+func EveryOtherStart(qps, burst int) func() []string {
+	starts := 0
+	return func() []string {
+		starts++
+		if starts%2 == 0 {
+			return []string{fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", burst)}
+		}
+		return nil
+	}
+}
