@@ -3,6 +3,7 @@ package provisioner
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -171,7 +172,11 @@ func TestBadInput(t *testing.T) {
 	} {
 		t.Run(tc.claim.Name, func(t *testing.T) {
 			pvc := e.CreateClaim(tc.claim)
-			e.WaitEvent(pvc.UID, ReasonProvisioningFailed, tc.want)
+			ev := e.WaitEvent(pvc.UID, ReasonProvisioningFailed, tc.want)
+			// Each layer adds only what it knows: the volume is named once.
+			if n := strings.Count(ev.Message, ownership.VolumeIDFor(pvc.UID)); n > 1 {
+				t.Errorf("Event names the volume %d times: %q", n, ev.Message)
+			}
 			e.NoPV(pvc.UID)
 			if ids := e.VolumeIDs(); len(ids) != 0 {
 				t.Errorf("volumes left behind: %v", ids)

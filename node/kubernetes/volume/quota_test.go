@@ -1,6 +1,7 @@
 package volume
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -195,6 +196,58 @@ func TestStatReportsLostQuotaAndStrayClaimsAreReleased(t *testing.T) {
 			}
 			if _, ok, _ := m.ProjectIDs.Lookup("live"); !ok {
 				t.Errorf("Recover released the claim of a live volume")
+			}
+		})
+	}
+}
+
+// TestFullVolumeGrowsWithItsData: a filesystem volume written until its
+// quota refused more keeps every byte when it grows, shows the new size to
+// statfs at once (XFS), takes exactly the new room and no more.
+func TestFullVolumeGrowsWithItsData(t *testing.T) {
+	ctx := context.Background()
+	for _, b := range enforcedBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			m := newManagerOn(t, b)
+			if _, err := m.Create(ctx, "full", Filesystem, 4*MiB); err != nil {
+				t.Fatal(err)
+			}
+			_, dir, _ := m.Locate(ctx, "full")
+			// A pattern, not zeros, so that any change of the data shows.
+			pattern := make([]byte, 8*MiB)
+			for i := range pattern {
+				pattern[i] = byte(i % 251)
+			}
+			err := asPodUser(t, func() error { return os.WriteFile(filepath.Join(dir, "a"), pattern, 0o644) })
+			if !errors.Is(err, unix.ENOSPC) && !errors.Is(err, unix.EDQUOT) {
+				t.Fatalf("filling the volume: %v, want ENOSPC or EDQUOT", err)
+			}
+			before, err := os.ReadFile(filepath.Join(dir, "a"))
+			if err != nil || len(before) < 3*MiB || !bytes.Equal(before, pattern[:len(before)]) {
+				t.Fatalf("the full volume holds %d bytes (%v), not the pattern written", len(before), err)
+			}
+			if _, err := m.Expand(ctx, "full", 8*MiB); err != nil {
+				t.Fatalf("growing the full volume: %v", err)
+			}
+			after, err := os.ReadFile(filepath.Join(dir, "a"))
+			if err != nil || !bytes.Equal(before, after) {
+				t.Fatalf("data changed by the resize: %d bytes before, %d after (%v)", len(before), len(after), err)
+			}
+			if b.name == "xfs" {
+				var sfs unix.Statfs_t
+				if err := unix.Statfs(dir, &sfs); err != nil {
+					t.Fatal(err)
+				}
+				if got := int64(sfs.Blocks) * sfs.Bsize; got != 8*MiB {
+					t.Errorf("statfs size after the resize = %d, want %d", got, 8*MiB)
+				}
+			}
+			if err := asPodUser(t, func() error { return writeFile(t, dir, "b", 2*MiB) }); err != nil {
+				t.Errorf("writing into the grown room: %v", err)
+			}
+			err = asPodUser(t, func() error { return writeFile(t, dir, "c", 4*MiB) })
+			if !errors.Is(err, unix.ENOSPC) && !errors.Is(err, unix.EDQUOT) {
+				t.Errorf("writing past the new size: %v, want ENOSPC or EDQUOT", err)
 			}
 		})
 	}
