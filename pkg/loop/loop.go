@@ -135,16 +135,7 @@ func Create(backing *os.File, opts Options) (*Device, error) {
 	if err := checkBacking(backing, opts); err != nil {
 		return nil, fmt.Errorf("creating loop device for %s: %w", backing.Name(), err)
 	}
-	var flags uint32
-	if opts.ReadOnly {
-		flags |= unix.LO_FLAGS_READ_ONLY
-	}
-	if opts.DirectIO {
-		flags |= unix.LO_FLAGS_DIRECT_IO
-	}
-	if opts.Autoclear {
-		flags |= unix.LO_FLAGS_AUTOCLEAR
-	}
+	flags := kernelFlags(opts)
 	ctl, err := os.OpenFile(controlPath, os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("creating loop device: %w", err)
@@ -177,6 +168,56 @@ func Create(backing *os.File, opts Options) (*Device, error) {
 		}
 	}
 	return nil, fmt.Errorf("creating loop device for %s: gave up after %d attempts: %w", backing.Name(), attempts, lastErr)
+}
+
+// CreateAt binds backing to /dev/loopN, the number the caller chose, and
+// returns it open. The device is made first if it does not exist
+// (LOOP_CTL_ADD); a device that already serves a file is never taken over:
+// the kernel's LOOP_CONFIGURE refuses it, and CreateAt fails with an error
+// wrapping EBUSY.
+//
+// Create is what volumes use; CreateAt exists for the moment a number must
+// be reproduced, such as a test that makes a foreign file take the very
+// number a crashed owner recorded, to prove the record is not trusted.
+func CreateAt(n int, backing *os.File, opts Options) (*Device, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("creating loop device: invalid number %d", n)
+	}
+	if backing == nil {
+		return nil, fmt.Errorf("creating loop%d: backing file is nil", n)
+	}
+	if err := checkBacking(backing, opts); err != nil {
+		return nil, fmt.Errorf("creating loop%d for %s: %w", n, backing.Name(), err)
+	}
+	ctl, err := os.OpenFile(controlPath, os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("creating loop%d: %w", n, err)
+	}
+	defer ctl.Close()
+	err = control(ctl, func(fd int) error { return ioctlInt(fd, unix.LOOP_CTL_ADD, uintptr(n)) })
+	if err != nil && !errors.Is(err, unix.EEXIST) {
+		return nil, fmt.Errorf("creating loop%d: LOOP_CTL_ADD: %w", n, err)
+	}
+	d, err := configure(n, backing, kernelFlags(opts), opts)
+	if err != nil {
+		return nil, fmt.Errorf("creating loop%d for %s: %w", n, backing.Name(), err)
+	}
+	return d, nil
+}
+
+// kernelFlags are the LO_FLAGS_* that opts ask for.
+func kernelFlags(opts Options) uint32 {
+	var flags uint32
+	if opts.ReadOnly {
+		flags |= unix.LO_FLAGS_READ_ONLY
+	}
+	if opts.DirectIO {
+		flags |= unix.LO_FLAGS_DIRECT_IO
+	}
+	if opts.Autoclear {
+		flags |= unix.LO_FLAGS_AUTOCLEAR
+	}
+	return flags
 }
 
 // retryable reports whether a failure to configure a free device was a race

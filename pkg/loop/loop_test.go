@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -467,5 +468,113 @@ func TestConcurrentCreate(t *testing.T) {
 		if got := boundTo(t, filepath.Join(dir, e.Name())); len(got) != 0 {
 			t.Errorf("%s still bound to %v", e.Name(), got)
 		}
+	}
+}
+
+// unusedNumber returns a loop number no device has now, well above the
+// existing ones, so a concurrent Create (which takes the lowest free or
+// unused number) is unlikely to take it first.
+func unusedNumber(t *testing.T) int {
+	t.Helper()
+	dirs, err := filepath.Glob("/sys/devices/virtual/block/loop*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	highest := -1
+	for _, d := range dirs {
+		if n, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), "loop")); err == nil {
+			highest = max(highest, n)
+		}
+	}
+	n := highest + 64
+	if _, err := os.Stat(fmt.Sprintf("/sys/block/loop%d", n)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("loop%d exists already (%v)", n, err)
+	}
+	return n
+}
+
+// TestCreateAtBindsTheChosenNumber: CreateAt makes a device that does not
+// exist yet, rebinds a detached one under its very number and device
+// number, and never takes over a device that serves a file.
+func TestCreateAtBindsTheChosenNumber(t *testing.T) {
+	ktest.RequireRoot(t)
+	open := func(path string) *os.File {
+		t.Helper()
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	first, second := backing(t, "", MiB), backing(t, "", 2*MiB)
+
+	n := unusedNumber(t)
+	d, err := loop.CreateAt(n, open(first), loop.Options{})
+	if err != nil {
+		t.Fatalf("CreateAt(%d) of a device that does not exist: %v", n, err)
+	}
+	t.Cleanup(func() {
+		// loopN, and whatever device serves the two files (even when
+		// CreateAt took another number than asked).
+		d.Close()
+		for _, f := range []string{first, second} {
+			devs, _ := loop.Lookup(f)
+			for _, p := range append(devs, fmt.Sprintf("/dev/loop%d", n)) {
+				if o, err := loop.Open(p); err == nil {
+					if err := o.Remove(); err != nil {
+						t.Errorf("cleanup: %v", err)
+					}
+				}
+			}
+		}
+	})
+	if d.Number() != n || d.Path() != fmt.Sprintf("/dev/loop%d", n) {
+		t.Fatalf("CreateAt(%d) gave %s (number %d)", n, d.Path(), d.Number())
+	}
+	if got := boundTo(t, first); len(got) != 1 || got[0] != fmt.Sprintf("loop%d", n) {
+		t.Fatalf("%s is served by %v, want loop%d", first, got, n)
+	}
+	dev := d.Dev()
+
+	// A bound device is not taken over, and keeps serving its file.
+	if o, err := loop.CreateAt(n, open(second), loop.Options{}); !errors.Is(err, unix.EBUSY) {
+		if err == nil {
+			o.Detach()
+		}
+		t.Fatalf("CreateAt(%d) over a bound device: %v, want EBUSY", n, err)
+	}
+	if got, err := d.BackingFile(); err != nil || got != first {
+		t.Fatalf("after the refused CreateAt, loop%d backs %q (%v), want %q", n, got, err, first)
+	}
+
+	// Detached, the same number (and so the same device number) takes
+	// another file.
+	if err := d.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := loop.CreateAt(n, open(second), loop.Options{})
+	if err != nil {
+		t.Fatalf("CreateAt(%d) of the detached device: %v", n, err)
+	}
+	t.Cleanup(func() { again.Close() })
+	if again.Number() != n || again.Dev() != dev {
+		t.Errorf("rebound device: number %d dev %#x, want %d and %#x", again.Number(), again.Dev(), n, dev)
+	}
+	if got, err := again.BackingFile(); err != nil || got != second {
+		t.Errorf("rebound loop%d backs %q (%v), want %q", n, got, err, second)
+	}
+	if size, err := again.Size(); err != nil || size != 2*MiB {
+		t.Errorf("rebound loop%d has %d bytes (%v), want the new file's %d", n, size, err, 2*MiB)
+	}
+	if err := again.Remove(); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := loop.CreateAt(-1, open(first), loop.Options{}); err == nil {
+		t.Errorf("CreateAt(-1) succeeded")
+	}
+	if got := boundTo(t, first); len(got) != 0 {
+		t.Errorf("%s still served by %v", first, got)
 	}
 }

@@ -2,8 +2,10 @@ package csi
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -56,9 +58,9 @@ func TestRestartKeepsPublications(t *testing.T) {
 }
 
 // TestStaleLoopDeviceIsNeverTrusted frees a published block volume's loop
-// device behind the plugin's back and lets a foreign file take the same
-// number (the kernel hands out the lowest free one), as happens across a
-// crash. On restart the plugin must notice that /dev/loopN now serves
+// device behind the plugin's back and binds a foreign file to the very same
+// number (and so the same device number), as can happen across a crash. On
+// restart the plugin must notice that /dev/loopN now serves
 // someone else, leave that device alone, and serve the volume through a
 // new device whose node replaces the stale one.
 func TestStaleLoopDeviceIsNeverTrusted(t *testing.T) {
@@ -73,11 +75,6 @@ func TestStaleLoopDeviceIsNeverTrusted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Detach leaves /dev/loopN free, and the next Create takes the lowest
-	// free number: the foreign file almost always gets the very same one.
-	if err := d.Detach(); err != nil {
-		t.Fatal(err)
-	}
 	foreign := filepath.Join(t.TempDir(), "foreign.img")
 	if err := os.WriteFile(foreign, make([]byte, 2*MiB), 0o600); err != nil {
 		t.Fatal(err)
@@ -87,12 +84,27 @@ func TestStaleLoopDeviceIsNeverTrusted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ff.Close()
-	fd, err := loop.Create(ff, loop.Options{})
-	if err != nil {
+	// Detach leaves /dev/loopN in place, unbound; the foreign file takes
+	// exactly that number. (Another process could grab the free device
+	// in between; then CreateAt fails with EBUSY rather than the test
+	// testing nothing.)
+	if err := d.Detach(); err != nil {
 		t.Fatal(err)
 	}
+	fd, err := loop.CreateAt(old.Number, ff, loop.Options{})
+	if err != nil {
+		t.Fatalf("binding the foreign file to the volume's old loop%d: %v", old.Number, err)
+	}
 	defer fd.Remove()
-	t.Logf("volume was on loop%d; the foreign file got loop%d", old.Number, fd.Number())
+	if fd.Number() != old.Number || fd.Dev() != old.Rdev {
+		t.Fatalf("foreign file is on loop%d (dev %#x), want the volume's old loop%d (dev %#x)", fd.Number(), fd.Dev(), old.Number, old.Rdev)
+	}
+	// The stale node at the target now opens the foreign device: exactly
+	// what the plugin must not trust.
+	var stale unix.Stat_t
+	if err := unix.Lstat(target, &stale); err != nil || stale.Rdev != fd.Dev() {
+		t.Fatalf("target before restart: rdev %#x (%v), want the foreign device %#x", stale.Rdev, err, fd.Dev())
+	}
 
 	e.restart()
 	now := e.srv.store.get(target)
@@ -153,25 +165,63 @@ func TestRebootDropsStalePublications(t *testing.T) {
 
 // TestLeakedLoopDeviceIsRemoved attaches a loop device over a volume image
 // without a record (a crash between attaching and recording) and checks
-// that the next start removes it.
+// that the next start frees it: no loop device is left serving the image.
+// The image is seen served before the restart, so a sysfs listing that
+// silently finds nothing cannot make the test pass, and the leaked device
+// itself is asked too (LOOP_GET_STATUS64, no sysfs).
 func TestLeakedLoopDeviceIsRemoved(t *testing.T) {
 	e := newEnv(t, "")
 	e.create("blk", volume.Block, MiB)
-	_, image, _ := e.volumes.Locate(context.Background(), "blk")
+	_, image, err := e.volumes.Locate(context.Background(), "blk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var img unix.Stat_t
+	if err := unix.Stat(image, &img); err != nil {
+		t.Fatal(err)
+	}
 	d, err := attachImage(image, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := d.Number()
-	d.Close()
-	e.restart()
-	for _, b := range bindings(t) {
-		if b.Number == n && b.Backing == image && !b.Deleted {
-			t.Errorf("leaked loop%d over %s survived the restart", n, image)
-			if d, err := loop.Open(b.Path()); err == nil {
-				d.Remove()
+	leaked := d.Path()
+	t.Cleanup(func() {
+		// Free what the plugin did not.
+		devs, _ := loop.Lookup(image)
+		for _, p := range devs {
+			o, err := loop.Open(p)
+			if err == nil {
+				err = o.Remove()
+			}
+			if err != nil {
+				t.Errorf("cleanup: freeing %s: %v", p, err)
 			}
 		}
+	})
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if devs, err := loop.Lookup(image); err != nil || !slices.Equal(devs, []string{leaked}) {
+		t.Fatalf("before the restart, the image is served by %v (%v), want [%s]", devs, err, leaked)
+	}
+	e.restart()
+	if devs, err := loop.Lookup(image); err != nil || len(devs) != 0 {
+		t.Errorf("after the restart, the image is served by %v (%v), want no loop device", devs, err)
+	}
+	o, err := loop.Open(leaked)
+	if err != nil {
+		// Detached and deleted by someone else meanwhile: not bound.
+		if !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ENXIO) {
+			t.Errorf("opening %s after the restart: %v", leaked, err)
+		}
+		return
+	}
+	defer o.Close()
+	st, err := o.Status()
+	if err == nil && st.BackingDev == img.Dev && st.BackingInode == img.Ino {
+		t.Errorf("leaked %s still serves the image after the restart", leaked)
+	} else if err != nil && !errors.Is(err, loop.ErrDetached) {
+		t.Errorf("status of %s after the restart: %v", leaked, err)
 	}
 }
 
