@@ -12,14 +12,19 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"source.plinth.dev/node/kubernetes/volume"
+	"source.plinth.dev/pkg/mountinfo"
+	"source.plinth.dev/pkg/mountinfo/mounttest"
 )
 
-// snapshot lists every path below dir with its type, to prove a refused
-// request touched nothing.
+// snapshot lists every path below dir with its type, mode, size and
+// modification time, to prove a request touched nothing there: not even a
+// directory created and removed again (its parent's time would change).
+// Symlinks are listed, not followed.
 func snapshot(t testing.TB, dir string) []string {
 	t.Helper()
 	var out []string
@@ -27,7 +32,11 @@ func snapshot(t testing.TB, dir string) []string {
 		if err != nil {
 			return err
 		}
-		out = append(out, p+" "+d.Type().String())
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		out = append(out, fmt.Sprintf("%s %v %d %d", p, fi.Mode(), fi.Size(), fi.ModTime().UnixNano()))
 		return nil
 	})
 	if err != nil {
@@ -137,11 +146,15 @@ func TestBadRequestsAreRefusedAndTouchNothing(t *testing.T) {
 }
 
 // FuzzValidateRequest throws arbitrary volume IDs and paths at the node
-// service. Whatever the input: no panic, no Internal error, and a request
-// that fails changes nothing in the kubelet directory; one that succeeds
-// names the real volume and a path strictly inside the kubelet directory,
-// and is then unpublished cleanly. The seed corpus runs with every `go
-// test`; make test-sanity fuzzes for 10 seconds.
+// service. The kubelet tree holds symlinks that lead out of it (to a
+// directory outside, directly, by a relative hop and as a would-be target)
+// and one that stays inside. Whatever the input: no panic, no Internal
+// error, the directory outside is never changed or mounted on, and a
+// request that fails changes nothing in the kubelet directory; one that
+// succeeds names the real volume and a clean path that, with symlinks
+// resolved, is strictly inside the kubelet directory, and is then
+// unpublished cleanly. The seed corpus runs with every `go test`; make
+// test-sanity fuzzes for 10 seconds.
 func FuzzValidateRequest(f *testing.F) {
 	seeds := []struct {
 		prefix byte
@@ -151,28 +164,84 @@ func FuzzValidateRequest(f *testing.F) {
 		{0, "vol", "/etc/passwd"}, {1, "vol", "pods/ok"}, {2, "vol", "x"}, {2, "vol", "../../x"},
 		{2, "..", "x"}, {2, "vol\x00", "x"}, {2, strings.Repeat("a", 200), "x"}, {1, "vol", ""},
 		{2, "missing", "y"}, {2, "vol", "a/b"}, {2, "vol", "x/"}, {3, "vol", "tmp"}, {2, "blk", "b"},
-		{1, "vol", "plugins"}, {2, "vol", "escape/x"}, {0, "vol", "relative"},
+		{1, "vol", "plugins"}, {0, "vol", "relative"},
+		// Through the symlinks below.
+		{2, "vol", "escape/x"}, {2, "vol", "escape/sub"}, {2, "vol", "escape/sub/x"}, {2, "vol", "escape"},
+		{1, "vol", "out/x"}, {1, "vol", "pods/escape/x"}, {2, "vol", "hop/x"}, {2, "vol", "hop/sub/x"},
+		{2, "vol", "sub-link"}, {2, "vol", "sub-link/x"}, {2, "vol", "inside/x"}, {2, "vol", "inside"}, {2, "vol", "real/x"},
 	}
 	for _, s := range seeds {
 		f.Add(s.prefix, s.id, s.path)
 	}
+	// A directory outside the kubelet directory, with an empty
+	// subdirectory a mount could land on and a file a write could change.
+	outside := f.TempDir()
+	if err := os.Mkdir(filepath.Join(outside, "sub"), 0o755); err != nil {
+		f.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "file"), []byte("outside"), 0o644); err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() {
+		// A publish that escaped (the failure this test looks for)
+		// must not leave its mount on the host: undo it, deepest first,
+		// after the plugin's own cleanup (registered later, run first).
+		mounts, err := mountinfo.Read()
+		if err != nil {
+			f.Error(err)
+			return
+		}
+		under := mountinfo.Under(mounts, outside)
+		for i := len(under) - 1; i >= 0; i-- {
+			f.Errorf("cleanup: unmounting %s, mounted outside the kubelet directory", under[i].MountPoint)
+			if err := unix.Unmount(under[i].MountPoint, unix.MNT_DETACH); err != nil {
+				f.Error(err)
+			}
+		}
+	})
 	e := newEnv(f, "")
 	ctx := context.Background()
 	e.create("vol", volume.Filesystem, MiB)
 	kubelet := e.root.Kubelet.FullPath()
-	if err := os.Symlink("/tmp", filepath.Join(kubelet, "pods", "escape")); err != nil {
+	pods := e.root.Kubelet.Pods.FullPath()
+	if err := os.Mkdir(filepath.Join(pods, "real"), 0o750); err != nil {
 		f.Fatal(err)
+	}
+	for link, to := range map[string]string{
+		filepath.Join(pods, "escape"):   outside,                       // absolute, out
+		filepath.Join(kubelet, "out"):   outside,                       // absolute, out, one level up
+		filepath.Join(pods, "hop"):      "../out",                      // relative, to a link that leads out
+		filepath.Join(pods, "sub-link"): filepath.Join(outside, "sub"), // a would-be target, out
+		filepath.Join(pods, "inside"):   "real",                        // relative, stays inside
+	} {
+		if err := os.Symlink(to, link); err != nil {
+			f.Fatal(err)
+		}
+	}
+	root, err := filepath.EvalSymlinks(kubelet)
+	if err != nil {
+		f.Fatal(err)
+	}
+	// resolvedInside reports whether p, with every symlink resolved, is
+	// strictly below the kubelet directory.
+	resolvedInside := func(p string) (bool, string) {
+		r, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			return false, err.Error()
+		}
+		rel, err := filepath.Rel(root, r)
+		return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../"), r
 	}
 	f.Fuzz(func(t *testing.T, prefix byte, id, path string) {
 		switch prefix % 4 {
 		case 1:
 			path = kubelet + "/" + path
 		case 2:
-			path = e.root.Kubelet.Pods.FullPath() + "/" + path
+			path = pods + "/" + path
 		case 3:
 			path = "/" + path
 		}
-		before := snapshot(t, kubelet)
+		before, beforeOut := snapshot(t, kubelet), snapshot(t, outside)
 		_, err := e.srv.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
 			VolumeId: id, TargetPath: path, VolumeCapability: capability(volume.Filesystem, rwo),
 		})
@@ -180,6 +249,17 @@ func FuzzValidateRequest(f *testing.F) {
 		case codes.OK:
 			if id != "vol" || !e.root.Kubelet.Contains(path) || path == kubelet || filepath.Clean(path) != path {
 				t.Fatalf("published volume %q at %q", id, path)
+			}
+			ok, resolved := resolvedInside(path)
+			if !ok {
+				t.Fatalf("published volume %q at %q, which resolves to %s, outside the kubelet directory %s", id, path, resolved, root)
+			}
+			if fi, err := os.Lstat(path); err != nil || !fi.IsDir() {
+				t.Fatalf("published at %q, which is not a directory: %v, %v", path, fi, err)
+			}
+			// The mount table names the mount point with links resolved.
+			if n := mounttest.Count(t, resolved); n != 1 {
+				t.Fatalf("published at %q: %d mounts at %s, want 1", path, n, resolved)
 			}
 			if _, err := e.srv.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: path}); err != nil {
 				t.Fatalf("unpublishing %q: %v", path, err)
@@ -193,6 +273,12 @@ func FuzzValidateRequest(f *testing.F) {
 			}
 		default:
 			t.Fatalf("publish of %q at %q: %v", id, path, err)
+		}
+		if after := snapshot(t, outside); !slices.Equal(beforeOut, after) {
+			t.Fatalf("publish of %q at %q (%v) changed the directory outside:\nbefore %v\nafter  %v", id, path, err, beforeOut, after)
+		}
+		if n := mounttest.Mentions(t, outside); n != 0 {
+			t.Fatalf("publish of %q at %q (%v) left the directory outside in the mount table %d times", id, path, err, n)
 		}
 		for _, call := range []func() error{
 			func() error {
