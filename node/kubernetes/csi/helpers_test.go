@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -92,11 +93,30 @@ func (e *env) restart() {
 }
 
 // cleanup unpublishes whatever a test left published, so no mount or loop
-// device outlives it, and fails the test if that was not possible.
+// device outlives it, and fails the test if that was not possible or if a
+// loop device no record accounts for was left over the env's files (which
+// it then frees, so a failing test does not leak devices on the host).
 func (e *env) cleanup() {
 	for _, p := range e.srv.store.all() {
 		if _, err := e.srv.NodeUnpublishVolume(context.Background(), &csi.NodeUnpublishVolumeRequest{VolumeId: p.VolumeID, TargetPath: p.TargetPath}); err != nil {
 			e.t.Errorf("cleanup: unpublishing %s at %s: %v", p.VolumeID, p.TargetPath, err)
+		}
+	}
+	all, err := loop.Bindings()
+	if err != nil {
+		e.t.Errorf("cleanup: %v", err)
+	}
+	for _, b := range all {
+		if !strings.HasPrefix(b.Backing, e.dir+"/") {
+			continue
+		}
+		e.t.Errorf("cleanup: %s left over %s", b.Path(), b.Backing)
+		d, err := loop.Open(b.Path())
+		if err == nil {
+			err = d.Remove()
+		}
+		if err != nil {
+			e.t.Errorf("cleanup: freeing %s: %v", b.Path(), err)
 		}
 	}
 	if mounttest.Mentions(e.t, e.dir+"/") > 0 {
