@@ -264,19 +264,32 @@ func TestConcurrentCallsForOneVolume(t *testing.T) {
 				t.Errorf("call %d for the losing size = %v, want ErrExists", i, err)
 			}
 		}
-		// Concurrent deletes and creates of many IDs leave a consistent
-		// tree: every ID either fully there or fully gone.
+		// Concurrent deletes and creates of many IDs: one volume's calls
+		// take turns, and each is then a plain Create (or a repeat of
+		// it) or a plain Delete (or one of a missing volume), so every
+		// call succeeds. They leave a consistent tree: every ID either
+		// fully there, as created, or fully gone.
+		ids := []string{"a", "b", "c", "d"}
 		for i := range n {
 			wg.Go(func() {
-				id := []string{"a", "b", "c", "d"}[i%4]
+				id := ids[i%4]
 				if i%3 == 0 {
-					_ = m.Delete(ctx, id)
+					errs[i] = m.Delete(ctx, id)
 				} else {
-					_, _ = m.Create(ctx, id, Block, MiB)
+					_, errs[i] = m.Create(ctx, id, Block, MiB)
 				}
 			})
 		}
 		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				op := "Create"
+				if i%3 == 0 {
+					op = "Delete"
+				}
+				t.Errorf("concurrent call %d (%s of %s): %v", i, op, ids[i%4], err)
+			}
+		}
 		list, err := m.List(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -284,6 +297,17 @@ func TestConcurrentCallsForOneVolume(t *testing.T) {
 		for _, e := range list {
 			if e.Pending != "" || e.Problem != "" {
 				t.Errorf("after concurrent calls: %+v", e)
+			}
+		}
+		for _, id := range ids {
+			st, err := m.Stat(ctx, id)
+			switch {
+			case errors.Is(err, ErrNotFound):
+				assertGone(t, m, id)
+			case err != nil:
+				t.Errorf("Stat(%s) after concurrent calls: %v", id, err)
+			case st.Info != Info{ID: id, Mode: Block, CapacityBytes: MiB} || st.Abnormal:
+				t.Errorf("%s after concurrent calls: %+v, want a whole %d-byte block volume", id, st, MiB)
 			}
 		}
 	})
