@@ -1,9 +1,11 @@
 package ktest
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +26,9 @@ const (
 	GuestModules = "/ktest/modules.list"
 	// GuestTestDir holds the test binaries.
 	GuestTestDir = "/ktest/tests"
+	// guestSkipDir holds, per test binary, the tests that declared their
+	// skip expected (SkipExpected).
+	guestSkipDir = "/ktest/skips"
 )
 
 // Config tells the VM's init what to run.
@@ -81,6 +86,9 @@ const (
 	ExitSetup = 120
 	// ExitNoTest: a test binary could not be started.
 	ExitNoTest = 121
+	// ExitSkip: a test binary passed, but some of its tests skipped
+	// without SkipExpected.
+	ExitSkip = 122
 )
 
 // RunInit is the VM's PID 1: it mounts the pseudo filesystems, loads the
@@ -109,7 +117,7 @@ func RunInit(tests ...string) {
 	}
 	code := 0
 	for _, bin := range cfg.Tests {
-		c := runTest(bin, cfg)
+		c := runTest(bin, cfg, guestSkipDir)
 		fmt.Println(PackageLine(cfg.Nonce, filepath.Base(bin), c))
 		if c != 0 && code == 0 {
 			code = c
@@ -118,28 +126,71 @@ func RunInit(tests ...string) {
 	finish(cfg.Nonce, code)
 }
 
-func runTest(bin string, cfg Config) int {
+// runTest runs one test binary and returns its exit code, or ExitSkip
+// when it passed but a test in it skipped without SkipExpected (see the
+// package comment).
+func runTest(bin string, cfg Config, skipDir string) int {
 	args := append([]string{"-test.v", "-test.count=1", fmt.Sprintf("-test.timeout=%s", cfg.Timeout)}, cfg.Args...)
+	skips := filepath.Join(skipDir, filepath.Base(bin))
+	if err := os.MkdirAll(skipDir, 0o755); err != nil {
+		fmt.Printf("ktest-init: %v\n", err)
+		return ExitNoTest
+	}
 	cmd := exec.Command(bin, args...)
-	cmd.Stdout = os.Stdout
-	cmd.Stderr = os.Stdout
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		fmt.Printf("ktest-init: %v\n", err)
+		return ExitNoTest
+	}
+	cmd.Stderr = cmd.Stdout
 	cmd.Dir = "/tmp"
-	cmd.Env = []string{"PATH=/sbin:/bin", "HOME=/tmp", "TMPDIR=/tmp", envVM + "=1", "CI=" + os.Getenv("CI")}
+	cmd.Env = []string{"PATH=/sbin:/bin", "HOME=/tmp", "TMPDIR=/tmp", envVM + "=1", envSkips + "=" + skips, "CI=" + os.Getenv("CI")}
 	fmt.Printf("ktest-init: running %s %s\n", filepath.Base(bin), strings.Join(args, " "))
-	err := cmd.Run()
+	if err := cmd.Start(); err != nil {
+		fmt.Printf("ktest-init: starting %s: %v\n", filepath.Base(bin), err)
+		return ExitNoTest
+	}
+	// Copy the output to the console line by line, noting skips. -test.v
+	// above makes the testing package report every skip.
+	var skipped []string
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fmt.Println(sc.Text())
+		if name, ok := SkippedTest(sc.Text()); ok {
+			skipped = append(skipped, name)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		// Keep draining, or the test blocks on a full pipe.
+		fmt.Printf("ktest-init: reading the output of %s: %v\n", filepath.Base(bin), err)
+		_, _ = io.Copy(os.Stdout, out)
+	}
+	err = cmd.Wait()
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
-		return 0
 	case errors.As(err, &ee) && ee.ExitCode() > 0:
 		return ee.ExitCode()
 	case errors.As(err, &ee):
 		fmt.Printf("ktest-init: %s: %v\n", filepath.Base(bin), ee)
 		return 1
 	default:
-		fmt.Printf("ktest-init: starting %s: %v\n", filepath.Base(bin), err)
-		return ExitNoTest
+		fmt.Printf("ktest-init: %s: %v\n", filepath.Base(bin), err)
+		return 1
 	}
+	declared, err := readDeclaredSkips(skips)
+	if err != nil {
+		fmt.Printf("ktest-init: reading the expected skips of %s: %v\n", filepath.Base(bin), err)
+		return ExitSkip
+	}
+	if bad := UnexpectedSkips(skipped, declared); len(bad) > 0 {
+		for _, name := range bad {
+			fmt.Printf("ktest-init: %s skipped in the VM, where everything a kernel test needs is present; make it run, or declare the skip with ktest.SkipExpected and the reason\n", name)
+		}
+		return ExitSkip
+	}
+	return 0
 }
 
 func setupGuest() error {

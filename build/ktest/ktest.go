@@ -18,6 +18,14 @@
 // need root (loop devices) call RequireRoot and run both on the host and
 // in the VM.
 //
+// Inside the VM everything a kernel test needs is present, so a skip there
+// is a test that silently stopped testing: the VM's init reads each test
+// binary's verbose output and fails the binary for every test or benchmark
+// that skipped without declaring it. A test that must not run in the VM
+// (it needs a tool or a disk size the VM lacks and runs on the host
+// instead) says so with SkipExpected and the reason, which is the one way
+// to skip there.
+//
 // The VM has the disks listed by Disks, mounted under /mnt (XFS and ext4
 // with prjquota, and an XFS without quotas), a tmpfs /tmp, and the loop,
 // xfs and quota modules loaded. To run only some tests:
@@ -32,8 +40,12 @@ import (
 	"testing"
 )
 
-// envVM is set by the VM's init for the test binaries it starts.
-const envVM = "PLINTH_KTEST_VM"
+// Set by the VM's init for the test binaries it starts: envVM to "1",
+// envSkips to the file SkipExpected appends the names of skipped tests to.
+const (
+	envVM    = "PLINTH_KTEST_VM"
+	envSkips = "PLINTH_KTEST_SKIPS"
+)
 
 // Disk is a disk image attached to the VM and mounted by its init.
 type Disk struct {
@@ -62,6 +74,11 @@ func Disks() []Disk {
 		// An XFS without quota options, to test that missing support is
 		// detected and explained.
 		{Name: "xfs-noquota", FS: "xfs", Size: 300 << 20, Mkfs: []string{"mkfs.xfs", "-q", "-f"}},
+		// An XFS big enough for its allocator's 8 GiB extents, to see
+		// what a failed fallocate leaves behind (volume's
+		// TestFailedExpansionOnXFSIsTrimmed). Sparse: mkfs writes
+		// about 65 MB of it.
+		{Name: "xfs-12g", FS: "xfs", Size: 12 << 30, Mkfs: []string{"mkfs.xfs", "-q", "-f"}},
 	}
 }
 
@@ -93,6 +110,20 @@ func RequireVM(t testing.TB) {
 	if !InVM() {
 		t.Skip("needs the kernel test VM: run `make test-kernel`")
 	}
+}
+
+// SkipExpected skips the test, declaring the skip expected: in the VM,
+// init accepts it instead of failing the test binary for a surprise skip.
+// Use it only where the test cannot run in the VM by design, with a reason
+// that says where it runs instead.
+func SkipExpected(t testing.TB, reason string) {
+	t.Helper()
+	if InVM() {
+		if err := declareSkip(os.Getenv(envSkips), t.Name()); err != nil {
+			t.Fatalf("declaring the expected skip (%s): %v", reason, err)
+		}
+	}
+	t.Skip("expected skip: " + reason)
 }
 
 // RequireRoot skips the test when not running as root, except in CI

@@ -1,6 +1,9 @@
 package ktest
 
-import "testing"
+import (
+	"os"
+	"testing"
+)
 
 func TestResultLine(t *testing.T) {
 	for _, tc := range []struct {
@@ -31,4 +34,67 @@ func TestPackageLine(t *testing.T) {
 	if _, _, ok := ParsePackage(PackageLine("other", "x.test", 0), "n0nce"); ok {
 		t.Error("ParsePackage accepted a line with another nonce")
 	}
+}
+
+func TestSkippedTest(t *testing.T) {
+	for _, tc := range []struct {
+		line, name string
+		ok         bool
+	}{
+		{"--- SKIP: TestQuota (0.00s)", "TestQuota", true},
+		{"    --- SKIP: TestQuota/fs=xfs (0.01s)", "TestQuota/fs=xfs", true},
+		{"--- SKIP: BenchmarkCreateRemove/existing=0/impl=losetup", "BenchmarkCreateRemove/existing=0/impl=losetup", true},
+		{"--- PASS: TestQuota (0.00s)", "", false},
+		{"    quota_test.go:12: --- SKIP: quoted in a log line", "", false},
+	} {
+		name, ok := SkippedTest(tc.line)
+		if name != tc.name || ok != tc.ok {
+			t.Errorf("SkippedTest(%q) = %q, %v; want %q, %v", tc.line, name, ok, tc.name, tc.ok)
+		}
+	}
+}
+
+// TestRunTestSkips runs this test binary the way the VM's init runs a
+// kernel test binary, selecting one subtest of TestSkipHelper each time,
+// and checks the verdict: a surprise skip fails the binary, a skip
+// declared with SkipExpected does not.
+func TestRunTestSkips(t *testing.T) {
+	if InVM() {
+		t.Fatal("this test starts itself as if in the VM; it must run on the host")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		sub  string
+		want int
+	}{
+		{"passes", 0},
+		{"declared", 0},
+		{"surprise", ExitSkip},
+		{"declared-and-surprise", ExitSkip},
+		{"fails", 1},
+	} {
+		got := runTest(exe, Config{Args: []string{"-test.run=^TestSkipHelper$/^" + tc.sub + "$"}}, t.TempDir())
+		if got != tc.want {
+			t.Errorf("subtest %s: runTest exit %d, want %d", tc.sub, got, tc.want)
+		}
+	}
+}
+
+// TestSkipHelper holds what TestRunTestSkips runs. It does nothing unless
+// started by runTest, which marks its children as running in the VM.
+func TestSkipHelper(t *testing.T) {
+	if !InVM() {
+		return
+	}
+	t.Run("passes", func(t *testing.T) {})
+	t.Run("declared", func(t *testing.T) { SkipExpected(t, "this test is made to skip") })
+	t.Run("surprise", func(t *testing.T) { t.Skip("nothing declared") })
+	t.Run("declared-and-surprise", func(t *testing.T) {
+		t.Run("a", func(t *testing.T) { SkipExpected(t, "declared") })
+		t.Run("b", func(t *testing.T) { t.Skip("not declared") })
+	})
+	t.Run("fails", func(t *testing.T) { t.Error("made to fail") })
 }

@@ -7,6 +7,7 @@ package provisioner
 // data directory, so they do not see each other's work.
 
 import (
+	"os"
 	"testing"
 	"time"
 
@@ -14,7 +15,12 @@ import (
 	"source.plinth.dev/pkg/supervisor"
 )
 
-func TestMain(m *testing.M) { controllertest.Main(m) }
+func TestMain(m *testing.M) {
+	if kubeconfig := os.Getenv(envInformerBaseline); kubeconfig != "" {
+		runInformerBaseline(kubeconfig)
+	}
+	controllertest.Main(m)
+}
 
 // env is a test's world (see controllertest.Env) with the provisioner's
 // own helpers.

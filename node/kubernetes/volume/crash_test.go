@@ -237,16 +237,46 @@ func TestDeleteRefusesMountsInsideTheVolume(t *testing.T) {
 // TestFailedExpansionOnXFSIsTrimmed reproduces the XFS behaviour the trim
 // exists for: fallocate of more than the free space allocates extent by
 // extent (up to 8 GiB each) and, when it finally fails with ENOSPC, keeps
-// what it got beyond EOF. Needs a 12 GiB (sparse) XFS, so it runs on the
-// host with mkfs.xfs (make test-kernel installs xfsprogs and runs this
-// package's tests on the host as root).
+// what it got beyond EOF. It needs a 12 GiB (sparse) XFS: in the kernel VM
+// its disk xfs-12g, on the host an image made with mkfs.xfs (make
+// test-kernel installs xfsprogs and runs this package's tests on the host
+// as root), so both kernels are checked.
 func TestFailedExpansionOnXFSIsTrimmed(t *testing.T) {
 	ktest.RequireRoot(t)
+	var mnt string
 	if ktest.InVM() {
-		// The VM has no mkfs.xfs and its disks are small; CI runs this
-		// on the host (test-unit and test-kernel's host run).
-		t.Skip("runs on the host, where mkfs.xfs can make the 12 GiB sparse XFS it needs")
+		mnt = ktest.TempDir(t, "xfs-12g")
+	} else {
+		mnt = hostXFS(t, 12<<30)
 	}
+	ctx := context.Background()
+	m := newManager(t, mnt)
+	if _, err := m.Create(ctx, "v", Block, MiB); err != nil {
+		t.Fatal(err)
+	}
+	// Ask for exactly the free space: the up-front check lets it pass
+	// (a request beyond it would be refused before any allocation), and
+	// fallocate fails near the end, because the file's extent map needs
+	// some of those blocks too.
+	var st unix.Statfs_t
+	if err := unix.Statfs(mnt, &st); err != nil {
+		t.Fatal(err)
+	}
+	free := int64(st.Bavail) * st.Bsize
+	_, err := m.Expand(ctx, "v", (MiB+free)&^(Alignment-1))
+	if !errors.Is(err, ErrNoSpace) || !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("Expand by the free %d bytes = %v, want ErrNoSpace from fallocate's ENOSPC", free, err)
+	}
+	_, p := m.paths("v")
+	if size, alloc := allocated(t, p); size != MiB || alloc != MiB {
+		t.Errorf("after failed Expand on XFS: size %d allocated %d, want both %d", size, alloc, MiB)
+	}
+}
+
+// hostXFS mounts a fresh sparse XFS image of size bytes on the host and
+// returns its mount point.
+func hostXFS(t *testing.T, size int64) string {
+	t.Helper()
 	mkfs, err := exec.LookPath("mkfs.xfs")
 	if err != nil {
 		// Install it the way every make target does (CI starts bare).
@@ -263,12 +293,11 @@ func TestFailedExpansionOnXFSIsTrimmed(t *testing.T) {
 		}
 		t.Skip("needs mkfs.xfs (xfsprogs)")
 	}
-	ctx := context.Background()
 	img := filepath.Join(t.TempDir(), "xfs.img")
 	if err := os.WriteFile(img, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Truncate(img, 12<<30); err != nil {
+	if err := os.Truncate(img, size); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command(mkfs, "-q", "-f", img).CombinedOutput(); err != nil {
@@ -283,17 +312,7 @@ func TestFailedExpansionOnXFSIsTrimmed(t *testing.T) {
 			t.Errorf("umount: %v\n%s", err, out)
 		}
 	})
-	m := newManager(t, mnt)
-	if _, err := m.Create(ctx, "v", Block, MiB); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Expand(ctx, "v", 13<<30); !errors.Is(err, ErrNoSpace) {
-		t.Fatalf("Expand beyond the disk = %v, want ErrNoSpace", err)
-	}
-	_, p := m.paths("v")
-	if size, alloc := allocated(t, p); size != MiB || alloc != MiB {
-		t.Errorf("after failed Expand on XFS: size %d allocated %d, want both %d", size, alloc, MiB)
-	}
+	return mnt
 }
 
 // TestDeleteRefusesVolumesInUse: a volume bind-mounted somewhere (as the

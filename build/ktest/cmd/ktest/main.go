@@ -301,7 +301,11 @@ func boot(o options, nonce, initrd string, disks []string) (int, error) {
 		}
 		if name, c, ok := ktest.ParsePackage(line, nonce); ok {
 			verdict := "ok"
-			if c != 0 {
+			switch c {
+			case 0:
+			case ktest.ExitSkip:
+				verdict = fmt.Sprintf("FAIL (exit %d: tests skipped without ktest.SkipExpected)", c)
+			default:
 				verdict = fmt.Sprintf("FAIL (exit %d)", c)
 			}
 			summary = append(summary, fmt.Sprintf("ktest: %-40s %s", name, verdict))

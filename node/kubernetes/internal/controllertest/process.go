@@ -35,12 +35,14 @@ var PlinthNodeBinary = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
-// NodeProcess runs plinth-node as a separate process that a test can kill.
+// NodeProcess runs plinth-node as a separate process that a test can kill
+// (or another program beside it, such as a benchmark's baseline).
 type NodeProcess struct {
 	T     testing.TB
 	Bin   string
 	Args  []string
 	Extra func() []string // more arguments, per start
+	Env   []string        // added to the test's environment
 	Log   string
 
 	mu   sync.Mutex
@@ -68,6 +70,9 @@ func (p *NodeProcess) StartErr() error {
 		args = append(slices.Clone(args), p.Extra()...)
 	}
 	cmd := exec.Command(p.Bin, args...)
+	if p.Env != nil {
+		cmd.Env = append(os.Environ(), p.Env...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
