@@ -138,6 +138,9 @@ type Cluster struct {
 	etcdPeerURL string
 	apiPort     int
 	started     time.Time
+	// apiServerArgs are further kube-apiserver flags (a control plane's
+	// audit log).
+	apiServerArgs []string
 
 	mu      sync.Mutex
 	procs   []*process

@@ -303,7 +303,7 @@ func (c *Cluster) startEtcd() error {
 
 func (c *Cluster) startAPIServer() error {
 	p := c.pki
-	return c.run("kube-apiserver", filepath.Join(c.BinDir, "kube-apiserver"), []string{
+	return c.run("kube-apiserver", filepath.Join(c.BinDir, "kube-apiserver"), append([]string{
 		"--etcd-servers=" + c.etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=" + c.NodeIP,
@@ -325,7 +325,7 @@ func (c *Cluster) startAPIServer() error {
 		"--cert-dir=" + filepath.Join(c.Dir, "run", "apiserver"),
 		"--profiling=false",
 		"--v=1",
-	}, []string{hostPATH})
+	}, c.apiServerArgs...), []string{hostPATH})
 }
 
 func (c *Cluster) startControllers() error {

@@ -45,18 +45,35 @@ func VolumeIDForName(name string) string {
 // parameterPrefix marks parameters the CO adds for itself; they are ignored.
 const parameterPrefix = "csi.storage.k8s.io/"
 
-func checkParameters(params map[string]string) error {
+// checkParameters reads the parameters of a request for a volume of the
+// given mode: what Create is to be given, and the volume context that
+// describes the volume made. Besides the CO's own, it accepts only
+// rootDirMode, as a StorageClass does for the provisioner (see there); a
+// block volume, which has no directory, ignores it.
+func checkParameters(params map[string]string, mode volume.Mode) ([]volume.CreateOption, map[string]string, error) {
 	var unknown []string
 	for k := range params {
-		if !strings.HasPrefix(k, parameterPrefix) {
+		if !strings.HasPrefix(k, parameterPrefix) && k != names.ParameterRootDirMode {
 			unknown = append(unknown, k)
 		}
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return status.Errorf(codes.InvalidArgument, "unknown parameters %q: this driver takes none", unknown)
+		return nil, nil, status.Errorf(codes.InvalidArgument, "unknown parameters %q: this driver takes only %s", unknown, names.ParameterRootDirMode)
 	}
-	return nil
+	perm := volume.DefaultRootDirMode
+	if v, ok := params[names.ParameterRootDirMode]; ok {
+		p, err := volume.ParseRootDirMode(v)
+		if err != nil {
+			return nil, nil, status.Errorf(codes.InvalidArgument, "parameter %s: %v", names.ParameterRootDirMode, err)
+		}
+		perm = p
+	}
+	if mode != volume.Filesystem {
+		return nil, nil, nil
+	}
+	return []volume.CreateOption{volume.WithRootDirMode(perm)},
+		map[string]string{names.ParameterRootDirMode: volume.FormatRootDirMode(perm)}, nil
 }
 
 // sizeFor picks the size for a capacity range: the required bytes (or the
@@ -115,7 +132,8 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if req.GetVolumeContentSource() != nil {
 		return nil, status.Error(codes.InvalidArgument, "volume_content_source: snapshots and clones are not supported")
 	}
-	if err := checkParameters(req.GetParameters()); err != nil {
+	opts, volCtx, err := checkParameters(req.GetParameters(), mode)
+	if err != nil {
 		return nil, err
 	}
 	if len(req.GetMutableParameters()) > 0 {
@@ -128,13 +146,14 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if !c.reachable(req.GetAccessibilityRequirements()) {
 		return nil, status.Errorf(codes.ResourceExhausted, "accessibility_requirements exclude node %s, the only node this plugin provisions on", c.s.cfg.NodeName)
 	}
-	v, err := c.s.cfg.Volumes.Create(ctx, VolumeIDForName(req.GetName()), mode, size)
+	v, err := c.s.cfg.Volumes.Create(ctx, VolumeIDForName(req.GetName()), mode, size, opts...)
 	if err != nil {
 		return nil, statusFromVolume(err)
 	}
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
 		VolumeId:           v.ID,
 		CapacityBytes:      v.CapacityBytes,
+		VolumeContext:      volCtx,
 		AccessibleTopology: c.topology(),
 	}}, nil
 }
@@ -205,7 +224,7 @@ func (c *controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 	if mode != vmode {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: fmt.Sprintf("volume %s is a %v volume, not %s", id, vmode, describeMode(mode))}, nil
 	}
-	if err := checkParameters(req.GetParameters()); err != nil {
+	if _, _, err := checkParameters(req.GetParameters(), vmode); err != nil {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: status.Convert(err).Message()}, nil
 	}
 	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{

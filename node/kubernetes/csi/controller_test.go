@@ -2,6 +2,7 @@ package csi
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 
@@ -100,4 +101,50 @@ func TestControllerLifecycle(t *testing.T) {
 	}
 	_, err = c.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "../x"})
 	wantCode(t, "DeleteVolume with a malformed ID", err, codes.InvalidArgument)
+}
+
+// TestControllerRootDirMode: csi-serve's CreateVolume takes rootDirMode
+// as a StorageClass does for the provisioner: the root directory of a
+// filesystem volume gets that mode (0777 without it), the volume context
+// says which, a block volume ignores it, and a bad mode is refused.
+func TestControllerRootDirMode(t *testing.T) {
+	e := newEnv(t, "")
+	ctx := context.Background()
+	c := &controller{s: e.srv}
+	for _, tc := range []struct {
+		name   string
+		mode   volume.Mode
+		params map[string]string
+		want   string // root directory mode and volume context; "" for none
+	}{
+		{"plain", volume.Filesystem, nil, "0777"},
+		{"strict", volume.Filesystem, map[string]string{names.ParameterRootDirMode: "0770"}, "0770"},
+		{"blk", volume.Block, map[string]string{names.ParameterRootDirMode: "0770"}, ""},
+	} {
+		resp, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: tc.name, Parameters: tc.params,
+			VolumeCapabilities: []*csi.VolumeCapability{capability(tc.mode, rwo)}, CapacityRange: &csi.CapacityRange{RequiredBytes: MiB}})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := resp.Volume.VolumeContext[names.ParameterRootDirMode]; got != tc.want {
+			t.Errorf("%s: volume context %v, want rootDirMode %q", tc.name, resp.Volume.VolumeContext, tc.want)
+		}
+		if tc.mode != volume.Filesystem {
+			continue
+		}
+		_, dir, err := e.volumes.Locate(ctx, resp.Volume.VolumeId)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(dir)
+		if err != nil || volume.FormatRootDirMode(fi.Mode().Perm()) != tc.want {
+			t.Errorf("%s: root directory %v, %v; want mode %s", tc.name, fi.Mode(), err, tc.want)
+		}
+	}
+	_, err := c.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "bad", Parameters: map[string]string{names.ParameterRootDirMode: "4770"},
+		VolumeCapabilities: []*csi.VolumeCapability{capability(volume.Filesystem, rwo)}})
+	wantCode(t, "CreateVolume with rootDirMode 4770", err, codes.InvalidArgument)
+	if _, err := e.volumes.Stat(ctx, VolumeIDForName("bad")); err == nil {
+		t.Error("a refused CreateVolume left a volume")
+	}
 }

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -180,7 +181,15 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 
 // Listen opens a unix socket at path, replacing a stale socket left by an
 // unclean stop (nobody can be serving on it: the node holds its tree lock).
-// Only root may connect (0600): the kubelet and operators.
+//
+// Only root may connect: the kubelet and operators. Connecting to a unix
+// socket needs write permission on it, so the socket is 0600 and owned by
+// the (root) process, and its directory is created 0750, root's, like the
+// kubelet's own plugin directories: nobody else can replace the socket.
+// The mode is the socket's from birth, not set after it appears: Linux
+// gives a bound socket the mode of its inode filtered by the umask, so the
+// descriptor is made 0600 before bind, and no umask (0 included) and no
+// moment between bind and a chmod lets anyone else in.
 func Listen(path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("creating socket directory: %w", err)
@@ -193,14 +202,30 @@ func Listen(path string) (net.Listener, error) {
 			return nil, fmt.Errorf("removing stale socket %s: %w", path, err)
 		}
 	}
-	l, err := net.Listen("unix", path)
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", path, err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		l.Close()
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close() // FileListener works on a duplicate
+	if err := unix.Fchmod(fd, 0o600); err != nil {
 		return nil, fmt.Errorf("setting mode of socket %s: %w", path, err)
 	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	if err := unix.Listen(fd, unix.SOMAXCONN); err != nil {
+		_ = os.Remove(path)
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	l, err := net.FileListener(f)
+	if err != nil {
+		_ = os.Remove(path)
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	// As with net.Listen: closing the listener removes the socket, so a
+	// clean stop leaves nothing for the kubelet to find.
+	l.(*net.UnixListener).SetUnlinkOnClose(true)
 	return l, nil
 }
 

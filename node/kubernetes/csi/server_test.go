@@ -3,6 +3,8 @@ package csi
 import (
 	"context"
 	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,6 +68,72 @@ func TestRunServesPluginAndRegistration(t *testing.T) {
 		t.Errorf("Probe = %v, %v", probe, err)
 	}
 	cancel()
+}
+
+// TestSocketsOnlyRoot: the CSI socket and the kubelet registration socket
+// are reachable by root only, from the moment they exist: each is a socket
+// of mode 0600 owned by root (connecting needs write permission), in a
+// root-owned directory nobody else may write to (so nobody can put another
+// socket in its place). The plugin runs with umask 0 here, so a mode set
+// after bind, or one left to the umask, would show as 0777. Both sockets
+// are gone after a clean stop.
+func TestSocketsOnlyRoot(t *testing.T) {
+	e := newEnv(t, "")
+	old := syscall.Umask(0)
+	t.Cleanup(func() { syscall.Umask(old) })
+	r, err := NewRegistrar(&e.root.Kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := NewServer(Config{Volumes: e.volumes, Kubelet: &e.root.Kubelet, State: &e.root.Ephemeral.CSI, NodeName: "node-a", Registrar: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel, _ := supervisor.TestHarness(t, srv.Run)
+	defer cancel()
+	reg, _ := e.root.Kubelet.PluginsRegistry.Registration(names.DriverName)
+	plugin, _ := e.root.Kubelet.Plugins.Driver(names.DriverName)
+	socks := []string{plugin.CSISocket.FullPath(), reg.FullPath()}
+	// The registration socket is made once the CSI socket listens.
+	waitFor(t, "both sockets", func() bool { return exists(socks[0]) && exists(socks[1]) })
+	for _, p := range socks {
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode&syscall.S_IFMT != syscall.S_IFSOCK || st.Mode&0o7777 != 0o600 || st.Uid != 0 || st.Gid != 0 {
+			t.Errorf("%s: mode %#o (type %#o), owner %d:%d; want a socket of mode 0600 owned by 0:0", p, st.Mode&0o7777, st.Mode&syscall.S_IFMT, st.Uid, st.Gid)
+		}
+		dir := filepath.Dir(p)
+		if err := syscall.Stat(dir, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Uid != 0 || st.Mode&0o022 != 0 {
+			t.Errorf("directory %s: mode %#o, owner %d; want root's, writable by root only", dir, st.Mode&0o7777, st.Uid)
+		}
+	}
+	cancel()
+	for _, p := range socks {
+		if exists(p) {
+			t.Errorf("%s is still there after the plugin stopped", p)
+		}
+	}
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // TestWiringMistakesFailAtConstruction: a Server or Registrar missing a

@@ -22,4 +22,11 @@ const (
 	// CSI plugin's accessible topology use. Volumes live on one node's
 	// data partition, so the hostname is the whole topology.
 	TopologyKeyHostname = "kubernetes.io/hostname"
+
+	// ParameterRootDirMode is the StorageClass parameter (and CSI
+	// CreateVolume parameter) that sets the mode of a filesystem volume's
+	// root directory, in octal ("0770"); the provisioner also records the
+	// mode a volume was made with under this key in its PV's volume
+	// attributes.
+	ParameterRootDirMode = "rootDirMode"
 )

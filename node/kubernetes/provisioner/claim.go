@@ -3,6 +3,8 @@ package provisioner
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -29,13 +31,23 @@ type request struct {
 	size    resource.Quantity
 	reclaim corev1.PersistentVolumeReclaimPolicy
 	class   *storagev1.StorageClass
+	// rootDirMode is the mode of a filesystem volume's root directory
+	// (zero for a block volume, which has none).
+	rootDirMode fs.FileMode
 }
 
 // supportedParameters lists the StorageClass parameters the driver
-// understands (none so far). Unknown ones are refused rather than ignored: a
-// user who asks for, say, a filesystem type must not get a volume that
-// silently lacks it.
-var supportedParameters = map[string]bool{}
+// understands. Unknown ones are refused rather than ignored: a user who
+// asks for, say, a filesystem type must not get a volume that silently
+// lacks it.
+//
+// rootDirMode (names.ParameterRootDirMode, octal such as "0770", see
+// volume.ParseRootDirMode) is the mode of a filesystem volume's root
+// directory; without it the root is volume.DefaultRootDirMode (0777), so
+// that pods running as any user can write. A block claim of such a class
+// is served as usual: a block volume has no directory, and the class
+// speaks of the filesystem volumes made from it.
+var supportedParameters = map[string]bool{names.ParameterRootDirMode: true}
 
 // maxBytes is the largest size a volume can have. It is well below 2^63-1,
 // which matters: resource.Quantity silently clamps larger values (100Ei,
@@ -60,7 +72,16 @@ func validateClaim(pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageCl
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return bad("StorageClass %q has unknown parameters %s; %s supports none", class.Name, strings.Join(unknown, ", "), driver)
+		return bad("StorageClass %q has unknown parameters %s; %s supports only %s", class.Name, strings.Join(unknown, ", "), driver,
+			strings.Join(slices.Sorted(maps.Keys(supportedParameters)), ", "))
+	}
+	rootDirMode := volume.DefaultRootDirMode
+	if v, ok := class.Parameters[names.ParameterRootDirMode]; ok {
+		m, err := volume.ParseRootDirMode(v)
+		if err != nil {
+			return bad("StorageClass %q parameter %s: %v", class.Name, names.ParameterRootDirMode, err)
+		}
+		rootDirMode = m
 	}
 	if pvc.Spec.Selector != nil {
 		return bad("claims with a selector are not supported (a selector picks existing volumes; this driver only provisions new ones)")
@@ -83,6 +104,9 @@ func validateClaim(pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageCl
 	if mode != corev1.PersistentVolumeFilesystem && mode != corev1.PersistentVolumeBlock {
 		return bad("unknown volume mode %q; use Filesystem or Block", mode)
 	}
+	if mode == corev1.PersistentVolumeBlock {
+		rootDirMode = 0
+	}
 	q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
 	if !ok {
 		return bad("no storage request")
@@ -103,20 +127,31 @@ func validateClaim(pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageCl
 		return bad("StorageClass %q has reclaim policy %q; use Delete or Retain", class.Name, reclaim)
 	}
 	return &request{
-		id:      ownership.VolumeIDFor(pvc.UID),
-		mode:    mode,
-		bytes:   n,
-		size:    *resource.NewQuantity(n, resource.BinarySI),
-		reclaim: reclaim,
-		class:   class,
+		id:          ownership.VolumeIDFor(pvc.UID),
+		mode:        mode,
+		bytes:       n,
+		size:        *resource.NewQuantity(n, resource.BinarySI),
+		reclaim:     reclaim,
+		class:       class,
+		rootDirMode: rootDirMode,
 	}, nil
 }
 
 // buildPV is the PV for a provisioned claim. hostname is the value of this
 // node's kubernetes.io/hostname label, which the scheduler matches against
 // the node affinity; nodeLabel is this node's value of ownership.LabelNode.
+//
+// The PV of a filesystem volume records in its volume attributes the mode
+// its root directory was made with, the default included: the PV then
+// says all it takes to make the volume again, whatever the class or the
+// default become later. (The kubelet passes the attributes to the CSI
+// plugin, which does not need them.)
 func buildPV(pvc *corev1.PersistentVolumeClaim, r *request, driver, hostname, nodeLabel string) *corev1.PersistentVolume {
 	mode := r.mode
+	var attrs map[string]string
+	if r.mode == corev1.PersistentVolumeFilesystem {
+		attrs = map[string]string{names.ParameterRootDirMode: volume.FormatRootDirMode(r.rootDirMode)}
+	}
 	return &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        r.id,
@@ -147,7 +182,7 @@ func buildPV(pvc *corev1.PersistentVolumeClaim, r *request, driver, hostname, no
 				}},
 			}},
 			PersistentVolumeSource: corev1.PersistentVolumeSource{
-				CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: r.id},
+				CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: r.id, VolumeAttributes: attrs},
 			},
 		},
 	}

@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 
@@ -67,10 +68,34 @@ func TestValidateClaim(t *testing.T) {
 		check   func(*testing.T, *request)
 	}{
 		{name: "filesystem default", claim: testClaim(), class: testClass(), check: func(t *testing.T, r *request) {
-			if r.mode != corev1.PersistentVolumeFilesystem || r.bytes != 1<<30 || r.reclaim != corev1.PersistentVolumeReclaimDelete || r.id != "pvc-"+testUID {
+			if r.mode != corev1.PersistentVolumeFilesystem || r.bytes != 1<<30 || r.reclaim != corev1.PersistentVolumeReclaimDelete || r.id != "pvc-"+testUID ||
+				r.rootDirMode != 0o777 {
 				t.Errorf("got %+v", r)
 			}
 		}},
+		{name: "rootDirMode 0770", claim: testClaim(), class: rootDirClass("0770"), check: func(t *testing.T, r *request) {
+			if r.rootDirMode != 0o770 {
+				t.Errorf("rootDirMode = %04o, want 0770", r.rootDirMode)
+			}
+		}},
+		{name: "rootDirMode without leading zero", claim: testClaim(), class: rootDirClass("750"), check: func(t *testing.T, r *request) {
+			if r.rootDirMode != 0o750 {
+				t.Errorf("rootDirMode = %04o, want 0750", r.rootDirMode)
+			}
+		}},
+		{name: "rootDirMode of a block claim", claim: testClaim(func(p *corev1.PersistentVolumeClaim) { p.Spec.VolumeMode = &block }),
+			class: rootDirClass("0770"), check: func(t *testing.T, r *request) {
+				if r.mode != block || r.rootDirMode != 0 {
+					t.Errorf("got %+v, want a block request without root directory mode", r)
+				}
+			}},
+		{name: "rootDirMode setgid", claim: testClaim(), class: rootDirClass("2770"), wantErr: `parameter rootDirMode: invalid volume request: root directory mode "2770"`},
+		{name: "rootDirMode sticky", claim: testClaim(), class: rootDirClass("1777"), wantErr: `root directory mode "1777"`},
+		{name: "rootDirMode not octal", claim: testClaim(), class: rootDirClass("0o770"), wantErr: `root directory mode "0o770"`},
+		{name: "rootDirMode symbolic", claim: testClaim(), class: rootDirClass("u=rwx"), wantErr: `root directory mode "u=rwx"`},
+		{name: "rootDirMode empty", claim: testClaim(), class: rootDirClass(""), wantErr: `root directory mode ""`},
+		{name: "rootDirMode bad for block claims too", claim: testClaim(func(p *corev1.PersistentVolumeClaim) { p.Spec.VolumeMode = &block }),
+			class: rootDirClass("0999"), wantErr: `root directory mode "0999"`},
 		{name: "block retain RWOP", claim: testClaim(func(p *corev1.PersistentVolumeClaim) {
 			p.Spec.VolumeMode = &block
 			p.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod}
@@ -99,7 +124,7 @@ func TestValidateClaim(t *testing.T) {
 		{name: "no access modes", claim: testClaim(func(p *corev1.PersistentVolumeClaim) { p.Spec.AccessModes = nil }), class: testClass(), wantErr: "no access mode"},
 		{name: "unknown parameters", claim: testClaim(), class: testClass(func(s *storagev1.StorageClass) {
 			s.Parameters = map[string]string{"zeta": "1", "fsType": "ext4"}
-		}), wantErr: "unknown parameters fsType, zeta"},
+		}), wantErr: "unknown parameters fsType, zeta; storage.plinth.dev supports only rootDirMode"},
 		{name: "class of other driver", claim: testClaim(), class: testClass(func(s *storagev1.StorageClass) { s.Provisioner = "x" }), wantErr: "belongs to provisioner"},
 		{name: "recycle", claim: testClaim(), class: testClass(func(s *storagev1.StorageClass) { s.ReclaimPolicy = &recycle }), wantErr: "reclaim policy"},
 		{name: "selector", claim: testClaim(func(p *corev1.PersistentVolumeClaim) { p.Spec.Selector = &metav1.LabelSelector{} }), class: testClass(), wantErr: "selector"},
@@ -120,6 +145,37 @@ func TestValidateClaim(t *testing.T) {
 			}
 			tc.check(t, r)
 		})
+	}
+}
+
+// rootDirClass is a class with parameter rootDirMode set to mode.
+func rootDirClass(mode string) *storagev1.StorageClass {
+	return testClass(func(s *storagev1.StorageClass) { s.Parameters = map[string]string{"rootDirMode": mode} })
+}
+
+// TestBuildPVRecordsRootDirMode: the PV of a filesystem volume says the
+// mode its root directory was made with, the default included, so the
+// volume can be made again from the PV alone; a block PV says nothing.
+func TestBuildPVRecordsRootDirMode(t *testing.T) {
+	block := corev1.PersistentVolumeBlock
+	for _, tc := range []struct {
+		name  string
+		claim *corev1.PersistentVolumeClaim
+		class *storagev1.StorageClass
+		want  map[string]string
+	}{
+		{"default", testClaim(), testClass(), map[string]string{"rootDirMode": "0777"}},
+		{"0770", testClaim(), rootDirClass("0770"), map[string]string{"rootDirMode": "0770"}},
+		{"750", testClaim(), rootDirClass("750"), map[string]string{"rootDirMode": "0750"}},
+		{"block", testClaim(func(p *corev1.PersistentVolumeClaim) { p.Spec.VolumeMode = &block }), rootDirClass("0770"), nil},
+	} {
+		r, err := validateClaim(tc.claim, tc.class, testDriver)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := buildPV(tc.claim, r, testDriver, "host-a", "x").Spec.CSI.VolumeAttributes; !maps.Equal(got, tc.want) {
+			t.Errorf("%s: volume attributes %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
 

@@ -2,6 +2,8 @@ package provisioner
 
 import (
 	"context"
+	"io/fs"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/volume"
+	"source.plinth.dev/node/kubernetes/volume/volumetest"
 )
 
 func TestProvisionFilesystemAndBlock(t *testing.T) {
@@ -146,6 +149,67 @@ func TestDeleteReleasedAndRetain(t *testing.T) {
 		if ev.Reason == ReasonVolumeDeleted {
 			t.Errorf("retained PV got event %s: %s", ev.Reason, ev.Message)
 		}
+	}
+}
+
+// TestRootDirMode: a filesystem volume's root directory is 0777 unless its
+// class asks for a stricter mode (parameter rootDirMode); either way the
+// PV records the mode, a pod's user can write to the default volume
+// without an fsGroup but to a 0770 one only in the fsGroup the kubelet
+// gives the directory, a block claim of a class with the parameter is
+// served, and a bad mode is refused before anything is made.
+func TestRootDirMode(t *testing.T) {
+	e := newEnv(t, true)
+	strict, bad := e.Class+"-strict", e.Class+"-setgid"
+	e.CreateClass(strict, corev1.PersistentVolumeReclaimDelete, map[string]string{names.ParameterRootDirMode: "0770"})
+	e.CreateClass(bad, corev1.PersistentVolumeReclaimDelete, map[string]string{names.ParameterRootDirMode: "2770"})
+	e.start(e.controller())
+	plain := e.CreateClaim(controllertest.Claim{Name: "plain"})
+	tight := e.CreateClaim(controllertest.Claim{Name: "tight", Class: strict})
+	blk := e.CreateClaim(controllertest.Claim{Name: "blk", Class: strict, Mode: corev1.PersistentVolumeBlock})
+	refused := e.CreateClaim(controllertest.Claim{Name: "refused", Class: bad})
+	const podUID, podGID, fsGroup = 65534, 65534, 4242
+	for _, tc := range []struct {
+		pvc              *corev1.PersistentVolumeClaim
+		mode             string
+		plain, withGroup bool
+	}{
+		{plain, "0777", true, true},
+		{tight, "0770", false, true},
+	} {
+		_, pv := e.WaitBound(tc.pvc.Name)
+		if got := pv.Spec.CSI.VolumeAttributes[names.ParameterRootDirMode]; got != tc.mode {
+			t.Errorf("%s: PV records root directory mode %q, want %q", tc.pvc.Name, got, tc.mode)
+		}
+		_, dir, err := e.Vols.Locate(context.Background(), pv.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := volume.FormatRootDirMode(fi.Mode().Perm()); got != tc.mode || fi.Mode()&(fs.ModeSetgid|fs.ModeSetuid|fs.ModeSticky) != 0 {
+			t.Errorf("%s: root directory mode %v, want %s", tc.pvc.Name, fi.Mode(), tc.mode)
+		}
+		if err := volumetest.CreateFileAs(dir, "a", podUID, podGID); (err == nil) != tc.plain {
+			t.Errorf("%s: pod user without fsGroup writes: %v, want writable=%v", tc.pvc.Name, err, tc.plain)
+		}
+		if err := os.Chown(dir, -1, fsGroup); err != nil { // the kubelet's part of an fsGroup
+			t.Fatal(err)
+		}
+		if err := volumetest.CreateFileAs(dir, "b", podUID, podGID, fsGroup); (err == nil) != tc.withGroup {
+			t.Errorf("%s: pod user with fsGroup writes: %v, want writable=%v", tc.pvc.Name, err, tc.withGroup)
+		}
+	}
+	_, blkPV := e.WaitBound(blk.Name)
+	if attrs := blkPV.Spec.CSI.VolumeAttributes; len(attrs) != 0 {
+		t.Errorf("block PV has volume attributes %v, want none", attrs)
+	}
+	e.WaitEvent(refused.UID, ReasonProvisioningFailed, `parameter rootDirMode: invalid volume request: root directory mode "2770"`)
+	e.NoPV(refused.UID)
+	if slices.Contains(e.VolumeIDs(), ownership.VolumeIDFor(refused.UID)) {
+		t.Error("a volume was made for a claim whose class has a bad rootDirMode")
 	}
 }
 

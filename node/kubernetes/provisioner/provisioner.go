@@ -55,7 +55,7 @@ const (
 // provisioner uses. Create and Delete are idempotent and resumable after a
 // crash at any point; that is what makes the controller's retries safe.
 type Volumes interface {
-	Create(ctx context.Context, id string, mode volume.Mode, bytes int64) (volume.Info, error)
+	Create(ctx context.Context, id string, mode volume.Mode, bytes int64, opts ...volume.CreateOption) (volume.Info, error)
 	Delete(ctx context.Context, id string) error
 	List(ctx context.Context) ([]volume.Entry, error)
 	// SetReclaimPolicy and ReclaimPolicy keep the reclaim policy of a

@@ -106,11 +106,11 @@ func (r *run) resolveRequest(pvc *corev1.PersistentVolumeClaim) (*request, error
 // backoff, infeasible ones (a full data filesystem) included: space is
 // freed when other volumes go, and the claim's pod waits for this one.
 func (r *run) ensureVolume(ctx context.Context, pvc *corev1.PersistentVolumeClaim, req *request) (volume.Info, error) {
-	mode := volume.Filesystem
+	mode, opts := volume.Filesystem, []volume.CreateOption{volume.WithRootDirMode(req.rootDirMode)}
 	if req.mode == corev1.PersistentVolumeBlock {
-		mode = volume.Block
+		mode, opts = volume.Block, nil
 	}
-	info, err := r.Volumes.Create(ctx, req.id, mode, req.bytes)
+	info, err := r.Volumes.Create(ctx, req.id, mode, req.bytes, opts...)
 	if err != nil {
 		if volume.Infeasible(err) {
 			r.failClaim(pvc, fmt.Sprintf("Cannot provision %s on node %s: %v.", req.size.String(), r.NodeName, err))

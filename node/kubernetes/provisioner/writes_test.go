@@ -33,7 +33,7 @@ type fakeVolumes struct {
 	deletes int
 }
 
-func (f *fakeVolumes) Create(_ context.Context, id string, mode volume.Mode, bytes int64) (volume.Info, error) {
+func (f *fakeVolumes) Create(_ context.Context, id string, mode volume.Mode, bytes int64, _ ...volume.CreateOption) (volume.Info, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.creates++

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -23,8 +26,64 @@ type Info struct {
 	CapacityBytes int64
 }
 
+// DefaultRootDirMode is the mode of a filesystem volume's root directory
+// unless Create is given another (WithRootDirMode): world-writable, like
+// local-path volumes and like a fresh disk's root as a container sees it,
+// so that pods running as any user can write, with or without an fsGroup.
+// Only root can reach the volumes directory itself (0700), so this opens
+// the directory to the pods that mount it and to nobody else. With the
+// CSIDriver's fsGroupPolicy File the kubelet narrows ownership when a pod
+// asks for an fsGroup (group of the root set to it, group rwx and setgid
+// added); it never takes permissions away, which is why a stricter mode
+// has to be chosen at creation.
+const DefaultRootDirMode fs.FileMode = 0o777
+
+// CreateOption adjusts what Create makes.
+type CreateOption func(*createOptions)
+
+type createOptions struct {
+	rootDirMode fs.FileMode
+}
+
+// WithRootDirMode makes a filesystem volume's root directory mode perm
+// instead of DefaultRootDirMode: 0770, say, lets only root and (once the
+// kubelet applies a pod's fsGroup) that group write. Only permission bits
+// are accepted (see ParseRootDirMode); a block volume, which has no
+// directory, refuses the option with ErrInvalid.
+func WithRootDirMode(perm fs.FileMode) CreateOption {
+	return func(o *createOptions) { o.rootDirMode = perm }
+}
+
+// rootDirModeSyntax is an octal mode of three digits, with an optional
+// leading zero ("770", "0770").
+var rootDirModeSyntax = regexp.MustCompile(`^0?[0-7]{3}$`)
+
+// ParseRootDirMode reads a root directory mode written as the octal
+// number chmod takes ("0770" or "770"). Only the nine permission bits can
+// be given: setuid means nothing on a directory, setgid is what the
+// kubelet adds itself when a pod asks for an fsGroup (and only then is it
+// useful), and sticky matters only for a directory many users share,
+// which is what a stricter mode exists to prevent. Errors wrap ErrInvalid.
+func ParseRootDirMode(s string) (fs.FileMode, error) {
+	if !rootDirModeSyntax.MatchString(s) {
+		return 0, fmt.Errorf("%w: root directory mode %q is not an octal permission mode such as 0770 (three octal digits, optionally after a 0; no setuid, setgid or sticky bit)", ErrInvalid, s)
+	}
+	n, err := strconv.ParseUint(s, 8, 32)
+	if err != nil {
+		return 0, fmt.Errorf("%w: root directory mode %q: %w", ErrInvalid, s, err)
+	}
+	return fs.FileMode(n), nil
+}
+
+// FormatRootDirMode writes a mode the way ParseRootDirMode reads it, with
+// four digits ("0770").
+func FormatRootDirMode(perm fs.FileMode) string {
+	return fmt.Sprintf("%04o", uint32(perm))
+}
+
 // Create makes volume id of the given mode and size (rounded up to
-// Alignment) and returns it.
+// Alignment) and returns it. A filesystem volume's root directory gets
+// DefaultRootDirMode, or the mode given WithRootDirMode.
 //
 // It is idempotent: if the volume already exists with the same mode and
 // size, Create returns it; with another mode or size it fails with
@@ -32,8 +91,10 @@ type Info struct {
 // intent record, and the next Create (or Recover) removes the partial volume
 // first, so every successful Create returns a volume that was completely
 // made. On failure (ErrNoSpace for a full disk, among others) nothing of
-// the volume is left behind.
-func (m *Manager) Create(ctx context.Context, id string, mode Mode, bytes int64) (Info, error) {
+// the volume is left behind. The root directory's mode is set when the
+// volume is made and not compared by later calls: the kubelet (applying
+// an fsGroup) and the pods themselves may change it afterwards.
+func (m *Manager) Create(ctx context.Context, id string, mode Mode, bytes int64, opts ...CreateOption) (Info, error) {
 	if err := ctx.Err(); err != nil {
 		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
 	}
@@ -44,12 +105,22 @@ func (m *Manager) Create(ctx context.Context, id string, mode Mode, bytes int64)
 	if err != nil {
 		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
 	}
+	o := createOptions{rootDirMode: DefaultRootDirMode}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	switch mode {
 	case Filesystem:
 		if err := m.checkFilesystemAllowed(); err != nil {
 			return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
 		}
+		if o.rootDirMode&^fs.ModePerm != 0 {
+			return Info{}, fmt.Errorf("creating volume %s: %w: root directory mode %v has more than permission bits", id, ErrInvalid, o.rootDirMode)
+		}
 	case Block:
+		if o.rootDirMode != DefaultRootDirMode {
+			return Info{}, fmt.Errorf("creating volume %s: %w: a block volume has no root directory to give mode %s", id, ErrInvalid, FormatRootDirMode(o.rootDirMode))
+		}
 	default:
 		return Info{}, fmt.Errorf("creating volume %s: %w: unknown mode %v", id, ErrInvalid, mode)
 	}
@@ -81,7 +152,7 @@ func (m *Manager) Create(ctx context.Context, id string, mode Mode, bytes int64)
 		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
 	}
 	if mode == Filesystem {
-		err = m.createFilesystem(id, size)
+		err = m.createFilesystem(id, size, o.rootDirMode)
 	} else {
 		err = m.createBlock(id, size)
 	}
@@ -114,9 +185,10 @@ func (m *Manager) settle(id string) error {
 	return m.finish(id, in)
 }
 
-// createFilesystem makes the volume directory with its quota (or, when
-// capacity is not enforced, with its size recorded in an xattr).
-func (m *Manager) createFilesystem(id string, size int64) error {
+// createFilesystem makes the volume directory, of mode perm, with its
+// quota (or, when capacity is not enforced, with its size recorded in an
+// xattr).
+func (m *Manager) createFilesystem(id string, size int64, perm fs.FileMode) error {
 	dir, err := m.Data.Volumes.Filesystem(id)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -131,13 +203,9 @@ func (m *Manager) createFilesystem(id string, size int64) error {
 	if err := os.Mkdir(path, 0o700); err != nil {
 		return classifySpace(fmt.Errorf("creating volume directory: %w", err))
 	}
-	// World-writable like a fresh disk's root as seen by a container: pods
-	// run as arbitrary users, and the CSIDriver's fsGroupPolicy File lets
-	// the kubelet narrow ownership when the pod asks for an fsGroup. Only
-	// root can reach volumes/ itself (0700), so this opens the directory
-	// to the pods that mount it and to nobody else. Set by chmod because
-	// mkdir's mode is filtered by the umask.
-	if err := os.Chmod(path, 0o777); err != nil {
+	// The mode (see DefaultRootDirMode) is set by chmod because mkdir's is
+	// filtered by the umask.
+	if err := os.Chmod(path, perm); err != nil {
 		return fmt.Errorf("setting mode of volume directory: %w", err)
 	}
 	m.crashPoint("create:mkdir")

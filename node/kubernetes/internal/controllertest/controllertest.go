@@ -1,7 +1,8 @@
 // Package controllertest is the test world of the node's controllers: one
 // real etcd + kube-apiserver + kube-controller-manager per test binary
 // (from test/launch; the PV controller binds claims and releases volumes
-// exactly as in a cluster), and per test a namespace, a StorageClass, a
+// exactly as in a cluster; the API server keeps an audit log of the calls
+// plinth-node processes make with the node identity), and per test a namespace, a StorageClass, a
 // node name and a data directory with its volume manager, so tests do not
 // see each other's work. The provisioner's and the resizer's tests share
 // it; only tests import it.
@@ -25,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/internal/controller"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
@@ -74,7 +76,13 @@ func ControlPlane(t testing.TB) *launch.ControlPlane {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 		defer cancel()
-		cfg := launch.ControlPlaneConfig{Dir: dir, ControllerManagerArgs: []string{"--kube-api-qps=500", "--kube-api-burst=1000"}}
+		cfg := launch.ControlPlaneConfig{
+			Dir:                   dir,
+			ControllerManagerArgs: []string{"--kube-api-qps=500", "--kube-api-burst=1000"},
+			// Every API call of a plinth-node process, for the tests that
+			// check what a node did (NodeCalls).
+			AuditGroups: []string{clusterobjects.NodeAgentGroup},
+		}
 		if testing.Verbose() {
 			cfg.Log = os.Stderr
 		}

@@ -151,3 +151,24 @@ func EveryOtherStart(qps, burst int) func() []string {
 		return nil
 	}
 }
+
+// NodeCalls returns the API calls the plinth-node processes of node made
+// (with the node identity, as NodeProcess runs them), from the control
+// plane's audit log, oldest first. A process names its node in its user
+// agent, which is how the calls of two nodes sharing the identity are
+// told apart.
+func NodeCalls(t testing.TB, node string) []launch.AuditEvent {
+	t.Helper()
+	events, err := ControlPlane(t).AuditEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := "plinth-node/" + node + " "
+	var calls []launch.AuditEvent
+	for _, e := range events {
+		if strings.HasPrefix(e.UserAgent, prefix) {
+			calls = append(calls, e)
+		}
+	}
+	return calls
+}
