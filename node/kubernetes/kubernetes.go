@@ -72,6 +72,9 @@ type Service struct {
 	Volumes *volume.Manager
 	// OrphanGracePeriod is passed to the provisioner; zero means its default.
 	OrphanGracePeriod time.Duration
+	// TestOnlyNoOrphanRemoval is passed to the provisioner: only tests set
+	// it (see provisioner.Config).
+	TestOnlyNoOrphanRemoval bool
 	// Extra are further children (the CSI plugin) started with
 	// the same clients.
 	Extra map[string]Child
@@ -155,9 +158,10 @@ func (s *Service) Run(ctx context.Context) error {
 		NodeName:    s.NodeName,
 	}
 	prov, err := provisioner.New(provisioner.Config{
-		Base:              base,
-		Volumes:           s.Volumes,
-		OrphanGracePeriod: s.OrphanGracePeriod,
+		Base:                    base,
+		Volumes:                 s.Volumes,
+		OrphanGracePeriod:       s.OrphanGracePeriod,
+		TestOnlyNoOrphanRemoval: s.TestOnlyNoOrphanRemoval,
 	})
 	if err != nil {
 		return err

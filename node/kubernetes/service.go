@@ -20,6 +20,8 @@ type Options struct {
 	QPS               float32
 	Burst             int
 	OrphanGracePeriod time.Duration
+	// TestOnlyNoOrphanRemoval is for tests only (see provisioner.Config).
+	TestOnlyNoOrphanRemoval bool
 	// Extra are further children; they are given the shared clients, the
 	// node's Env and the node's one volume manager.
 	Extra map[string]func(Clients, *core.Env, *volume.Manager) supervisor.Runnable
@@ -41,13 +43,14 @@ func NodeService(o Options) core.Service {
 				return func(context.Context) error { return fmt.Errorf("creating volume manager: %w", err) }
 			}
 			s := &Service{
-				Kubeconfig:        o.Kubeconfig,
-				QPS:               o.QPS,
-				Burst:             o.Burst,
-				NodeName:          env.NodeName,
-				Volumes:           vols,
-				OrphanGracePeriod: o.OrphanGracePeriod,
-				Extra:             map[string]Child{},
+				Kubeconfig:              o.Kubeconfig,
+				QPS:                     o.QPS,
+				Burst:                   o.Burst,
+				NodeName:                env.NodeName,
+				Volumes:                 vols,
+				OrphanGracePeriod:       o.OrphanGracePeriod,
+				TestOnlyNoOrphanRemoval: o.TestOnlyNoOrphanRemoval,
+				Extra:                   map[string]Child{},
 			}
 			for name, mk := range o.Extra {
 				s.Extra[name] = func(c Clients) supervisor.Runnable { return mk(c, env, vols) }

@@ -221,16 +221,25 @@ func TestHelpDocumentsEveryFlag(t *testing.T) {
 		t.Fatal("--help did not return ErrHelp")
 	}
 	// Every declared flag, including ones added later, is in the help
-	// with a description of more than a word or two.
-	n := 0
+	// with a description of more than a word or two; the test-only ones
+	// are described too, but left out of the help.
+	n, testOnly := 0, 0
 	(&options{}).flagSet(io.Discard).VisitAll(func(f *flag.Flag) {
 		n++
-		if !strings.Contains(buf.String(), "  -"+f.Name) || len(f.Usage) < 20 {
+		inHelp := strings.Contains(buf.String(), "  -"+f.Name)
+		if strings.HasPrefix(f.Name, testOnlyFlagPrefix) {
+			testOnly++
+			if inHelp {
+				t.Errorf("test-only flag -%s is shown in --help", f.Name)
+			}
+			inHelp = true
+		}
+		if !inHelp || len(f.Usage) < 20 {
 			t.Errorf("flag -%s is not documented in --help (usage %q)", f.Name, f.Usage)
 		}
 	})
-	if n < 11 {
-		t.Errorf("only %d flags declared", n)
+	if n < 12 || testOnly < 1 {
+		t.Errorf("only %d flags declared, %d of them test-only", n, testOnly)
 	}
 }
 

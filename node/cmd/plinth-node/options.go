@@ -32,7 +32,15 @@ type options struct {
 	kubeAPIQPS        float64
 	kubeAPIBurst      int
 	orphanGracePeriod time.Duration
+
+	// Test-only settings (testOnlyFlagPrefix): hidden from --help.
+	testOnlyNoOrphanRemoval bool
 }
+
+// testOnlyFlagPrefix begins the names of flags that exist only for tests.
+// They are left out of --help: no node has a use for them, and each
+// disables something a node relies on.
+const testOnlyFlagPrefix = "test-only-"
 
 const usageHeader = `Usage: plinth-node [flags]
        plinth-node csi-serve [flags]   (standalone CSI plugin; see plinth-node csi-serve --help)
@@ -91,9 +99,18 @@ func (o *options) flagSet(out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", kubernetes.DefaultBurst, "burst of queries to the Kubernetes API above --kube-api-qps")
 	fs.DurationVar(&o.orphanGracePeriod, "orphan-grace-period", provisioner.DefaultOrphanGracePeriod,
 		"how long a volume must have had no PV and no claim before the provisioner removes it")
+	// The help shows the flags declared so far: the test-only ones follow.
+	help := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	fs.VisitAll(func(f *flag.Flag) {
+		help.Var(f.Value, f.Name, f.Usage)
+		help.Lookup(f.Name).DefValue = f.DefValue
+	})
+	fs.BoolVar(&o.testOnlyNoOrphanRemoval, testOnlyFlagPrefix+"no-orphan-removal", false,
+		"never remove orphaned volumes, so that the crash test's negative control can show its leak check finds what a crash leaves")
 	fs.Usage = func() {
 		fmt.Fprint(out, usageHeader)
-		fs.PrintDefaults()
+		help.SetOutput(out)
+		help.PrintDefaults()
 	}
 	return fs
 }

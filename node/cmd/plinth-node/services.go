@@ -33,10 +33,11 @@ func services(o *options, tree *localstorage.Root) ([]core.Service, error) {
 			return nil, fmt.Errorf("wiring the CSI plugin: %w", err)
 		}
 		svcs = append(svcs, kubernetes.NodeService(kubernetes.Options{
-			Kubeconfig:        o.kubeconfig,
-			QPS:               float32(o.kubeAPIQPS),
-			Burst:             o.kubeAPIBurst,
-			OrphanGracePeriod: o.orphanGracePeriod,
+			Kubeconfig:              o.kubeconfig,
+			QPS:                     float32(o.kubeAPIQPS),
+			Burst:                   o.kubeAPIBurst,
+			OrphanGracePeriod:       o.orphanGracePeriod,
+			TestOnlyNoOrphanRemoval: o.testOnlyNoOrphanRemoval,
 			Extra: map[string]func(kubernetes.Clients, *core.Env, *volume.Manager) supervisor.Runnable{
 				"csi": csiPlugin(registrar),
 			},

@@ -82,6 +82,11 @@ type Config struct {
 	// before it is removed. It covers the lag of the informers and the time
 	// between creating a volume and creating its PV.
 	OrphanGracePeriod time.Duration
+	// TestOnlyNoOrphanRemoval turns the orphan reconciler off, so volumes
+	// a crash leaves without PV and claim stay. Only for tests: the crash
+	// test's negative control runs without it to show that its leak check
+	// finds what a crash leaves. A node must never set it.
+	TestOnlyNoOrphanRemoval bool
 }
 
 // Controller is the provisioner runnable: build it with New, then pass Run

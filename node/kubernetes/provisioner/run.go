@@ -87,7 +87,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	for range c.VolumeWorkers {
 		wg.Go(func() { controller.Work(ctx, r.log, r.volumeQ, r.syncVolume) })
 	}
-	wg.Go(func() { r.reconcileOrphansLoop(ctx) })
+	if c.TestOnlyNoOrphanRemoval {
+		r.log.Warningf("orphan removal is off (a test-only setting): volumes without PV and claim stay")
+	} else {
+		wg.Go(func() { r.reconcileOrphansLoop(ctx) })
+	}
 	<-ctx.Done()
 	r.claimQ.ShutDown()
 	r.volumeQ.ShutDown()
