@@ -86,28 +86,35 @@ func StorageClass() *storagev1.StorageClass {
 	}
 }
 
-// ClusterRole holds what the node agent's parts need, and no more:
-//   - provisioner: read claims, classes and its Node; create and delete PVs;
-//   - resizer: update PVs and claim status;
-//   - CSI plugin: read pods, CSINodes, VolumeAttachments and CSIDrivers;
-//   - all of them: Events (core and events.k8s.io);
+// ClusterRole holds what the node agent's parts use, and no more (each
+// verb on each resource is used by some path of the code, and nothing else
+// is: TestNodeRoleIsWhatTheNodeUses checks both against the API server's
+// audit log of a real node):
+//   - provisioner: watch claims and classes, read its Node; create, read,
+//     delete PVs of its node (an informer of them, live reads before
+//     destroying data);
+//   - resizer: patch PVs and claim status; read a claim and its PV again
+//     after a write conflict;
+//   - both: create Events, and patch them when they repeat;
 //   - Ensure: read the CSIDriver, StorageClass and its own ClusterRole and
 //     binding, so a node finds them in place without write access. Create
 //     is deliberately missing: it cannot be limited to names, and a node
 //     that may create StorageClasses may create any. Whoever issues the
 //     node's credentials installs these objects (test/launch does); a node
 //     run with admin credentials creates them itself.
+//
+// The CSI plugin makes no API calls: the kubelet tells it all it needs.
 func ClusterRole() *rbacv1.ClusterRole {
 	return &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: ClusterRoleName, Labels: map[string]string{labelManagedBy: managedBy}},
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
-			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims/status"}, Verbs: []string{"update", "patch"}},
-			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}},
-			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}},
-			{APIGroups: []string{""}, Resources: []string{"nodes", "pods"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses", "csinodes", "csidrivers", "volumeattachments"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims/status"}, Verbs: []string{"patch"}},
+			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csidrivers"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"},
 				ResourceNames: []string{ClusterRoleName}, Verbs: []string{"get"}},
 		},

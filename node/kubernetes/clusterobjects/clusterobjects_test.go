@@ -2,13 +2,9 @@ package clusterobjects_test
 
 import (
 	"context"
-	"flag"
-	"fmt"
-	"os"
 	"reflect"
 	"sync"
 	"testing"
-	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,42 +13,15 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"source.plinth.dev/node/kubernetes/clusterobjects"
+	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/pkg/logtree"
-	"source.plinth.dev/test/launch"
 )
 
-var cp *launch.ControlPlane
-
-// TestMain starts one real control plane for the package (a few seconds;
-// no root needed).
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "plinth-co-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	cp, err = launch.StartControlPlane(ctx, launch.ControlPlaneConfig{Dir: dir})
-	cancel()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "starting control plane: %v\n", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := cp.Stop(context.Background()); err != nil {
-		fmt.Fprintf(os.Stderr, "stopping control plane: %v\n", err)
-		code = 1
-	}
-	if code == 0 {
-		_ = os.RemoveAll(dir)
-	}
-	os.Exit(code)
-}
+// TestMain runs the tests against the controller tests' control plane
+// (controllertest: real etcd and kube-apiserver, with an audit log of the
+// node identity's calls; no root needed).
+func TestMain(m *testing.M) { controllertest.Main(m) }
 
 func logger(t *testing.T) logtree.LeveledLogger {
 	var w testWriter
@@ -65,10 +34,7 @@ type testWriter struct{ t *testing.T }
 func (w *testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
 
 func admin(t *testing.T) kubernetes.Interface {
-	if cp == nil {
-		t.Skip("no control plane (-short)")
-	}
-	return cp.Client
+	return controllertest.ControlPlane(t).Client
 }
 
 // versions returns the resource versions of the ensured objects.
@@ -172,7 +138,7 @@ func TestEnsureRestricted(t *testing.T) {
 	if err := clusterobjects.Ensure(ctx, c, logger(t)); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", cp.NodeKubeconfig)
+	cfg, err := clientcmd.BuildConfigFromFlags("", controllertest.ControlPlane(t).NodeKubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ package resizer
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"testing"
@@ -66,12 +65,7 @@ func (e *env) start() {
 }
 
 // request sets claim name's storage request, as `kubectl patch` does.
-func (e *env) request(name, size string) error {
-	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"resources": map[string]any{
-		"requests": map[string]string{"storage": size}}}})
-	_, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{})
-	return err
-}
+func (e *env) request(name, size string) error { return e.SetRequest(name, size) }
 
 // mustRequest is request, failing the test on an error.
 func (e *env) mustRequest(name, size string) {

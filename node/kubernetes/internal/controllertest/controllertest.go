@@ -10,6 +10,7 @@ package controllertest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -246,6 +247,18 @@ func (e *Env) ClaimObject(c Claim) *corev1.PersistentVolumeClaim {
 			}},
 		},
 	}
+}
+
+// SetRequest sets claim name's storage request, as `kubectl patch` does
+// when a user grows a claim.
+func (e *Env) SetRequest(name, size string) error {
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"resources": map[string]any{
+		"requests": map[string]string{"storage": size}}}})
+	if err != nil {
+		return err
+	}
+	_, err = e.Client.CoreV1().PersistentVolumeClaims(e.NS).Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
 }
 
 // Eventually polls cond until it returns true or timeout passes.

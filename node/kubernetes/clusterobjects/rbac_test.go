@@ -1,0 +1,280 @@
+package clusterobjects_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+
+	"source.plinth.dev/node/kubernetes/clusterobjects"
+	"source.plinth.dev/node/kubernetes/internal/controllertest"
+	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/node/kubernetes/volume"
+	"source.plinth.dev/test/launch"
+)
+
+// TestNodeRoleIsWhatTheNodeUses: the node identity's ClusterRole grants
+// exactly what plinth-node uses. A real plinth-node process (cluster
+// objects, provisioner, resizer, CSI plugin) runs with that identity
+// through a workload that takes every path that talks to the API server:
+// Ensure with everything installed, provisioning (filesystem, block,
+// Retain, a claim whose class appears late, so its failure Event repeats),
+// the kubelet's part of the CSI plugin (publish, stats, unpublish), a
+// resize, an infeasible resize and its recovery, deletion of Released
+// Delete PVs, a Released Retain PV deleted by an administrator, and the
+// orphan sweep. The API server's audit log then gives every call the node
+// made: each must be allowed by a rule of the role (and none refused), and
+// each verb on each resource the role grants must have been used.
+//
+// Deliberately outside the role, and so outside this workload: Ensure's
+// creation of missing cluster objects and its repair of a changed role,
+// which need admin credentials (see ClusterRole).
+func TestNodeRoleIsWhatTheNodeUses(t *testing.T) {
+	cp := controllertest.ControlPlane(t)
+	ctx := context.Background()
+	// What an installer does: the cluster objects are in place.
+	if err := clusterobjects.Ensure(ctx, cp.Client, logger(t)); err != nil {
+		t.Fatal(err)
+	}
+	e := controllertest.NewEnv(t, true)
+	retain, late := e.Class+"-retain", e.Class+"-late"
+	e.CreateClass(retain, corev1.PersistentVolumeReclaimRetain, nil)
+	// An orphan the sweep removes (after a live read of its PV) and one
+	// it keeps (recorded Retain); both are reported on the Node.
+	orphan, kept := ownership.VolumeIDFor(uuid.NewUUID()), ownership.VolumeIDFor(uuid.NewUUID())
+	for _, id := range []string{orphan, kept} {
+		if _, err := e.Vols.Create(ctx, id, volume.Filesystem, 1<<20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Vols.SetReclaimPolicy(ctx, kept, volume.ReclaimRetain); err != nil {
+		t.Fatal(err)
+	}
+	kubelet := filepath.Join(t.TempDir(), "kubelet")
+	p := e.NodeProcess(t, "--orphan-grace-period=2s", "--kubelet-dir="+kubelet)
+	p.Start()
+	t.Cleanup(func() {
+		p.Kill(syscall.SIGTERM)
+		if t.Failed() {
+			t.Logf("plinth-node log (tail):\n%s", p.LogTail())
+		}
+	})
+
+	fs := e.CreateClaim(controllertest.Claim{Name: "fs"})
+	blk := e.CreateClaim(controllertest.Claim{Name: "blk", Mode: corev1.PersistentVolumeBlock})
+	keep := e.CreateClaim(controllertest.Claim{Name: "keep", Class: retain})
+	waiting := e.CreateClaim(controllertest.Claim{Name: "waiting", Class: late})
+	controllertest.Eventually(t, 30*time.Second, "a repeated ProvisioningFailed Event", func() (bool, error) {
+		for _, ev := range e.Events(waiting.UID) {
+			if ev.Reason == "ProvisioningFailed" && ev.Count >= 2 {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	e.CreateClass(late, corev1.PersistentVolumeReclaimDelete, nil)
+	for _, c := range []*corev1.PersistentVolumeClaim{fs, blk, keep, waiting} {
+		e.WaitBound(c.Name)
+	}
+
+	kubeletPublishes(t, kubelet, e.Dir, ownership.VolumeIDFor(fs.UID))
+
+	// Grow fs while the claim is being written to all the time (as
+	// users and other controllers do), so that the resizer's status write
+	// meets a conflict and it reads the claim and PV afresh.
+	stopTouching := touch(t, e, "fs")
+	if err := e.SetRequest("fs", "32Mi"); err != nil {
+		t.Fatal(err)
+	}
+	controllertest.Eventually(t, 30*time.Second, "the resizer reading the claim after a conflict", func() (bool, error) {
+		for _, c := range controllertest.NodeCalls(t, e.Node) {
+			if c.Verb == "get" && c.ObjectRef != nil && c.ObjectRef.Resource == "persistentvolumeclaims" && c.ObjectRef.Name == "fs" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	stopTouching()
+	// Ask blk for more than the disk holds, then for less.
+	if err := e.SetRequest("blk", "1Pi"); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitEvent(blk.UID, "VolumeResizeFailed", "not enough space")
+	if err := e.SetRequest("blk", "32Mi"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*corev1.PersistentVolumeClaim{fs, blk} {
+		e.WaitEvent(c.UID, "VolumeResizeSuccessful", "32Mi")
+	}
+
+	for _, c := range []*corev1.PersistentVolumeClaim{fs, blk, keep, waiting} {
+		if err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keepPV := ownership.VolumeIDFor(keep.UID)
+	controllertest.Eventually(t, 60*time.Second, "the Delete PVs gone and the Retain PV Released", func() (bool, error) {
+		for _, c := range []*corev1.PersistentVolumeClaim{fs, blk, waiting} {
+			if _, err := e.Client.CoreV1().PersistentVolumes().Get(ctx, ownership.VolumeIDFor(c.UID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return false, err
+			}
+		}
+		pv, err := e.Client.CoreV1().PersistentVolumes().Get(ctx, keepPV, metav1.GetOptions{})
+		return err == nil && pv.Status.Phase == corev1.VolumeReleased, err
+	})
+	if err := e.Client.CoreV1().PersistentVolumes().Delete(ctx, keepPV, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitEvent(types.UID(e.Node), "OrphanedVolumeDeleted", orphan)
+	e.WaitEvent(types.UID(e.Node), "OrphanedVolumeRetained", kept)
+	e.WaitEvent(types.UID(e.Node), "OrphanedVolumeRetained", keepPV)
+	// Stop the node, so that its watches end and are logged as answered.
+	p.Kill(syscall.SIGTERM)
+
+	checkRole(t, clusterobjects.ClusterRole().Rules, controllertest.NodeCalls(t, e.Node))
+}
+
+// touch changes a label of claim name as fast as the API server takes it,
+// until the returned function is called.
+func touch(t *testing.T, e *controllertest.Env, name string) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			patch := fmt.Appendf(nil, `{"metadata":{"labels":{"touch":"%d"}}}`, i)
+			if _, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				t.Errorf("touching claim %s: %v", name, err)
+				return
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
+}
+
+// kubeletPublishes does what the kubelet does with the CSI plugin of a
+// node when a pod uses volume id: it publishes the volume at a target
+// path, reads its statistics and unpublishes it.
+func kubeletPublishes(t *testing.T, kubelet, dataDir, id string) {
+	t.Helper()
+	sock := filepath.Join(kubelet, "plugins", names.DriverName, "csi.sock")
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	node := csipb.NewNodeClient(conn)
+	target := filepath.Join(kubelet, "pods", "pod-1", "volumes", "kubernetes.io~csi", id, "mount")
+	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil { // the kubelet makes the parent
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	capability := &csipb.VolumeCapability{
+		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
+		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}
+	if _, err := node.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{VolumeId: id, TargetPath: target, VolumeCapability: capability},
+		grpc.WaitForReady(true)); err != nil {
+		t.Fatalf("NodePublishVolume: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(target, "hello"), []byte("pod"), 0o644); err != nil {
+		t.Errorf("writing through the published target: %v", err)
+	}
+	if _, err := node.NodeGetVolumeStats(ctx, &csipb.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: target}); err != nil {
+		t.Errorf("NodeGetVolumeStats: %v", err)
+	}
+	if _, err := node.NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target}); err != nil {
+		t.Fatalf("NodeUnpublishVolume: %v", err)
+	}
+}
+
+// access is one right: a verb on a resource ("persistentvolumeclaims/status"
+// for a subresource) of an API group.
+type access struct{ group, resource, verb string }
+
+func (a access) String() string {
+	if a.group == "" {
+		return a.verb + " " + a.resource
+	}
+	return a.verb + " " + a.group + "/" + a.resource
+}
+
+// checkRole fails the test for every call not allowed by rules (or refused
+// by the API server) and for every right in rules no call used.
+func checkRole(t *testing.T, rules []rbacv1.PolicyRule, calls []launch.AuditEvent) {
+	t.Helper()
+	if len(calls) == 0 {
+		t.Fatal("no calls of the node in the audit log")
+	}
+	used := map[access]int{}
+	for _, c := range calls {
+		ref := c.ObjectRef
+		if ref == nil {
+			t.Errorf("%s %s: a non-resource URL, which the role does not grant", c.Verb, c.RequestURI)
+			continue
+		}
+		a := access{ref.APIGroup, ref.Resource, c.Verb}
+		if ref.Subresource != "" {
+			a.resource += "/" + ref.Subresource
+		}
+		used[a]++
+		if c.Code() == 403 {
+			t.Errorf("%s %s was refused (403)", a, c.RequestURI)
+		}
+		if !allows(rules, a, ref.Name) {
+			t.Errorf("%s %s (%s): no rule of the role allows it", a, ref.Name, c.RequestURI)
+		}
+	}
+	var summary []string
+	for a, n := range used {
+		summary = append(summary, fmt.Sprintf("%s: %d", a, n))
+	}
+	sort.Strings(summary)
+	t.Logf("the node's API calls by right:\n  %s", strings.Join(summary, "\n  "))
+	for _, r := range rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					if a := (access{g, res, v}); used[a] == 0 {
+						t.Errorf("the role grants %s, which the node never used", a)
+					}
+				}
+			}
+		}
+	}
+}
+
+// allows reports whether a rule grants a on the object name ("" for a
+// collection), as the RBAC authorizer decides for rules without
+// wildcards (the role has none).
+func allows(rules []rbacv1.PolicyRule, a access, name string) bool {
+	for _, r := range rules {
+		if slices.Contains(r.APIGroups, a.group) && slices.Contains(r.Resources, a.resource) && slices.Contains(r.Verbs, a.verb) &&
+			(len(r.ResourceNames) == 0 || slices.Contains(r.ResourceNames, name)) {
+			return true
+		}
+	}
+	return false
+}
