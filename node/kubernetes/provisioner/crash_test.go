@@ -3,9 +3,11 @@ package provisioner
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -26,21 +28,122 @@ import (
 	"source.plinth.dev/node/kubernetes/volume"
 )
 
-// TestCrashSafety kills plinth-node with SIGKILL at random moments while 200
+// minKills is the fewest SIGKILLs TestCrashSafety accepts during its 250
+// operations. Runs see 25 to 32 (a kill 20-320 ms after a fast start,
+// 250-650 ms after a tight one); 15 leaves room for a slow machine and
+// still means many restarts in the middle of work.
+const minKills = 15
+
+// TestCrashSafety kills plinth-node with SIGKILL at random moments while 250
 // provisions and deletions run, restarts it every time, lets it settle and
 // checks the invariants: no volume without a PV or claim (leak), no PV
 // without its volume, no claim with two volumes, every claim bound, and the
-// data of bound volumes untouched.
+// data of every bound volume, filesystem or block, exactly as written when
+// its claim was first bound. It also proves the crashes hit the windows
+// that matter: kills landed between creating a volume and creating its PV
+// and in the middle of deletions, and the restarts removed the orphans the
+// first window leaves when the claim goes away meanwhile.
 func TestCrashSafety(t *testing.T) {
 	e := newEnv(t, true)
-	cp := controllertest.ControlPlane(t)
-	const grace = 3 * time.Second
-	p := e.NodeProcess(t, "--orphan-grace-period="+grace.String())
-	// Every other start, a tight client budget makes API writes wait,
-	// which widens the window between creating a volume and creating its
-	// PV: the crash that leaves an orphan becomes likely instead of rare.
-	// The other starts are fast, so kills also land in volume operations.
-	p.Extra = controllertest.EveryOtherStart(20, 5)
+	p := startCrashNode(t, e)
+	r := runCrashSchedule(t, e, p, 250)
+	t.Logf("%d kills; caught right after a kill: %d volumes without their PV, %d deletions half done, %d creations half done; %d markers written meanwhile (%d block)",
+		r.kills, len(r.unbacked), len(r.midDelete), len(r.midCreate), len(r.markers), r.blockMarkers())
+	if r.kills < minKills {
+		t.Errorf("only %d kills during the workload; the test needs at least %d to mean something", r.kills, minKills)
+	}
+	if len(r.unbacked) == 0 {
+		t.Errorf("no kill landed between creating a volume and creating its PV")
+	}
+	// The markers must have lived through kills to prove anything.
+	if len(r.markers) == 0 || r.blockMarkers() == 0 || r.blockMarkers() == len(r.markers) {
+		t.Errorf("markers written during the workload: %d, %d of them in block volumes; want both kinds",
+			len(r.markers), r.blockMarkers())
+	}
+
+	// Settle: everything converges without further help.
+	settleStart := time.Now()
+	// Lost data never comes back: no need to wait for the rest then.
+	v := r.settle(t, 3*time.Minute, func(v violations) bool { return v.none() || len(v.lost) > 0 })
+	if !v.none() {
+		t.Fatalf("after settling, invariant violations:\n%s", strings.Join(v.all(), "\n"))
+	}
+	settled := time.Since(settleStart)
+	p.Kill(syscall.SIGTERM)
+
+	// What the restarts found, from plinth-node's log: the orphans that
+	// kills between volume and PV left behind, once their claims were
+	// deleted, must have been removed, and only volumes of deleted claims.
+	rec := readRecoveryLog(t, p)
+	actions := map[string]int{}
+	for _, a := range rec.recovered {
+		actions[a]++
+	}
+	t.Logf("settled in %s; plinth-node removed %d orphans and recovered %d interrupted volume operations %v; %d processes killed between deleting a volume's data and its PV",
+		settled.Round(100*time.Millisecond), len(rec.orphans), len(rec.recovered), actions, len(rec.cutDeletions))
+	// A kill in the middle of a deletion: seen in the state right after
+	// it, or in the log of the process it ended.
+	if len(r.midDelete)+len(rec.cutDeletions) == 0 {
+		t.Errorf("no kill landed in the middle of a deletion (data removed or being removed, PV not yet deleted)")
+	}
+	if len(rec.orphans) == 0 {
+		t.Errorf("plinth-node removed no orphaned volume: no kill left a volume without PV whose claim was then deleted")
+	}
+	for id := range rec.orphans {
+		if uid, _ := ownership.ClaimUIDOf(id); !r.deleted[uid] {
+			t.Errorf("plinth-node removed volume %s as an orphan, but its claim was not deleted", id)
+		}
+	}
+	for _, f := range rec.failed {
+		t.Errorf("a recovery failed: %s", f)
+	}
+}
+
+// TestCrashSafetyFindsLeaks is the negative control of TestCrashSafety: the
+// same crash schedule, shorter, against a plinth-node whose orphan removal
+// is off (a test-only flag). Volumes that kills left without PV, whose
+// claims were then deleted, must stay and be reported as leaks; if they
+// were not, TestCrashSafety could not fail on a broken orphan reconciler.
+func TestCrashSafetyFindsLeaks(t *testing.T) {
+	e := newEnv(t, true)
+	p := startCrashNode(t, e, "--test-only-no-orphan-removal")
+	r := runCrashSchedule(t, e, p, 200)
+	t.Logf("%d kills; %d volumes caught without their PV", r.kills, len(r.unbacked))
+
+	// Everything else converges; the leaks stay. Settled is when nothing
+	// but leaks is wrong and the leaks did not change over a check.
+	var prev []string
+	v := r.settle(t, time.Minute, func(v violations) bool {
+		done := len(v.other)+len(v.lost) == 0 && slices.Equal(v.leaks, prev)
+		prev = v.leaks
+		return done
+	})
+	p.Kill(syscall.SIGTERM)
+	if len(v.other)+len(v.lost) > 0 {
+		t.Fatalf("after settling, violations other than leaks:\n%s", strings.Join(slices.Concat(v.lost, v.other), "\n"))
+	}
+	if len(v.leaks) == 0 {
+		t.Fatalf("no leak found with orphan removal off (%d kills, %d volumes caught without their PV): "+
+			"the crash test cannot see a broken orphan reconciler", r.kills, len(r.unbacked))
+	}
+	t.Logf("%d leaks found, as they must be:\n%s", len(v.leaks), strings.Join(v.leaks, "\n"))
+	if rec := readRecoveryLog(t, p); len(rec.orphans) > 0 {
+		t.Errorf("plinth-node removed %d orphans although orphan removal was off", len(rec.orphans))
+	}
+}
+
+// startCrashNode starts plinth-node for a crash test, with a short orphan
+// grace period and args added; it is killed when the test ends.
+func startCrashNode(t *testing.T, e *env, args ...string) *controllertest.NodeProcess {
+	t.Helper()
+	p := e.NodeProcess(t, append([]string{"--orphan-grace-period=3s"}, args...)...)
+	// Every other start, a tight client budget (10 requests a second)
+	// makes API writes wait, which widens the window between creating a
+	// volume and creating its PV, and the one between deleting a volume's
+	// data and its PV: the crash that leaves an orphan becomes likely
+	// instead of rare. The other starts are fast, so kills also land in
+	// volume operations.
+	p.Extra = controllertest.EveryOtherStart(10, 10)
 	p.Start()
 	t.Cleanup(func() {
 		p.Kill(syscall.SIGKILL)
@@ -48,41 +151,85 @@ func TestCrashSafety(t *testing.T) {
 			t.Logf("plinth-node log (tail):\n%s", p.LogTail())
 		}
 	})
+	return p
+}
 
-	cfg := rest.CopyConfig(cp.RESTConfig)
+// crashRun is one run of the crash schedule: the claims it left, what the
+// killer caught, and the markers written into bound volumes.
+type crashRun struct {
+	e       *env
+	client  kubernetes.Interface
+	live    []*corev1.PersistentVolumeClaim
+	deleted map[types.UID]bool
+	kills   int
+	// The volumes found, right after a kill, in the middle of an
+	// operation (see observe), by ID.
+	unbacked, midDelete, midCreate map[string]bool
+	// markers are the markers written, by claim: each once, when the
+	// claim was first seen bound, and afterwards only read.
+	markers map[types.UID]marker
+}
+
+// marker is what was written into a bound volume.
+type marker struct {
+	mode volume.Mode
+	data string
+}
+
+// runCrashSchedule runs ops operations against plinth-node p while a
+// killer SIGKILLs it at random moments and restarts it at once: about 2/3
+// provisions (a quarter of them block), 1/3 deletions (the newest claim,
+// or one to four bound ones). Every 10 operations it marks the volumes of
+// newly bound claims.
+func runCrashSchedule(t *testing.T, e *env, p *controllertest.NodeProcess, ops int) *crashRun {
+	t.Helper()
+	cfg := rest.CopyConfig(controllertest.ControlPlane(t).RESTConfig)
 	cfg.QPS, cfg.Burst = 500, 1000
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	r := &crashRun{
+		e: e, client: client, deleted: map[types.UID]bool{},
+		unbacked: map[string]bool{}, midDelete: map[string]bool{}, midCreate: map[string]bool{},
+		markers: map[types.UID]marker{},
 	}
 	ctx := context.Background()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("random seed %d", seed)
 	rnd := rand.New(rand.NewPCG(seed, 42))
 
-	// The killer: SIGKILL at random moments, restart right away.
+	// The killer: SIGKILL at random moments, a look at what the kill
+	// interrupted, and a restart right away. A start with the tight budget
+	// lives longer: once past its start-up, every write it makes waits
+	// its turn, so its volumes wait for their PVs and its deleted data for
+	// the PV's deletion, and a kill then lands in the middle of both.
 	stopKiller := make(chan struct{})
-	var kills int
 	var killerDone sync.WaitGroup
 	killerDone.Go(func() {
 		krnd := rand.New(rand.NewPCG(seed, 7))
 		for {
+			life := time.Duration(20+krnd.IntN(300)) * time.Millisecond
+			if controllertest.TightStart(r.kills + 1) {
+				life = time.Duration(250+krnd.IntN(400)) * time.Millisecond
+			}
 			select {
 			case <-stopKiller:
 				return
-			case <-time.After(time.Duration(20+krnd.IntN(500)) * time.Millisecond):
+			case <-time.After(life):
 			}
 			p.Kill(syscall.SIGKILL)
-			kills++
-			p.Start()
+			r.kills++
+			r.observe(ctx)
+			if err := p.StartErr(); err != nil {
+				t.Errorf("restarting plinth-node: %v", err)
+				return
+			}
 		}
 	})
 
-	// The workload: 200 operations, about 2/3 creations and 1/3 deletions.
-	var live []*corev1.PersistentVolumeClaim
-	deleted := map[types.UID]bool{}
-	for i := range 200 {
-		if len(live) == 0 || rnd.IntN(3) < 2 {
+	for i := range ops {
+		if len(r.live) == 0 || rnd.IntN(3) < 2 {
 			c := controllertest.Claim{Name: fmt.Sprintf("c%03d", i), Size: "4Mi"}
 			if rnd.IntN(4) == 0 {
 				c.Mode = corev1.PersistentVolumeBlock
@@ -91,115 +238,266 @@ func TestCrashSafety(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			live = append(live, pvc)
+			r.live = append(r.live, pvc)
 		} else {
-			// Often the newest claim: its provisioning is likely under way,
-			// which is where a crash can leave a volume without a PV.
-			k := len(live) - 1
+			// Half the time the newest claim: its provisioning is likely
+			// under way, which is where a crash can leave a volume without
+			// a PV.
 			if rnd.IntN(2) == 0 {
-				k = rnd.IntN(len(live))
+				r.deleteClaim(t, len(r.live)-1)
+			} else {
+				// Otherwise claims known to be bound (marked), now and then
+				// several at once (a StatefulSet scaled down): each deletion
+				// goes through the PV (the data first, then the PV), and
+				// they queue for the API budget, so the data of some is
+				// gone while their PVs wait: the window of a crash in the
+				// middle of a deletion.
+				n := 1
+				if rnd.IntN(3) == 0 {
+					n = 2 + rnd.IntN(3)
+				}
+				for range n {
+					var bound []int
+					for k, pvc := range r.live {
+						if _, ok := r.markers[pvc.UID]; ok {
+							bound = append(bound, k)
+						}
+					}
+					if len(bound) == 0 {
+						break
+					}
+					r.deleteClaim(t, bound[rnd.IntN(len(bound))])
+				}
 			}
-			victim := live[k]
-			live = slices.Delete(live, k, k+1)
-			if err := client.CoreV1().PersistentVolumeClaims(e.NS).Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			deleted[victim.UID] = true
 		}
 		time.Sleep(time.Duration(rnd.IntN(40)) * time.Millisecond)
-		if i%20 == 0 {
-			markBound(t, client, e, live)
+		if i%10 == 0 {
+			r.mark(t)
 		}
 	}
 	close(stopKiller)
 	killerDone.Wait()
-	t.Logf("200 operations done with %d kills; %d claims live, %d deleted", kills, len(live), len(deleted))
-	if kills < 5 {
-		t.Errorf("only %d kills during the workload; the test did not exercise crashes", kills)
-	}
-
-	// Settle: everything converges without further help.
-	var problems []string
-	settleStart := time.Now()
-	deadline := settleStart.Add(3 * time.Minute)
-	for {
-		markBound(t, client, e, live)
-		problems = checkInvariants(t, client, e, live)
-		if len(problems) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(time.Second)
-	}
-	if len(problems) > 0 {
-		t.Fatalf("after settling, %d invariant violations:\n%s", len(problems), strings.Join(problems, "\n"))
-	}
-	p.Kill(syscall.SIGTERM)
-	// What the crashes left for the restarts to clean up, from the log.
-	log, _ := os.ReadFile(p.Log)
-	t.Logf("settled in %s; plinth-node recovered %d interrupted volume operations and removed %d orphans",
-		time.Since(settleStart).Round(100*time.Millisecond),
-		strings.Count(string(log), "recovered volume"), strings.Count(string(log), "audit: deleted orphaned volume"))
+	t.Logf("%d operations done with %d kills; %d claims live, %d deleted", ops, r.kills, len(r.live), len(r.deleted))
+	return r
 }
 
-// markerName is a file the test writes into each bound filesystem volume; it
-// must survive everything the controller does.
-const markerName = "crash-test-marker"
-
-// markBound writes a marker into every bound filesystem volume that has
-// none yet.
-func markBound(t *testing.T, client kubernetes.Interface, e *env, live []*corev1.PersistentVolumeClaim) {
+// deleteClaim deletes the live claim at index k.
+func (r *crashRun) deleteClaim(t *testing.T, k int) {
 	t.Helper()
-	for _, pvc := range live {
-		cur, err := client.CoreV1().PersistentVolumeClaims(e.NS).Get(context.Background(), pvc.Name, metav1.GetOptions{})
-		if err != nil || cur.Status.Phase != corev1.ClaimBound {
-			continue
-		}
-		mode, path, err := e.Vols.Locate(context.Background(), ownership.VolumeIDFor(pvc.UID))
-		if err != nil || mode != volume.Filesystem {
-			continue
-		}
-		marker := filepath.Join(path, markerName)
-		if !controllertest.FileExists(marker) {
-			if err := os.WriteFile(marker, []byte(pvc.UID), 0o644); err != nil {
-				t.Errorf("writing marker into %s: %v", path, err)
+	victim := r.live[k]
+	r.live = slices.Delete(r.live, k, k+1)
+	if err := r.client.CoreV1().PersistentVolumeClaims(r.e.NS).Delete(context.Background(), victim.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.deleted[victim.UID] = true
+}
+
+// observe records what a kill interrupted, with plinth-node dead and
+// nothing on the disk moving: a volume without a PV (made, its PV not yet:
+// the window that leaves an orphan if the claim goes too), a volume whose
+// deletion is recorded but unfinished, or a released Delete PV whose data
+// is gone or going while the PV is not yet deleted (both in the middle of a
+// deletion), and a half-made volume.
+func (r *crashRun) observe(ctx context.Context) {
+	entries, err := r.e.Vols.List(ctx)
+	if err != nil {
+		return
+	}
+	pvs, err := r.nodePVs(ctx)
+	if err != nil {
+		return
+	}
+	whole := map[string]bool{}
+	for _, en := range entries {
+		switch {
+		case en.Pending == volume.OpCreate:
+			r.midCreate[en.ID] = true
+		case en.Pending == volume.OpDelete:
+			r.midDelete[en.ID] = true
+		case en.Pending == "" && en.Problem == "":
+			whole[en.ID] = true
+			if pvs[en.ID] == nil {
+				r.unbacked[en.ID] = true
 			}
 		}
 	}
+	for name, pv := range pvs {
+		if pv.Status.Phase == corev1.VolumeReleased && pv.DeletionTimestamp == nil &&
+			pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete && !whole[name] {
+			r.midDelete[name] = true
+		}
+	}
 }
 
-// checkInvariants returns the violations of the crash-safety invariants.
-func checkInvariants(t *testing.T, client kubernetes.Interface, e *env, live []*corev1.PersistentVolumeClaim) []string {
-	t.Helper()
-	ctx := context.Background()
-	var problems []string
-	pvs, err := client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{
-		LabelSelector: labels.Set{ownership.LabelNode: ownership.NodeLabelValue(e.Node)}.String(),
+// nodePVs are the PVs of the env's node, by name.
+func (r *crashRun) nodePVs(ctx context.Context) (map[string]*corev1.PersistentVolume, error) {
+	list, err := r.client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{
+		LabelSelector: labels.Set{ownership.LabelNode: ownership.NodeLabelValue(r.e.Node)}.String(),
 	})
 	if err != nil {
-		return []string{err.Error()}
+		return nil, err
 	}
-	entries, err := e.Vols.List(ctx)
+	pvs := map[string]*corev1.PersistentVolume{}
+	for i := range list.Items {
+		pvs[list.Items[i].Name] = &list.Items[i]
+	}
+	return pvs, nil
+}
+
+// markerName is a file the test writes into each bound filesystem volume.
+const markerName = "crash-test-marker"
+
+// mark writes a marker into the volume of every live claim seen bound for
+// the first time, as its pod would: a file in a filesystem volume, the
+// first bytes of a block volume's image (what a pod writes through the
+// loop device lands there). A claim marked before is left alone: its
+// marker must survive everything, and is only read (checkMarker).
+func (r *crashRun) mark(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	for _, pvc := range r.live {
+		if _, done := r.markers[pvc.UID]; done {
+			continue
+		}
+		cur, err := r.client.CoreV1().PersistentVolumeClaims(r.e.NS).Get(ctx, pvc.Name, metav1.GetOptions{})
+		if err != nil || cur.Status.Phase != corev1.ClaimBound {
+			continue
+		}
+		mode, path, err := r.e.Vols.Locate(ctx, ownership.VolumeIDFor(pvc.UID))
+		if err != nil {
+			continue // a bound claim without its volume: the check reports it
+		}
+		m := marker{mode: mode, data: fmt.Sprintf("crash-test marker of claim %s\n", pvc.UID)}
+		if mode == volume.Filesystem {
+			path = filepath.Join(path, markerName)
+		}
+		if err := writeMarker(path, mode, m.data); err != nil {
+			t.Errorf("marking the volume of claim %s: %v", pvc.Name, err)
+			continue
+		}
+		r.markers[pvc.UID] = m
+	}
+}
+
+// writeMarker writes data into a new file (filesystem) or over the start of
+// an image (block), leaving the image's size alone.
+func writeMarker(path string, mode volume.Mode, data string) error {
+	flags := os.O_WRONLY
+	if mode == volume.Filesystem {
+		flags |= os.O_CREATE | os.O_EXCL
+	}
+	f, err := os.OpenFile(path, flags, 0o644)
 	if err != nil {
-		return []string{err.Error()}
+		return err
+	}
+	if _, err := f.WriteAt([]byte(data), 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// checkMarker returns what is wrong with the marker of pvc's volume: not
+// there, changed, or its volume not what was marked. Unmarked claims have
+// nothing to check.
+func (r *crashRun) checkMarker(ctx context.Context, pvc *corev1.PersistentVolumeClaim) string {
+	m, ok := r.markers[pvc.UID]
+	if !ok {
+		return ""
+	}
+	mode, path, err := r.e.Vols.Locate(ctx, ownership.VolumeIDFor(pvc.UID))
+	if err != nil {
+		return fmt.Sprintf("claim %s: its marked volume is gone: %v", pvc.Name, err)
+	}
+	if mode != m.mode {
+		return fmt.Sprintf("claim %s: its volume was marked as %s and is now %s", pvc.Name, m.mode, mode)
+	}
+	if mode == volume.Filesystem {
+		path = filepath.Join(path, markerName)
+	}
+	got := make([]byte, len(m.data))
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("claim %s: the marker in its %s volume is missing: %v", pvc.Name, mode, err)
+	}
+	n, err := f.ReadAt(got, 0)
+	f.Close()
+	if err != nil && err != io.EOF {
+		return fmt.Sprintf("claim %s: reading the marker in its %s volume: %v", pvc.Name, mode, err)
+	}
+	if string(got[:n]) != m.data {
+		return fmt.Sprintf("claim %s: the marker in its %s volume changed: read %q", pvc.Name, mode, got[:n])
+	}
+	return ""
+}
+
+// blockMarkers counts the markers written into block volumes.
+func (r *crashRun) blockMarkers() int {
+	n := 0
+	for _, m := range r.markers {
+		if m.mode == volume.Block {
+			n++
+		}
+	}
+	return n
+}
+
+// settle marks newly bound claims and checks the invariants every second
+// until done accepts the violations or timeout passes, and returns the
+// last violations.
+func (r *crashRun) settle(t *testing.T, timeout time.Duration, done func(violations) bool) violations {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		r.mark(t)
+		v := r.check(t)
+		if done(v) || time.Now().After(deadline) {
+			return v
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// violations are the crash-safety invariants a check found broken.
+type violations struct {
+	leaks []string // volumes no PV and no claim refers to, sorted
+	lost  []string // markers in bound volumes gone or changed
+	other []string
+}
+
+func (v violations) none() bool { return len(v.leaks)+len(v.lost)+len(v.other) == 0 }
+func (v violations) all() []string {
+	return slices.Concat(v.lost, v.leaks, v.other)
+}
+
+// check returns the violations of the crash-safety invariants.
+func (r *crashRun) check(t *testing.T) violations {
+	t.Helper()
+	ctx := context.Background()
+	var v violations
+	pvs, err := r.nodePVs(ctx)
+	if err != nil {
+		return violations{other: []string{err.Error()}}
+	}
+	entries, err := r.e.Vols.List(ctx)
+	if err != nil {
+		return violations{other: []string{err.Error()}}
 	}
 	volumes := map[string]int{}
 	for _, en := range entries {
 		if en.Pending != "" || en.Problem != "" {
-			problems = append(problems, fmt.Sprintf("volume %q (%s): pending %q, problem %q", en.ID, en.Name, en.Pending, en.Problem))
+			v.other = append(v.other, fmt.Sprintf("volume %q (%s): pending %q, problem %q", en.ID, en.Name, en.Pending, en.Problem))
 		}
 		volumes[en.ID]++
 	}
 	liveUIDs := map[types.UID]*corev1.PersistentVolumeClaim{}
-	for _, pvc := range live {
+	for _, pvc := range r.live {
 		liveUIDs[pvc.UID] = pvc
 	}
-	pvByName := map[string]*corev1.PersistentVolume{}
 	claimsWithPV := map[types.UID]int{}
-	for i := range pvs.Items {
-		pv := &pvs.Items[i]
-		pvByName[pv.Name] = pv
-		if volumes[pv.Name] == 0 {
-			problems = append(problems, fmt.Sprintf("PV %s (%s) has no volume", pv.Name, pv.Status.Phase))
+	for name, pv := range pvs {
+		if volumes[name] == 0 {
+			v.other = append(v.other, fmt.Sprintf("PV %s (%s) has no volume", name, pv.Status.Phase))
 		}
 		if pv.Spec.ClaimRef != nil {
 			claimsWithPV[pv.Spec.ClaimRef.UID]++
@@ -207,44 +505,104 @@ func checkInvariants(t *testing.T, client kubernetes.Interface, e *env, live []*
 	}
 	for id, n := range volumes {
 		if n > 1 {
-			problems = append(problems, fmt.Sprintf("volume %s listed %d times", id, n))
+			v.other = append(v.other, fmt.Sprintf("volume %s listed %d times", id, n))
 		}
 		uid, _ := ownership.ClaimUIDOf(id)
-		if pvByName[id] == nil && liveUIDs[uid] == nil {
-			problems = append(problems, fmt.Sprintf("leaked volume %s: no PV, no claim", id))
+		if pvs[id] == nil && liveUIDs[uid] == nil {
+			v.leaks = append(v.leaks, fmt.Sprintf("leaked volume %s: no PV, no claim", id))
 		}
 	}
+	slices.Sort(v.leaks)
 	for uid, n := range claimsWithPV {
 		if n > 1 {
-			problems = append(problems, fmt.Sprintf("claim %s has %d PVs", uid, n))
+			v.other = append(v.other, fmt.Sprintf("claim %s has %d PVs", uid, n))
 		}
 		if liveUIDs[uid] == nil {
-			problems = append(problems, fmt.Sprintf("PV of deleted claim %s still exists", uid))
+			v.other = append(v.other, fmt.Sprintf("PV of deleted claim %s still exists", uid))
 		}
 	}
-	for _, pvc := range live {
-		cur, err := client.CoreV1().PersistentVolumeClaims(e.NS).Get(ctx, pvc.Name, metav1.GetOptions{})
+	for _, pvc := range r.live {
+		cur, err := r.client.CoreV1().PersistentVolumeClaims(r.e.NS).Get(ctx, pvc.Name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			problems = append(problems, fmt.Sprintf("claim %s vanished", pvc.Name))
+			v.other = append(v.other, fmt.Sprintf("claim %s vanished", pvc.Name))
 			continue
 		case err != nil:
-			problems = append(problems, err.Error())
+			v.other = append(v.other, err.Error())
 			continue
 		case cur.Status.Phase != corev1.ClaimBound:
-			problems = append(problems, fmt.Sprintf("claim %s is %s", pvc.Name, cur.Status.Phase))
+			v.other = append(v.other, fmt.Sprintf("claim %s is %s", pvc.Name, cur.Status.Phase))
 		}
-		id := ownership.VolumeIDFor(pvc.UID)
-		if volumes[id] != 1 {
-			problems = append(problems, fmt.Sprintf("claim %s has %d volumes", pvc.Name, volumes[id]))
+		if n := volumes[ownership.VolumeIDFor(pvc.UID)]; n != 1 {
+			v.other = append(v.other, fmt.Sprintf("claim %s has %d volumes", pvc.Name, n))
 		}
-		if mode, path, err := e.Vols.Locate(ctx, id); err == nil && mode == volume.Filesystem {
-			// Every bound filesystem volume has been marked by now (markBound
-			// runs before each check); the marker must still be there.
-			if b, err := os.ReadFile(filepath.Join(path, markerName)); err != nil || string(b) != string(pvc.UID) {
-				problems = append(problems, fmt.Sprintf("claim %s: marker in its volume is missing or changed (%v)", pvc.Name, err))
+		if _, marked := r.markers[pvc.UID]; !marked && cur.Status.Phase == corev1.ClaimBound {
+			// mark runs before every check, so a bound claim is marked
+			// unless its volume could not be found.
+			v.other = append(v.other, fmt.Sprintf("claim %s is bound but its volume could not be marked", pvc.Name))
+		}
+		if p := r.checkMarker(ctx, pvc); p != "" {
+			v.lost = append(v.lost, p)
+		}
+	}
+	return v
+}
+
+// recoveryLog is what plinth-node's log says its restarts repaired, and
+// where its kills cut it short.
+type recoveryLog struct {
+	orphans   map[string]bool   // volumes removed as orphans
+	recovered map[string]string // interrupted volume operations settled by volume.Recover: ID -> what was done
+	failed    []string          // recoveries that failed
+	// cutDeletions are volumes whose data a process deleted that was
+	// killed before it saw their PV deleted.
+	cutDeletions map[string]bool
+}
+
+// The log lines of the repairs and of deletions (node/kubernetes:
+// kubernetes.go logs volume.Recover's results; provisioner: orphans.go the
+// orphans removed, sync.go each step of a deletion). Each is matched after
+// the "] " that ends a log line's header, and by a whole volume ID, so that
+// a line cut short by SIGKILL neither counts nor confuses the next.
+var (
+	volumeIDPattern   = `pvc-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`
+	orphanLine        = regexp.MustCompile(`\] audit: deleted orphaned volume (` + volumeIDPattern + `) and its data`)
+	recoveredLine     = regexp.MustCompile(`\] recovered volume (` + volumeIDPattern + `): ([^\n]+)`)
+	failedLine        = regexp.MustCompile(`\] recovering volume (` + volumeIDPattern + `): [^\n]* failed: [^\n]*`)
+	deletedVolumeLine = regexp.MustCompile(`\] audit: deleted volume (` + volumeIDPattern + `) and its data: PV released`)
+	deletedPVLine     = regexp.MustCompile(`\] audit: deleted PV (` + volumeIDPattern + `)\n`)
+)
+
+// readRecoveryLog reads what the restarts repaired from plinth-node's
+// log, start by start. Distinct volumes are counted: a repair logged
+// again (the same orphan seen by two starts) is one repair.
+func readRecoveryLog(t *testing.T, p *controllertest.NodeProcess) recoveryLog {
+	t.Helper()
+	starts, err := p.Incarnations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := recoveryLog{orphans: map[string]bool{}, recovered: map[string]string{}, cutDeletions: map[string]bool{}}
+	for i, log := range starts {
+		for _, m := range orphanLine.FindAllStringSubmatch(log, -1) {
+			rec.orphans[m[1]] = true
+		}
+		for _, m := range recoveredLine.FindAllStringSubmatch(log, -1) {
+			rec.recovered[m[1]] = m[2]
+		}
+		rec.failed = append(rec.failed, failedLine.FindAllString(log, -1)...)
+		if i == len(starts)-1 {
+			break // the last start was stopped, not killed
+		}
+		pvDeleted := map[string]bool{}
+		for _, m := range deletedPVLine.FindAllStringSubmatch(log, -1) {
+			pvDeleted[m[1]] = true
+		}
+		for _, m := range deletedVolumeLine.FindAllStringSubmatch(log, -1) {
+			if !pvDeleted[m[1]] {
+				rec.cutDeletions[m[1]] = true
 			}
 		}
 	}
-	return problems
+	return rec
 }

@@ -65,6 +65,11 @@ func (p *NodeProcess) StartErr() error {
 		return err
 	}
 	defer logf.Close()
+	// The newline ends a line the previous process was killed in the
+	// middle of.
+	if _, err := fmt.Fprintf(logf, "\n%s\n", StartLine); err != nil {
+		return fmt.Errorf("writing to %s: %w", p.Log, err)
+	}
 	args := p.Args
 	if p.Extra != nil {
 		args = append(slices.Clone(args), p.Extra()...)
@@ -110,6 +115,20 @@ func (p *NodeProcess) Kill(sig syscall.Signal) {
 	}
 }
 
+// StartLine is the line the log has before each start's output.
+const StartLine = "=== controllertest: plinth-node started ==="
+
+// Incarnations is the log split into what each start wrote, first to
+// last, so that a test can tell what a process did before it was killed.
+func (p *NodeProcess) Incarnations() ([]string, error) {
+	b, err := os.ReadFile(p.Log)
+	if err != nil {
+		return nil, err
+	}
+	parts := strings.Split(string(b), StartLine+"\n")
+	return parts[1:], nil // before the first start: nothing
+}
+
 // LogTail is the end of the process's log, for a failure report.
 func (p *NodeProcess) LogTail() string {
 	b, _ := os.ReadFile(p.Log)
@@ -145,7 +164,7 @@ func EveryOtherStart(qps, burst int) func() []string {
 	starts := 0
 	return func() []string {
 		starts++
-		if starts%2 == 0 {
+		if TightStart(starts) {
 			return []string{fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", burst)}
 		}
 		return nil
@@ -172,3 +191,8 @@ func NodeCalls(t testing.TB, node string) []launch.AuditEvent {
 	}
 	return calls
 }
+
+// TightStart reports whether start n (the first is 1) of a NodeProcess
+// whose Extra is EveryOtherStart has the tight budget, so that a killer
+// can treat those starts differently.
+func TightStart(n int) bool { return n%2 == 0 }
