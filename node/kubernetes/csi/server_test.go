@@ -25,15 +25,7 @@ import (
 // answers.
 func TestRunServesPluginAndRegistration(t *testing.T) {
 	e := newEnv(t, "")
-	r, err := NewRegistrar(&e.root.Kubelet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := NewServer(Config{Volumes: e.volumes, Kubelet: &e.root.Kubelet, State: &e.root.Ephemeral.CSI, NodeName: "node-a", Registrar: r})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cancel, _ := supervisor.TestHarness(t, srv.Run)
+	cancel := e.runWithRegistration(t)
 	defer cancel()
 	sock, _ := e.root.Kubelet.PluginsRegistry.Registration(names.DriverName)
 	dial := func(p string) *grpc.ClientConn {
@@ -70,6 +62,22 @@ func TestRunServesPluginAndRegistration(t *testing.T) {
 	cancel()
 }
 
+// runWithRegistration runs the plugin with kubelet registration under a
+// supervisor, as plinth-node does, until cancel is called or the test ends.
+func (e *env) runWithRegistration(t *testing.T) (cancel func()) {
+	t.Helper()
+	r, err := NewRegistrar(&e.root.Kubelet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := NewServer(Config{Volumes: e.volumes, Kubelet: &e.root.Kubelet, State: &e.root.Ephemeral.CSI, NodeName: "node-a", Registrar: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel, _ = supervisor.TestHarness(t, srv.Run)
+	return cancel
+}
+
 // TestSocketsOnlyRoot: the CSI socket and the kubelet registration socket
 // are reachable by root only, from the moment they exist: each is a socket
 // of mode 0600 owned by root (connecting needs write permission), in a
@@ -81,15 +89,7 @@ func TestSocketsOnlyRoot(t *testing.T) {
 	e := newEnv(t, "")
 	old := syscall.Umask(0)
 	t.Cleanup(func() { syscall.Umask(old) })
-	r, err := NewRegistrar(&e.root.Kubelet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := NewServer(Config{Volumes: e.volumes, Kubelet: &e.root.Kubelet, State: &e.root.Ephemeral.CSI, NodeName: "node-a", Registrar: r})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cancel, _ := supervisor.TestHarness(t, srv.Run)
+	cancel := e.runWithRegistration(t)
 	defer cancel()
 	reg, _ := e.root.Kubelet.PluginsRegistry.Registration(names.DriverName)
 	plugin, _ := e.root.Kubelet.Plugins.Driver(names.DriverName)
