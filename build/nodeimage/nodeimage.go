@@ -105,6 +105,27 @@ type Inputs struct {
 	Builder string
 }
 
+// DefaultCompression is what the node boots: lz4 unpacks fastest of the
+// kernel's formats under TCG and still shrinks the image to a third (see
+// the package's tests and notes for the measurements).
+const DefaultCompression = "lz4"
+
+// NodeInputs returns the inputs of a node image: the given init (plinth-
+// node, or a test's stand-in), kubelet, kernel modules directory and
+// container images, with the Debian programs, DefaultModules and
+// DefaultCompression. Builder is left for the caller.
+func NodeInputs(init, kubelet, modDir string, images []string) Inputs {
+	return Inputs{
+		Init:        init,
+		Kubelet:     kubelet,
+		Programs:    DebianPrograms(),
+		ModDir:      modDir,
+		Modules:     append([]string(nil), DefaultModules...),
+		Images:      images,
+		Compression: DefaultCompression,
+	}
+}
+
 // entry is one archive member of the plan.
 type entry struct {
 	path   string
