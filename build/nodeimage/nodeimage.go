@@ -105,9 +105,11 @@ type Inputs struct {
 	Builder string
 }
 
-// DefaultCompression is what the node boots: lz4 unpacks fastest of the
-// kernel's formats under TCG and still shrinks the image to a third (see
-// the package's tests and notes for the measurements).
+// DefaultCompression is what the node boots. Measured on the boot test's
+// image (192 MiB of cpio) under TCG, 2 vCPUs: none boots to /init in 3.1s,
+// lz4 in 2.9s at 74 MiB, gzip in 5.4s at 65 MiB; lz4 costs 7s to write
+// (the lz4 tool, -9), gzip 8s. lz4 is as fast as no compression (qemu
+// copies less) at a third of the size.
 const DefaultCompression = "lz4"
 
 // NodeInputs returns the inputs of a node image: the given init (plinth-
