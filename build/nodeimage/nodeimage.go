@@ -29,7 +29,9 @@ import (
 	"source.plinth.dev/pkg/kmod"
 )
 
-// Program is an executable copied into the image.
+// Program is an executable copied into the image. Its libraries are
+// resolved from Host: a program whose RPATH or RUNPATH uses $ORIGIN must
+// sit at the same path in the image as on the host.
 type Program struct {
 	// Path inside the image.
 	Path string
@@ -231,9 +233,9 @@ func plan(in Inputs) ([]entry, error) {
 	return es, nil
 }
 
-// requireStatic fails for a dynamically linked init: the kernel runs
-// /init before anything could set up a loader for it, and its exec error
-// ("No such file") would not say why.
+// requireStatic fails for a dynamically linked init. The node's init must
+// not depend on the libraries it is meant to supervise programs with, and
+// the kernel's only report of an init it cannot start is a panic.
 func requireStatic(p string) error {
 	f, err := elf.Open(p)
 	if err != nil {
