@@ -15,7 +15,7 @@ help: ## list the targets
 run: ## bring up a local single-node cluster with Plinth storage (Ctrl-C stops it)
 	build/scripts/run.sh
 
-test: lint test-unit test-kernel test-sanity test-e2e test-bazel ## every test, as CI runs it
+test: lint test-unit test-kernel test-sanity test-e2e test-storage-e2e test-bazel ## every test, as CI runs it
 
 lint: ## gofmt, go vet, staticcheck
 	build/scripts/lint.sh
