@@ -7,7 +7,7 @@ SHELL := /bin/bash
 export PLINTH_CACHE ?= $(HOME)/.cache/plinth
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: run test lint test-unit test-kernel test-sanity test-e2e test-bazel bench gazelle help
+.PHONY: run test lint test-unit test-kernel test-sanity test-e2e test-storage-e2e test-bazel bench gazelle help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -15,7 +15,7 @@ help: ## list the targets
 run: ## bring up a local single-node cluster with Plinth storage (Ctrl-C stops it)
 	build/scripts/run.sh
 
-test: lint test-unit test-kernel test-sanity test-e2e test-bazel ## every test, as CI runs it
+test: lint test-unit test-kernel test-sanity test-e2e test-storage-e2e test-bazel ## every test, as CI runs it
 
 lint: ## gofmt, go vet, staticcheck
 	build/scripts/lint.sh
@@ -31,6 +31,9 @@ test-sanity: ## csi-sanity against `plinth-node csi-serve`, mount and block
 
 test-e2e: ## a real single-node cluster: kubelet, containerd, plinth-node
 	build/scripts/test-e2e.sh
+
+test-storage-e2e: ## Kubernetes' own external-storage e2e suite against Plinth on a real cluster
+	build/scripts/test-storage-e2e.sh
 
 test-bazel: ## bazel test //... (offline except the Go module proxy)
 	build/bazel/test.sh

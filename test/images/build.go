@@ -89,3 +89,38 @@ func checkStatic(path string) error {
 	}
 	return nil
 }
+
+// Agnhost returns an image of Kubernetes' agnhost test program (the binary
+// at agnhostPath, built statically from k8s.io/kubernetes/test/images/agnhost)
+// tagged ref, laid out like the upstream image where the e2e suite relies on
+// it: /agnhost as entrypoint with "pause" as default command, /agnhost-2 (a
+// link the entrypoint tests use), a shell and the busybox applets on PATH
+// (the suite's pods run `sh -c`, and its host-exec pods `nsenter`), and the
+// user and group the image defines (uid 1000 in gid 50000). Upstream's image
+// is Alpine, whose userland is busybox too.
+func Agnhost(ctx context.Context, ref, agnhostPath, busyboxPath string) (Image, error) {
+	if err := checkStatic(agnhostPath); err != nil {
+		return Image{}, fmt.Errorf("building agnhost image: %w (build it with CGO_ENABLED=0)", err)
+	}
+	data, err := os.ReadFile(agnhostPath)
+	if err != nil {
+		return Image{}, fmt.Errorf("building agnhost image: %w", err)
+	}
+	img, err := Busybox(ctx, busyboxPath)
+	if err != nil {
+		return Image{}, fmt.Errorf("building agnhost image: %w", err)
+	}
+	img.Ref, img.Entrypoint, img.Cmd = ref, []string{"/agnhost"}, []string{"pause"}
+	img.Files = append(img.Files,
+		File{Path: "agnhost", Mode: 0o755, Data: data},
+		File{Path: "agnhost-2", Link: "agnhost"},
+		File{Path: "uploads", Mode: 0o755, Dir: true},
+		// Later entries replace Busybox's files of the same path.
+		File{Path: "etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/root:/bin/sh\n" +
+			"nobody:x:65534:65534:nobody:/:/bin/false\n" +
+			"user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n")},
+		File{Path: "etc/group", Mode: 0o644, Data: []byte("root:x:0:\nnogroup:x:65534:\n" +
+			"user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n")},
+	)
+	return img, nil
+}
