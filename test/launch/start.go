@@ -150,7 +150,9 @@ func (c *Cluster) initPaths(ctx context.Context) error {
 	c.pki, err = pki.New(filepath.Join(c.Dir, "pki"), []pki.Identity{
 		{Name: "apiserver", CN: "kube-apiserver", Server: true,
 			DNS: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", c.NodeName},
-			IPs: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv4(10, 96, 0, 1), ip}},
+			// GuestHostIP: a VM node on qemu's user network reaches the
+			// apiserver there.
+			IPs: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv4(10, 96, 0, 1), ip, net.ParseIP(GuestHostIP)}},
 		{Name: "admin", CN: "plinth-admin", Orgs: []string{"system:masters"}},
 		{Name: "controller-manager", CN: "system:kube-controller-manager"},
 		{Name: "scheduler", CN: "system:kube-scheduler"},
@@ -347,6 +349,10 @@ func (c *Cluster) startControllers() error {
 	}, []string{hostPATH}); err != nil {
 		return err
 	}
+	return c.startScheduler()
+}
+
+func (c *Cluster) startScheduler() error {
 	return c.run("kube-scheduler", filepath.Join(c.BinDir, "kube-scheduler"), []string{
 		"--kubeconfig=" + c.kubeconfigPath("scheduler"),
 		"--leader-elect=false",
