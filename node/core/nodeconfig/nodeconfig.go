@@ -15,6 +15,12 @@
 //     kubelet runs standalone (static pods only).
 //   - plinth-kubeconfig (optional): plinth-node's own credentials. Without
 //     it no Kubernetes storage service runs.
+//   - ca.crt, kubelet.crt, kubelet.key (optional, all or none): the
+//     cluster CA, which the kubelet trusts for client certificates (the
+//     apiserver calls the kubelet with one), and the kubelet's serving
+//     certificate and key, signed by that CA. The apiserver verifies
+//     kubelets against the CA, so without them a kubelet's self-signed
+//     certificate would make kubectl logs and exec fail.
 //
 // Reading is strict (an unknown file, an unknown JSON field or a value out
 // of range is an error naming the file and field), because a node that
@@ -31,6 +37,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,6 +49,9 @@ const (
 	NodeFile             = "node.json"
 	KubeconfigFile       = "kubeconfig"
 	PlinthKubeconfigFile = "plinth-kubeconfig"
+	CAFile               = "ca.crt"
+	KubeletCertFile      = "kubelet.crt"
+	KubeletKeyFile       = "kubelet.key"
 )
 
 // MaxFileSize bounds each file of the archive. Kubeconfigs with embedded
@@ -92,6 +102,41 @@ type Config struct {
 	// PlinthKubeconfig is plinth-node's kubeconfig; nil means no
 	// Kubernetes storage services.
 	PlinthKubeconfig []byte
+	// CA, KubeletCert and KubeletKey (PEM) are set together or not at all.
+	CA          []byte
+	KubeletCert []byte
+	KubeletKey  []byte
+}
+
+// files lists the archive's optional files with where each lives in c.
+func (c *Config) files() []struct {
+	name string
+	data *[]byte
+} {
+	return []struct {
+		name string
+		data *[]byte
+	}{
+		{KubeconfigFile, &c.Kubeconfig},
+		{PlinthKubeconfigFile, &c.PlinthKubeconfig},
+		{CAFile, &c.CA},
+		{KubeletCertFile, &c.KubeletCert},
+		{KubeletKeyFile, &c.KubeletKey},
+	}
+}
+
+// checkTLS checks that the kubelet's TLS files come together.
+func (c *Config) checkTLS() error {
+	n := 0
+	for _, b := range [][]byte{c.CA, c.KubeletCert, c.KubeletKey} {
+		if b != nil {
+			n++
+		}
+	}
+	if n != 0 && n != 3 {
+		return fmt.Errorf("%s, %s and %s come together: %d of 3 given", CAFile, KubeletCertFile, KubeletKeyFile, n)
+	}
+	return nil
 }
 
 // Validate checks n and fills in the defaults of the optional fields. The
@@ -193,13 +238,18 @@ func Write(w io.Writer, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("writing node configuration: %w", err)
 	}
+	if err := cfg.checkTLS(); err != nil {
+		return fmt.Errorf("writing node configuration: %w", err)
+	}
 	files := []struct {
 		name string
 		data []byte
-	}{
-		{NodeFile, append(nodeJSON, '\n')},
-		{KubeconfigFile, cfg.Kubeconfig},
-		{PlinthKubeconfigFile, cfg.PlinthKubeconfig},
+	}{{NodeFile, append(nodeJSON, '\n')}}
+	for _, f := range cfg.files() {
+		files = append(files, struct {
+			name string
+			data []byte
+		}{f.name, *f.data})
 	}
 	tw := tar.NewWriter(w)
 	for _, f := range files {
@@ -233,6 +283,11 @@ func Write(w io.Writer, cfg Config) error {
 
 // Read reads a configuration archive from r, up to its end marker.
 func Read(r io.Reader) (*Config, error) {
+	var cfg Config
+	known := []string{NodeFile}
+	for _, f := range cfg.files() {
+		known = append(known, f.name)
+	}
 	tr := tar.NewReader(r)
 	files := map[string][]byte{}
 	for {
@@ -244,10 +299,8 @@ func Read(r io.Reader) (*Config, error) {
 			return nil, fmt.Errorf("reading configuration archive: %w", err)
 		}
 		name := hdr.Name
-		switch name {
-		case NodeFile, KubeconfigFile, PlinthKubeconfigFile:
-		default:
-			return nil, fmt.Errorf("configuration archive: unexpected entry %q (want only %s, %s, %s)", name, NodeFile, KubeconfigFile, PlinthKubeconfigFile)
+		if !slices.Contains(known, name) {
+			return nil, fmt.Errorf("configuration archive: unexpected entry %q (want only %s)", name, strings.Join(known, ", "))
 		}
 		if hdr.Typeflag != tar.TypeReg {
 			return nil, fmt.Errorf("configuration archive: %s is not a regular file (type %q)", name, hdr.Typeflag)
@@ -275,7 +328,14 @@ func Read(r io.Reader) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Config{Node: n, Kubeconfig: files[KubeconfigFile], PlinthKubeconfig: files[PlinthKubeconfigFile]}, nil
+	cfg.Node = n
+	for _, f := range cfg.files() {
+		*f.data = files[f.name]
+	}
+	if err := cfg.checkTLS(); err != nil {
+		return nil, fmt.Errorf("configuration archive: %w", err)
+	}
+	return &cfg, nil
 }
 
 // ReadDevice reads the configuration disk at path (a block device or a
