@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -87,15 +88,21 @@ type Node struct {
 	DataDisk   string
 	ConfigDisk string
 
+	lock *os.File
+
 	mu    sync.Mutex
 	vm    *microvm.VM
 	boots int
 	log   *os.File
 }
 
+// LockPath is the host-wide lock of the VM node: one runs per host, since
+// its IP lives on one host interface (hostLink).
+const LockPath = "/run/plinth-nodevm.lock"
+
 // New prepares a node: the work directory, the node's credentials and its
 // configuration disk. It does not boot.
-func New(ctx context.Context, cfg Config) (*Node, error) {
+func New(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.Dir == "" || cfg.Kernel == "" || cfg.Image == "" || cfg.ControlPlane == nil {
 		return nil, errors.New("nodevm: Dir, Kernel, Image and ControlPlane are required")
 	}
@@ -124,15 +131,28 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("nodevm: %w", err)
 	}
+	lock, err := os.OpenFile(LockPath, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("nodevm: %w", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("nodevm: another VM node runs on this host (%s is locked): %w", LockPath, err)
+	}
+	defer func() {
+		if err != nil {
+			lock.Close()
+		}
+	}()
 	creds, err := cfg.ControlPlane.RemoteNode(cfg.NodeName, net.IP(ip.AsSlice()), launch.GuestHostIP)
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, creds: creds,
+	n := &Node{cfg: cfg, creds: creds, lock: lock,
 		DataDisk:   filepath.Join(cfg.Dir, "data.img"),
 		ConfigDisk: filepath.Join(cfg.Dir, "config.img"),
 	}
-	if err := n.writeConfigDisk(ip); err != nil {
+	if err = n.writeConfigDisk(ip); err != nil {
 		return nil, err
 	}
 	return n, nil
@@ -359,5 +379,6 @@ func (n *Node) Close(ctx context.Context) error {
 	if rerr := removeHostIP(context.WithoutCancel(ctx)); rerr != nil && n.VM() != nil {
 		err = errors.Join(err, rerr)
 	}
+	n.lock.Close()
 	return err
 }
