@@ -7,13 +7,16 @@ SHELL := /bin/bash
 export PLINTH_CACHE ?= $(HOME)/.cache/plinth
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: run test lint test-unit test-kernel test-sanity test-e2e test-bazel bench gazelle help
+.PHONY: run run-vm test lint test-unit test-kernel test-sanity test-e2e test-e2e-vm test-bazel bench gazelle help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
 
 run: ## bring up a local single-node cluster with Plinth storage (Ctrl-C stops it)
 	build/scripts/run.sh
+
+run-vm: ## boot a Plinth node image in a qemu VM against a control plane on this host (Ctrl-C stops it)
+	build/scripts/run-vm.sh
 
 test: lint test-unit test-kernel test-sanity test-e2e test-bazel ## every test, as CI runs it
 
@@ -31,6 +34,9 @@ test-sanity: ## csi-sanity against `plinth-node csi-serve`, mount and block
 
 test-e2e: ## a real single-node cluster: kubelet, containerd, plinth-node
 	build/scripts/test-e2e.sh
+
+test-e2e-vm: ## the node image in a qemu VM, quotas enforced: pods with claims, reboots
+	build/scripts/test-e2e-vm.sh
 
 test-bazel: ## bazel test //... (offline except the Go module proxy)
 	build/bazel/test.sh

@@ -63,7 +63,8 @@ type Config struct {
 	// Forwards are the host ports forwarded into the guest; they need
 	// Network.
 	Forwards []Forward
-	// Console receives every console line, as printed.
+	// Console receives the console, one line (with its newline, without
+	// the serial line's carriage return) per Write.
 	Console io.Writer
 }
 
