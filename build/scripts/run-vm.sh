@@ -17,8 +17,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 build/scripts/apt-install.sh qemu-system-x86 iproute2
 k8s_bin=$(third_party/kubernetes/build.sh)
-kernel=$(build/ktest/kernel.sh)
-image=$(build/scripts/nodeimage.sh)
+{ read -r image; read -r kernel; } < <(build/scripts/nodeimage.sh)
 bin=${PLINTH_CACHE:-$HOME/.cache/plinth}/run-bin
 mkdir -p "$bin"
 go build -o "$bin/" ./test/nodevm/cmd/plinth-vm

@@ -8,8 +8,7 @@ export PATH=/usr/local/go/bin:$PATH
 
 build/scripts/apt-install.sh qemu-system-x86 iproute2
 PLINTH_K8S_BIN=$(third_party/kubernetes/build.sh)
-kernel=$(build/ktest/kernel.sh)
+{ read -r PLINTH_NODE_IMAGE; read -r kernel; } < <(build/scripts/nodeimage.sh)
 PLINTH_KERNEL=$kernel/vmlinux
-PLINTH_NODE_IMAGE=$(build/scripts/nodeimage.sh)
 export PLINTH_K8S_BIN PLINTH_KERNEL PLINTH_NODE_IMAGE
 PLINTH_E2E_VM=1 go test -count=1 -timeout 60m -v ./test/e2evm/... "$@"
