@@ -6,7 +6,7 @@
 // starts the node's services as its children:
 //
 //	root
-//	  datadir      mount (node mode) + create the data tree + probe quotas
+//	  datadir      format if blank + mount (node mode) + create the data tree + probe quotas
 //	  <service>... e.g. "kubernetes", added by the command from its config
 //
 // Services are a list the caller passes in (Config.Services), so this
@@ -60,6 +60,10 @@ type DataMount struct {
 	// Options are the mount options, e.g. "prjquota" (needed for
 	// project-quota enforcement on XFS).
 	Options string
+	// FormatIfBlank formats Source as XFS before mounting it if its first
+	// MiB is zeros (a new machine's first boot). A device holding anything
+	// is never formatted: it either mounts as FSType or the mount fails.
+	FormatIfBlank bool
 }
 
 // Config configures the root runnable.
@@ -127,9 +131,6 @@ func Root(cfg Config) (supervisor.Runnable, error) {
 		if err := cfg.Root.Ephemeral.MkdirAll(); err != nil {
 			return fmt.Errorf("creating ephemeral tree: %w", err)
 		}
-		if err := cfg.Root.Kubelet.MkdirAll(); err != nil {
-			return fmt.Errorf("creating kubelet tree: %w", err)
-		}
 		removeStaleTemporaryFiles(log, &cfg.Root.Ephemeral)
 
 		ready := make(chan *DataDir, 1)
@@ -143,6 +144,13 @@ func Root(cfg Config) (supervisor.Runnable, error) {
 			return ctx.Err()
 		}
 
+		// The kubelet tree is created once the data partition is
+		// mounted: a booted node keeps the kubelet's root on it (see
+		// README, "The kubelet's root"), and directories made before the
+		// mount would be hidden below it.
+		if err := cfg.Root.Kubelet.MkdirAll(); err != nil {
+			return fmt.Errorf("creating kubelet tree: %w", err)
+		}
 		env := &Env{Root: cfg.Root, Data: data, NodeName: cfg.NodeName}
 		group := make(map[string]supervisor.Runnable, len(cfg.Services))
 		for _, s := range cfg.Services {
@@ -174,7 +182,7 @@ func dataDirRunnable(cfg Config, ready chan<- *DataDir) supervisor.Runnable {
 		log := supervisor.Logger(ctx)
 		data := &cfg.Root.Data
 		if m := cfg.DataMount; m != nil {
-			mounted, err := ensureMounted(m, data.FullPath())
+			mounted, err := ensureMounted(ctx, log, m, data.FullPath())
 			if err != nil {
 				return err
 			}
