@@ -7,8 +7,9 @@ cd "$(dirname "$0")/../.."
 # Controller tests (node/kubernetes/...) and test/launch run a real control
 # plane. Build (or find cached) the Kubernetes binaries first, so that no test
 # binary spends its 10-minute timeout on a cold build; the launcher's path
-# setup also checks for the CNI plugins.
-build/scripts/apt-install.sh containernetworking-plugins
+# setup also checks for the CNI plugins, and build/nodeimage's tests use
+# busybox-static as a static program.
+build/scripts/apt-install.sh containernetworking-plugins busybox-static
 PLINTH_K8S_BIN=$(third_party/kubernetes/build.sh)
 export PLINTH_K8S_BIN
 go test -count=1 ./...

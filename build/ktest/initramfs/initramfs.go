@@ -1,5 +1,9 @@
-// Package initramfs writes the initramfs of the kernel test VM: a newc
-// cpio archive, made in Go so building it needs no cpio, kmod or root.
+// Package initramfs writes initramfs archives, the kernel test VM's and
+// the node image's: a newc cpio archive, made in Go so building it needs
+// no cpio, kmod or root, and the same inputs always give the same bytes.
+// It also finds what goes into one: kernel modules with their
+// dependencies (Modules) and the shared libraries of dynamically linked
+// programs (Libraries).
 //
 // Two kernel quirks shape it. The kernel's unpacker drops a file whose
 // parent directory is not in the archive, without a message, so Writer
@@ -52,6 +56,14 @@ func (w *Writer) Dir(name string) {
 		w.dirs[name] = true
 		w.entry(name, 0o040755, nil, 0, 0)
 	}
+}
+
+// Symlink adds a symbolic link name pointing at target (stored as is, so
+// a relative target stays relative to the link's directory).
+func (w *Writer) Symlink(name, target string) {
+	name = clean(name)
+	w.parents(name)
+	w.entry(name, 0o120777, []byte(target), 0, 0)
 }
 
 // CharDev adds a character device node, e.g. /dev/console (5, 1), which

@@ -96,3 +96,42 @@ func TestStripSignature(t *testing.T) {
 		t.Errorf("a bogus signature length cut the module: %q", got)
 	}
 }
+
+func TestReadRoundTrip(t *testing.T) {
+	var buf bytes.Buffer
+	w := NewWriter(&buf)
+	w.File("usr/bin/x", 0o755, []byte("12345"))
+	w.Symlink("bin/sh", "busybox")
+	w.CharDev("dev/console", 5, 1)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Read(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Entry{
+		{"usr", TypeDir | 0o755, nil},
+		{"usr/bin", TypeDir | 0o755, nil},
+		{"usr/bin/x", TypeFile | 0o755, []byte("12345")},
+		{"bin", TypeDir | 0o755, nil},
+		{"bin/sh", TypeLink | 0o777, []byte("busybox")},
+		{"dev", TypeDir | 0o755, nil},
+		{"dev/console", TypeChar | 0o600, nil},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Read = %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i].Name != want[i].Name || got[i].Mode != want[i].Mode || !bytes.Equal(got[i].Data, want[i].Data) {
+			t.Errorf("entry %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	// The writer's own parser (parse) agrees on the symlink.
+	if p := parse(t, buf.Bytes()); p[4].data != "busybox" || p[4].mode != TypeLink|0o777 {
+		t.Errorf("parse saw the symlink as %+v", p[4])
+	}
+	if _, err := Read(buf.Bytes()[:buf.Len()-200]); err == nil {
+		t.Error("Read accepted a truncated archive")
+	}
+}

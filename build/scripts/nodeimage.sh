@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# nodeimage.sh [NODEIMAGE-FLAGS...] — builds the Plinth node's OS image (or
+# finds it in the cache) and prints two lines:
+#   1. the image: an initramfs archive (newc cpio, compressed) under
+#      $PLINTH_CACHE/nodeimage/<key>/, the whole root filesystem of the node
+#   2. the kernel directory it boots with (build/ktest/kernel.sh): <dir>/vmlinux
+# e.g.  { read -r image; read -r kernel; } < <(build/scripts/nodeimage.sh)
+#
+# The layout is NODE-CONTRACT.md's "Image layout"; the builder is
+# build/nodeimage. Its inputs come from the project's own caches: plinth-node
+# built static from this checkout, the patched kubelet
+# (third_party/kubernetes/build.sh), Debian's containerd, runc, CNI plugins,
+# xfsprogs and busybox-static, the test kernel's modules, and the pause and
+# busybox images of test/images. Extra container images: -image FILE.tar
+# (repeatable); extra kernel modules: -module NAME. The key hashes every
+# input's content and the builder itself, so a second call with nothing
+# changed is a cache hit (about a second, mostly `go build` finding its cache).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export PATH=/usr/local/go/bin:$PATH
+
+build/scripts/apt-install.sh containerd runc containernetworking-plugins busybox-static xfsprogs lz4 >&2
+kernel=$(build/ktest/kernel.sh)
+modules=$(echo "$kernel"/lib/modules/*)
+kubelet=$(third_party/kubernetes/build.sh)/kubelet
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# -trimpath and no symbol table: the same sources give the same bytes, so
+# the same key, from any checkout.
+CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$work/plinth-node" ./node/cmd/plinth-node
+go build -trimpath -o "$work/nodeimage" ./build/nodeimage/cmd/nodeimage
+"$work/nodeimage" -repo . -init "$work/plinth-node" -kubelet "$kubelet" -moddir "$modules" "$@"
+echo "$kernel"
