@@ -22,7 +22,8 @@ const GuestHostIP = "10.0.2.2"
 // (system:node:<name>, so the Node authorizer and NodeRestriction apply),
 // its serving certificate (the apiserver verifies kubelets against the CA,
 // for logs and exec), and plinth-node's restricted node-agent identity.
-// All PEM or kubeconfig bytes, to be handed to the node as files.
+// All PEM or kubeconfig bytes (the kubeconfigs embed the cluster CA), to be
+// handed to the node as files.
 type RemoteNode struct {
 	Name string
 	IP   net.IP
@@ -30,7 +31,6 @@ type RemoteNode struct {
 	// server URL given to RemoteNode.
 	KubeletKubeconfig []byte
 	PlinthKubeconfig  []byte
-	CA                []byte
 	KubeletCert       []byte
 	KubeletKey        []byte
 }
@@ -64,7 +64,7 @@ func (cp *ControlPlane) RemoteNode(name string, ip net.IP, host string) (*Remote
 		}
 	}
 	server := "https://" + net.JoinHostPort(host, strconv.Itoa(c.apiPort))
-	n := &RemoteNode{Name: name, IP: ip, CA: c.pki.CA.CertPEM(), KubeletCert: c.pki.Get(serving).CertPEM()}
+	n := &RemoteNode{Name: name, IP: ip, KubeletCert: c.pki.Get(serving).CertPEM()}
 	var err error
 	if n.KubeletKey, err = c.pki.Get(serving).KeyPEM(); err != nil {
 		return nil, fmt.Errorf("remote node %s: %w", name, err)

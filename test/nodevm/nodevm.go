@@ -176,7 +176,6 @@ func (n *Node) writeConfigDisk(ip netip.Addr) error {
 		},
 		Kubeconfig:       n.creds.KubeletKubeconfig,
 		PlinthKubeconfig: n.creds.PlinthKubeconfig,
-		CA:               n.creds.CA,
 		KubeletCert:      n.creds.KubeletCert,
 		KubeletKey:       n.creds.KubeletKey,
 	}

@@ -139,6 +139,8 @@ func (b *bootedNode) kubeletService() core.Service {
 			PodLogsDir:       filepath.Join(data, "pod-logs"),
 			Node:             b.cfg.Node,
 			Kubeconfig:       b.cfg.Kubeconfig,
+			ServingCert:      b.cfg.KubeletCert,
+			ServingKey:       b.cfg.KubeletKey,
 			ContainerdSocket: containerdSocket,
 		},
 		ImagesDir: imagesDir,

@@ -15,12 +15,12 @@
 //     kubelet runs standalone (static pods only).
 //   - plinth-kubeconfig (optional): plinth-node's own credentials. Without
 //     it no Kubernetes storage service runs.
-//   - ca.crt, kubelet.crt, kubelet.key (optional, all or none): the
-//     cluster CA, which the kubelet trusts for client certificates (the
-//     apiserver calls the kubelet with one), and the kubelet's serving
-//     certificate and key, signed by that CA. The apiserver verifies
-//     kubelets against the CA, so without them a kubelet's self-signed
-//     certificate would make kubectl logs and exec fail.
+//   - kubelet.crt, kubelet.key (optional, both or neither): the kubelet's
+//     serving certificate and key, signed by the cluster CA (the one in
+//     kubeconfig). An API server that verifies kubelets against that CA
+//     (--kubelet-certificate-authority) would refuse the self-signed
+//     certificate a kubelet makes without them, and kubectl logs and exec
+//     would fail.
 //
 // Reading is strict (an unknown file, an unknown JSON field or a value out
 // of range is an error naming the file and field), because a node that
@@ -49,7 +49,6 @@ const (
 	NodeFile             = "node.json"
 	KubeconfigFile       = "kubeconfig"
 	PlinthKubeconfigFile = "plinth-kubeconfig"
-	CAFile               = "ca.crt"
 	KubeletCertFile      = "kubelet.crt"
 	KubeletKeyFile       = "kubelet.key"
 )
@@ -102,8 +101,7 @@ type Config struct {
 	// PlinthKubeconfig is plinth-node's kubeconfig; nil means no
 	// Kubernetes storage services.
 	PlinthKubeconfig []byte
-	// CA, KubeletCert and KubeletKey (PEM) are set together or not at all.
-	CA          []byte
+	// KubeletCert and KubeletKey (PEM) are set together or not at all.
 	KubeletCert []byte
 	KubeletKey  []byte
 }
@@ -119,7 +117,6 @@ func (c *Config) files() []struct {
 	}{
 		{KubeconfigFile, &c.Kubeconfig},
 		{PlinthKubeconfigFile, &c.PlinthKubeconfig},
-		{CAFile, &c.CA},
 		{KubeletCertFile, &c.KubeletCert},
 		{KubeletKeyFile, &c.KubeletKey},
 	}
@@ -127,14 +124,8 @@ func (c *Config) files() []struct {
 
 // checkTLS checks that the kubelet's TLS files come together.
 func (c *Config) checkTLS() error {
-	n := 0
-	for _, b := range [][]byte{c.CA, c.KubeletCert, c.KubeletKey} {
-		if b != nil {
-			n++
-		}
-	}
-	if n != 0 && n != 3 {
-		return fmt.Errorf("%s, %s and %s come together: %d of 3 given", CAFile, KubeletCertFile, KubeletKeyFile, n)
+	if (c.KubeletCert == nil) != (c.KubeletKey == nil) {
+		return fmt.Errorf("%s and %s come together: only one given", KubeletCertFile, KubeletKeyFile)
 	}
 	return nil
 }

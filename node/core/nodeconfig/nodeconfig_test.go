@@ -51,7 +51,7 @@ func TestRoundTripOnPaddedDisk(t *testing.T) {
 // TestKubeletTLSFiles round-trips the kubelet's TLS files and refuses a
 // partial set on the writing side too.
 func TestKubeletTLSFiles(t *testing.T) {
-	cfg := Config{Node: validNode(), CA: []byte("ca"), KubeletCert: []byte("crt"), KubeletKey: []byte("key")}
+	cfg := Config{Node: validNode(), KubeletCert: []byte("crt"), KubeletKey: []byte("key")}
 	var buf bytes.Buffer
 	if err := Write(&buf, cfg); err != nil {
 		t.Fatal(err)
@@ -60,8 +60,8 @@ func TestKubeletTLSFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(got.CA) != "ca" || string(got.KubeletCert) != "crt" || string(got.KubeletKey) != "key" {
-		t.Errorf("TLS files = %q, %q, %q", got.CA, got.KubeletCert, got.KubeletKey)
+	if string(got.KubeletCert) != "crt" || string(got.KubeletKey) != "key" {
+		t.Errorf("TLS files = %q, %q", got.KubeletCert, got.KubeletKey)
 	}
 	if got.Kubeconfig != nil {
 		t.Errorf("kubeconfig = %q, want none", got.Kubeconfig)
@@ -186,7 +186,7 @@ func TestReadRejects(t *testing.T) {
 		{"symlink", archive(tar.Header{Name: KubeconfigFile, Typeflag: tar.TypeSymlink, Linkname: "/etc/passwd"}), "not a regular file"},
 		{"huge", archive(tar.Header{Name: KubeconfigFile, Typeflag: tar.TypeReg, Size: MaxFileSize + 1}), "more than"},
 		{"garbage", bytes.NewBufferString(strings.Repeat("x", 1024)), "reading configuration archive"},
-		{"serving cert without key", archive(reg(NodeFile), reg(CAFile), reg(KubeletCertFile)), "come together: 2 of 3"},
+		{"serving cert without key", archive(reg(NodeFile), reg(KubeletCertFile)), "come together"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Read(tc.r)
