@@ -8,29 +8,22 @@ import (
 	"strings"
 )
 
-// hostLink is the dummy interface that gives the VM node's IP a home on
-// this host. The apiserver dials the kubelet at the node's IP (the
-// InternalIP the kubelet reports); with the IP on a local interface and
-// qemu forwarding <ip>:<kubelet port> into the guest, that dial reaches the
-// VM's kubelet, so kubectl logs and exec work as on any node.
-const hostLink = "plinth-vm0"
+// The apiserver dials the kubelet at the node's IP (the InternalIP the
+// kubelet reports). With that IP on this host's lo and qemu forwarding
+// <ip>:<kubelet port> into the guest, the dial reaches the VM's kubelet, so
+// kubectl logs and exec work as on any node. lo, because every kernel has
+// it (this host's has no dummy interfaces) and nothing routes there from
+// outside.
 
-// addHostIP creates hostLink with ip. A leftover link from a run that was
-// killed is replaced.
+// addHostIP puts ip on lo. One left by a run that was killed is replaced.
 func addHostIP(ctx context.Context, ip net.IP) error {
-	_ = ipCmd(ctx, "link", "del", hostLink)
-	if err := ipCmd(ctx, "link", "add", hostLink, "type", "dummy"); err != nil {
-		return err
-	}
-	if err := ipCmd(ctx, "addr", "add", ip.String()+"/32", "dev", hostLink); err != nil {
-		return err
-	}
-	return ipCmd(ctx, "link", "set", hostLink, "up")
+	_ = removeHostIP(ctx, ip)
+	return ipCmd(ctx, "addr", "add", ip.String()+"/32", "dev", "lo")
 }
 
-// removeHostIP deletes hostLink.
-func removeHostIP(ctx context.Context) error {
-	return ipCmd(ctx, "link", "del", hostLink)
+// removeHostIP takes ip off lo.
+func removeHostIP(ctx context.Context, ip net.IP) error {
+	return ipCmd(ctx, "addr", "del", ip.String()+"/32", "dev", "lo")
 }
 
 func ipCmd(ctx context.Context, args ...string) error {

@@ -9,8 +9,8 @@
 // written from the control plane's credentials for the node at every boot
 // (see node/core/nodeconfig).
 //
-// Needs root: it adds the node's IP to a dummy interface of this host (see
-// hostLink), so that the apiserver reaches the kubelet.
+// Needs root: it adds the node's IP to this host's lo (see addHostIP), so
+// that the apiserver reaches the kubelet.
 package nodevm
 
 import (
@@ -97,7 +97,7 @@ type Node struct {
 }
 
 // LockPath is the host-wide lock of the VM node: one runs per host, since
-// its IP lives on one host interface (hostLink).
+// its IP and the kubelet port on it are the host's (see addHostIP).
 const LockPath = "/run/plinth-nodevm.lock"
 
 // New prepares a node: the work directory, the node's credentials and its
@@ -375,7 +375,7 @@ func (n *Node) closeLog() {
 // its network. The work directory stays: the data disk is the node's.
 func (n *Node) Close(ctx context.Context) error {
 	err := n.Stop(ctx, 2*time.Minute)
-	if rerr := removeHostIP(context.WithoutCancel(ctx)); rerr != nil && n.VM() != nil {
+	if rerr := removeHostIP(context.WithoutCancel(ctx), net.ParseIP(n.cfg.NodeIP)); rerr != nil && n.VM() != nil {
 		err = errors.Join(err, rerr)
 	}
 	n.lock.Close()
