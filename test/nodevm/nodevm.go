@@ -42,7 +42,7 @@ import (
 const (
 	DefaultNodeName = "plinth-vm"
 	// DefaultNodeIP is on no network of this host or the guest: the node
-	// puts it on its lo, this host on hostLink, and qemu forwards between.
+	// puts it on its lo, this host on its own lo, and qemu forwards between.
 	DefaultNodeIP = "10.0.77.2"
 	// DefaultDataSize is the data disk's size (a sparse file; the node
 	// formats it XFS with project quotas at its first boot).
