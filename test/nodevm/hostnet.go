@@ -15,10 +15,23 @@ import (
 // it (this host's has no dummy interfaces) and nothing routes there from
 // outside.
 
-// addHostIP puts ip on lo. One left by a run that was killed is replaced.
+//
+// The same IP is on the guest's lo (the kubelet insists on a node IP of its
+// own), so a connection from this host must not carry it as its source:
+// qemu passes the peer's address on to the guest, whose answer would then
+// go to its own lo. Only a peer on 127.0.0.0/8 is shown to the guest as
+// the host (10.0.2.2), reachable through eth0. So the local route of ip
+// gets 127.0.0.1 as its preferred source, and every connection from this
+// host to ip comes from there.
+
+// addHostIP puts ip on lo, with 127.0.0.1 as the source of connections to
+// it. One left by a run that was killed is replaced.
 func addHostIP(ctx context.Context, ip net.IP) error {
 	_ = removeHostIP(ctx, ip)
-	return ipCmd(ctx, "addr", "add", ip.String()+"/32", "dev", "lo")
+	if err := ipCmd(ctx, "addr", "add", ip.String()+"/32", "dev", "lo"); err != nil {
+		return err
+	}
+	return ipCmd(ctx, "route", "replace", "local", ip.String(), "dev", "lo", "proto", "kernel", "scope", "host", "src", "127.0.0.1", "table", "local")
 }
 
 // removeHostIP takes ip off lo.
