@@ -94,6 +94,10 @@ type Node struct {
 	vm    *microvm.VM
 	boots int
 	log   *os.File
+	// lastBootID is the kubelet's boot ID (the kernel's, a random UUID per
+	// boot) as the Node showed it before the latest boot: a Node still
+	// Ready from before a reboot is not the rebooted node.
+	lastBootID string
 }
 
 // LockPath is the host-wide lock of the VM node: one runs per host, since
@@ -220,6 +224,12 @@ func (n *Node) Boot(ctx context.Context) error {
 	} else if err != nil {
 		return fmt.Errorf("nodevm: data disk: %w", err)
 	}
+	n.lastBootID = ""
+	if node, err := n.cfg.ControlPlane.Client.CoreV1().Nodes().Get(ctx, n.cfg.NodeName, metav1.GetOptions{}); err == nil {
+		n.lastBootID = node.Status.NodeInfo.BootID
+	} else if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("nodevm: reading the node before booting: %w", err)
+	}
 	ip := net.ParseIP(n.cfg.NodeIP)
 	if err := addHostIP(ctx, ip); err != nil {
 		return fmt.Errorf("nodevm: %w", err)
@@ -266,9 +276,10 @@ func (n *Node) VM() *microvm.VM {
 	return n.vm
 }
 
-// WaitReady waits until the node is Ready and its CSI plugin registered
-// with the kubelet (the CSINode lists the driver): a node whose pods can
-// use Plinth volumes. It fails early if the VM ends.
+// WaitReady waits until the node of the latest boot (a boot ID the Node
+// did not show before it) is Ready and its CSI plugin registered with the
+// kubelet (the CSINode lists the driver): a node whose pods can use Plinth
+// volumes. It fails early if the VM ends.
 func (n *Node) WaitReady(ctx context.Context) error {
 	vm := n.VM()
 	if vm == nil {
@@ -299,6 +310,12 @@ func (n *Node) ready(ctx context.Context, client kubernetes.Interface) (bool, st
 	}
 	if err != nil {
 		return false, err.Error()
+	}
+	n.mu.Lock()
+	last := n.lastBootID
+	n.mu.Unlock()
+	if id := node.Status.NodeInfo.BootID; id == "" || id == last {
+		return false, "the node shows the boot ID of before the boot (" + last + ")"
 	}
 	ready := false
 	for _, c := range node.Status.Conditions {
