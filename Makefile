@@ -44,5 +44,9 @@ test-bazel: ## bazel test //... (offline except the Go module proxy)
 gazelle: ## regenerate BUILD files and deps.bzl from go.mod
 	build/bazel/gazelle.sh
 
+.PHONY: node-image
+node-image: ## build (or find cached) the node OS image; prints its path and the kernel dir
+	build/scripts/nodeimage.sh
+
 bench: ## benchmarks, with ratios against baselines measured in the same run
 	build/scripts/bench.sh

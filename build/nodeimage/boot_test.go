@@ -25,9 +25,6 @@ import (
 // the paths it looks at. A negative control boots the same image without
 // one library and must see the program that needs it fail.
 
-// testCompression is the command's default, the one nodes boot.
-const testCompression = "lz4"
-
 type bootInputs struct {
 	in     Inputs
 	kernel string
@@ -99,15 +96,7 @@ func prepareBoot(t *testing.T) bootInputs {
 	}
 	return bootInputs{
 		kernel: filepath.Join(kernel, "vmlinux"),
-		in: Inputs{
-			Init:     check,
-			Kubelet:  kubelet,
-			Programs: DebianPrograms(),
-			ModDir:   mods[0],
-			Modules:  DefaultModules,
-			Images:   imgs,
-			Builder:  "boot-test",
-		},
+		in:     NodeInputs(check, kubelet, mods[0], imgs),
 	}
 }
 
@@ -209,7 +198,6 @@ func programPaths(in Inputs) []string {
 
 func TestBootedImageRunsItsPrograms(t *testing.T) {
 	b := prepareBoot(t)
-	b.in.Compression = testCompression
 	start := time.Now()
 	img, err := Build(context.Background(), b.in, t.TempDir())
 	if err != nil {

@@ -29,7 +29,9 @@ import (
 	"source.plinth.dev/pkg/kmod"
 )
 
-// Program is an executable copied into the image.
+// Program is an executable copied into the image. Its libraries are
+// resolved from Host: a program whose RPATH or RUNPATH uses $ORIGIN must
+// sit at the same path in the image as on the host.
 type Program struct {
 	// Path inside the image.
 	Path string
@@ -103,6 +105,29 @@ type Inputs struct {
 	// Builder identifies the builder (a hash of its executable), so a
 	// changed builder never reuses an image an older one made.
 	Builder string
+}
+
+// DefaultCompression is what the node boots. Measured on the boot test's
+// image (192 MiB of cpio) under TCG, 2 vCPUs: none boots to /init in 3.1s,
+// lz4 in 2.9s at 74 MiB, gzip in 5.4s at 65 MiB; lz4 costs 7s to write
+// (the lz4 tool, -9), gzip 8s. lz4 is as fast as no compression (qemu
+// copies less) at a third of the size.
+const DefaultCompression = "lz4"
+
+// NodeInputs returns the inputs of a node image: the given init (plinth-
+// node, or a test's stand-in), kubelet, kernel modules directory and
+// container images, with the Debian programs, DefaultModules and
+// DefaultCompression. Builder is left for the caller.
+func NodeInputs(init, kubelet, modDir string, images []string) Inputs {
+	return Inputs{
+		Init:        init,
+		Kubelet:     kubelet,
+		Programs:    DebianPrograms(),
+		ModDir:      modDir,
+		Modules:     append([]string(nil), DefaultModules...),
+		Images:      images,
+		Compression: DefaultCompression,
+	}
 }
 
 // entry is one archive member of the plan.
@@ -208,9 +233,9 @@ func plan(in Inputs) ([]entry, error) {
 	return es, nil
 }
 
-// requireStatic fails for a dynamically linked init: the kernel runs
-// /init before anything could set up a loader for it, and its exec error
-// ("No such file") would not say why.
+// requireStatic fails for a dynamically linked init. The node's init must
+// not depend on the libraries it is meant to supervise programs with, and
+// the kernel's only report of an init it cannot start is a panic.
 func requireStatic(p string) error {
 	f, err := elf.Open(p)
 	if err != nil {

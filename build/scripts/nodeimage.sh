@@ -15,6 +15,13 @@
 # (repeatable); extra kernel modules: -module NAME. The key hashes every
 # input's content and the builder itself, so a second call with nothing
 # changed is a cache hit (about a second, mostly `go build` finding its cache).
+#
+# Not a Bazel rule (yet): most inputs live outside Bazel (the kubelet in the
+# third_party build's cache, the kernel in ktest's, Debian's binaries in /usr,
+# the pause image from `go build`), so a genrule would have to read them
+# unsandboxed and Bazel's action cache would key on none of them, serving a
+# stale image after an apt upgrade or a kubelet patch. The builder's own key
+# covers every byte that goes in.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH=/usr/local/go/bin:$PATH

@@ -46,7 +46,7 @@ func main() {
 	flag.StringVar(&in.Init, "init", "", "static program to run as /init (plinth-node, CGO_ENABLED=0)")
 	flag.StringVar(&in.Kubelet, "kubelet", "", "the patched kubelet (third_party/kubernetes/build.sh)")
 	flag.StringVar(&in.ModDir, "moddir", "", "lib/modules/<version> of the kernel the image boots with (build/ktest/kernel.sh)")
-	flag.StringVar(&in.Compression, "compression", "lz4", "archive compression: none, gzip or lz4")
+	flag.StringVar(&in.Compression, "compression", nodeimage.DefaultCompression, "archive compression: none, gzip or lz4")
 	flag.StringVar(&cache, "cache", defCache, "cache directory of built images")
 	flag.StringVar(&repo, "repo", ".", "the repository root, to build the pause image")
 	flag.Var(&images, "image", "extra docker-archive tarball for "+nodeimage.ImageDir+" (repeatable)")
@@ -57,10 +57,13 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if !noDeb {
-		in.Programs = nodeimage.DebianPrograms()
+	node := nodeimage.NodeInputs(in.Init, in.Kubelet, in.ModDir, nil)
+	node.Compression = in.Compression
+	node.Modules = append(node.Modules, modules...)
+	if noDeb {
+		node.Programs = nil
 	}
-	in.Modules = append(append([]string{}, nodeimage.DefaultModules...), modules...)
+	in = node
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, in, cache, repo, images); err != nil {
