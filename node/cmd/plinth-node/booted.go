@@ -140,6 +140,8 @@ func (b *bootedNode) kubeletService() core.Service {
 			Node:             b.cfg.Node,
 			Kubeconfig:       b.cfg.Kubeconfig,
 			ContainerdSocket: containerdSocket,
+			ServingCert:      b.cfg.KubeletCert,
+			ServingKey:       b.cfg.KubeletKey,
 		},
 		ImagesDir: imagesDir,
 	}

@@ -15,6 +15,11 @@
 //     kubelet runs standalone (static pods only).
 //   - plinth-kubeconfig (optional): plinth-node's own credentials. Without
 //     it no Kubernetes storage service runs.
+//   - kubelet-serving.crt and kubelet-serving.key (optional, both or
+//     neither): the kubelet's serving certificate and key (PEM), for an API
+//     server that verifies kubelets (--kubelet-certificate-authority, as
+//     test/launch's does). Without them the kubelet serves a self-signed
+//     certificate it makes itself.
 //
 // Reading is strict (an unknown file, an unknown JSON field or a value out
 // of range is an error naming the file and field), because a node that
@@ -42,6 +47,8 @@ const (
 	NodeFile             = "node.json"
 	KubeconfigFile       = "kubeconfig"
 	PlinthKubeconfigFile = "plinth-kubeconfig"
+	KubeletCertFile      = "kubelet-serving.crt"
+	KubeletKeyFile       = "kubelet-serving.key"
 )
 
 // MaxFileSize bounds each file of the archive. Kubeconfigs with embedded
@@ -92,6 +99,17 @@ type Config struct {
 	// PlinthKubeconfig is plinth-node's kubeconfig; nil means no
 	// Kubernetes storage services.
 	PlinthKubeconfig []byte
+	// KubeletCert and KubeletKey are the kubelet's serving certificate
+	// and key (PEM); both nil means a self-signed one.
+	KubeletCert, KubeletKey []byte
+}
+
+// checkPair checks that the kubelet's certificate and key come together.
+func (c *Config) checkPair() error {
+	if (c.KubeletCert == nil) != (c.KubeletKey == nil) {
+		return fmt.Errorf("%s and %s go together: give both or neither", KubeletCertFile, KubeletKeyFile)
+	}
+	return nil
 }
 
 // Validate checks n and fills in the defaults of the optional fields. The
@@ -189,6 +207,9 @@ func Write(w io.Writer, cfg Config) error {
 	if err := n.Validate(); err != nil {
 		return fmt.Errorf("writing node configuration: %w", err)
 	}
+	if err := cfg.checkPair(); err != nil {
+		return fmt.Errorf("writing node configuration: %w", err)
+	}
 	nodeJSON, err := json.MarshalIndent(n, "", "  ")
 	if err != nil {
 		return fmt.Errorf("writing node configuration: %w", err)
@@ -200,6 +221,8 @@ func Write(w io.Writer, cfg Config) error {
 		{NodeFile, append(nodeJSON, '\n')},
 		{KubeconfigFile, cfg.Kubeconfig},
 		{PlinthKubeconfigFile, cfg.PlinthKubeconfig},
+		{KubeletCertFile, cfg.KubeletCert},
+		{KubeletKeyFile, cfg.KubeletKey},
 	}
 	tw := tar.NewWriter(w)
 	for _, f := range files {
@@ -245,9 +268,10 @@ func Read(r io.Reader) (*Config, error) {
 		}
 		name := hdr.Name
 		switch name {
-		case NodeFile, KubeconfigFile, PlinthKubeconfigFile:
+		case NodeFile, KubeconfigFile, PlinthKubeconfigFile, KubeletCertFile, KubeletKeyFile:
 		default:
-			return nil, fmt.Errorf("configuration archive: unexpected entry %q (want only %s, %s, %s)", name, NodeFile, KubeconfigFile, PlinthKubeconfigFile)
+			return nil, fmt.Errorf("configuration archive: unexpected entry %q (want only %s, %s, %s, %s, %s)",
+				name, NodeFile, KubeconfigFile, PlinthKubeconfigFile, KubeletCertFile, KubeletKeyFile)
 		}
 		if hdr.Typeflag != tar.TypeReg {
 			return nil, fmt.Errorf("configuration archive: %s is not a regular file (type %q)", name, hdr.Typeflag)
@@ -275,7 +299,14 @@ func Read(r io.Reader) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Config{Node: n, Kubeconfig: files[KubeconfigFile], PlinthKubeconfig: files[PlinthKubeconfigFile]}, nil
+	cfg := &Config{
+		Node: n, Kubeconfig: files[KubeconfigFile], PlinthKubeconfig: files[PlinthKubeconfigFile],
+		KubeletCert: files[KubeletCertFile], KubeletKey: files[KubeletKeyFile],
+	}
+	if err := cfg.checkPair(); err != nil {
+		return nil, fmt.Errorf("configuration archive: %w", err)
+	}
+	return cfg, nil
 }
 
 // ReadDevice reads the configuration disk at path (a block device or a

@@ -66,6 +66,9 @@ type Config struct {
 	Kubeconfig []byte
 	// ContainerdSocket is the CRI endpoint.
 	ContainerdSocket string
+	// ServingCert and ServingKey are the kubelet's serving certificate
+	// and key (PEM); nil makes the kubelet serve a self-signed one.
+	ServingCert, ServingKey []byte
 }
 
 // ManifestsDir is where the kubelet reads static pods from.
@@ -74,14 +77,17 @@ func (c Config) ManifestsDir() string { return filepath.Join(c.RootDir, "manifes
 func (c Config) configFile() string     { return filepath.Join(c.ConfigDir, "config.yaml") }
 func (c Config) kubeconfigFile() string { return filepath.Join(c.ConfigDir, "kubeconfig") }
 func (c Config) clientCAFile() string   { return filepath.Join(c.ConfigDir, "client-ca.crt") }
+func (c Config) certFile() string       { return filepath.Join(c.ConfigDir, "serving.crt") }
+func (c Config) keyFile() string        { return filepath.Join(c.ConfigDir, "serving.key") }
 
 // The kubelet's configuration. The settings that differ from the
 // kubelet's defaults mirror the host cluster's kubelet of test/launch and
 // say why where the node differs from it:
 //   - address 0.0.0.0: the host forwards the node IP's port into the guest
 //     to eth0's address, so the kubelet must listen on both.
-//   - no tlsCertFile: the kubelet makes its own self-signed serving
-//     certificate in its root (the API server does not verify it).
+//   - tlsCertFile only if the configuration disk has one (an API server
+//     that verifies kubelets needs it); otherwise the kubelet makes its own
+//     self-signed serving certificate in its root.
 //   - standalone (no kubeconfig): webhook authentication and authorization
 //     need an API server, so access is anonymous and allowed; the port is
 //     reachable only from the host.
@@ -104,6 +110,10 @@ authentication:
   webhook: {enabled: true}
   x509: {clientCAFile: {{.ClientCAFile}}}
 authorization: {mode: Webhook}
+{{- end}}
+{{- if .ServingCert}}
+tlsCertFile: {{.CertFile}}
+tlsPrivateKeyFile: {{.KeyFile}}
 {{- end}}
 cgroupDriver: cgroupfs
 failSwapOn: false
@@ -152,6 +162,14 @@ func (c Config) WriteFiles() ([]string, error) {
 			return nil, fmt.Errorf("writing kubelet configuration: %w", err)
 		}
 	}
+	if c.ServingCert != nil {
+		if err := os.WriteFile(c.certFile(), c.ServingCert, 0o644); err != nil {
+			return nil, fmt.Errorf("writing kubelet configuration: %w", err)
+		}
+		if err := os.WriteFile(c.keyFile(), c.ServingKey, 0o600); err != nil {
+			return nil, fmt.Errorf("writing kubelet configuration: %w", err)
+		}
+	}
 	var b strings.Builder
 	if err := configTemplate.Execute(&b, map[string]any{
 		"Node":             c.Node,
@@ -161,6 +179,9 @@ func (c Config) WriteFiles() ([]string, error) {
 		"Manifests":        c.ManifestsDir(),
 		"PodLogsDir":       c.PodLogsDir,
 		"RootDir":          c.RootDir,
+		"ServingCert":      c.ServingCert != nil,
+		"CertFile":         c.certFile(),
+		"KeyFile":          c.keyFile(),
 	}); err != nil {
 		return nil, fmt.Errorf("writing kubelet configuration: %w", err)
 	}

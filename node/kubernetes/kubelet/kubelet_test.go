@@ -44,6 +44,9 @@ func TestStandaloneConfig(t *testing.T) {
 		}
 	}
 	cfg, _ := os.ReadFile(c.configFile())
+	if strings.Contains(string(cfg), "tlsCertFile") {
+		t.Errorf("a serving certificate configured without one given:\n%s", cfg)
+	}
 	for _, want := range []string{"port: 10250", "mode: AlwaysAllow", "anonymous: {enabled: true}", "clusterDNS: [10.96.0.10]",
 		"clusterDomain: cluster.local", "cgroupDriver: cgroupfs", "staticPodPath: " + c.ManifestsDir(), "unix:///run/containerd/containerd.sock"} {
 		if !strings.Contains(string(cfg), want) {
@@ -75,6 +78,7 @@ current-context: plinth
 
 func TestClusterConfig(t *testing.T) {
 	c := testConfig(t, kubeconfig(testCA))
+	c.ServingCert, c.ServingKey = []byte("cert"), []byte("key")
 	args, err := c.WriteFiles()
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +94,7 @@ func TestClusterConfig(t *testing.T) {
 		t.Errorf("kubeconfig not written private: %v %v", st, err)
 	}
 	cfg, _ := os.ReadFile(c.configFile())
-	for _, want := range []string{"mode: Webhook", "webhook: {enabled: true}", "clientCAFile: " + c.clientCAFile()} {
+	for _, want := range []string{"mode: Webhook", "webhook: {enabled: true}", "clientCAFile: " + c.clientCAFile(), "tlsCertFile: " + c.certFile(), "tlsPrivateKeyFile: " + c.keyFile()} {
 		if !strings.Contains(string(cfg), want) {
 			t.Errorf("config lacks %q:\n%s", want, cfg)
 		}
