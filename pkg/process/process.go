@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -126,14 +127,28 @@ func run(ctx context.Context, log logtree.LeveledLogger, spec Spec, daemon bool)
 		// plinth-node would start a second containerd beside them.
 		Pdeathsig: syscall.SIGKILL,
 	}
-	if err := cmd.Start(); err != nil {
+	// Pdeathsig fires when the thread that started the child ends, not
+	// the process (golang/go#27505); the Go runtime ends a thread when a
+	// goroutine locked to it returns. Starting and waiting on a thread
+	// locked for the child's whole life keeps that thread alive until the
+	// child has been reaped.
+	started := make(chan error, 1)
+	exited := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
 		return fmt.Errorf("starting %s: %w", spec.name(), err)
 	}
 	pid := cmd.Process.Pid
 	log.Infof("started %s (pid %d)", spec.name(), pid)
-
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 
 	// killGroup kills what is left of the child's group (its helpers that
 	// stayed in it), once the child itself has ended or is being stopped.

@@ -142,6 +142,8 @@ func (b *bootedNode) kubeletService() core.Service {
 			ServingCert:      b.cfg.KubeletCert,
 			ServingKey:       b.cfg.KubeletKey,
 			ContainerdSocket: containerdSocket,
+			ServingCert:      b.cfg.KubeletCert,
+			ServingKey:       b.cfg.KubeletKey,
 		},
 		ImagesDir: imagesDir,
 	}

@@ -305,6 +305,9 @@ func TestBootNodeRunsPod(t *testing.T) {
 			}
 		}
 	})
+	if st, err := os.Stat(initrd); err == nil {
+		t.Logf("node initrd: %d MiB", st.Size()>>20)
+	}
 	start := time.Now()
 	v := bootVM(t, vmConfig{kernel: e.kernel, initrd: initrd, memory: "3G", cpus: 2, disks: []string{data, cfgDisk}, net: true},
 		[]string{"plinth.data=/dev/vda", "plinth.config=/dev/vdb", "plinth.onfailure=poweroff", "plinth.haltdelay=0s"})

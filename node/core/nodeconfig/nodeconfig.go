@@ -15,12 +15,11 @@
 //     kubelet runs standalone (static pods only).
 //   - plinth-kubeconfig (optional): plinth-node's own credentials. Without
 //     it no Kubernetes storage service runs.
-//   - kubelet.crt, kubelet.key (optional, both or neither): the kubelet's
-//     serving certificate and key, signed by the cluster CA (the one in
-//     kubeconfig). An API server that verifies kubelets against that CA
-//     (--kubelet-certificate-authority) would refuse the self-signed
-//     certificate a kubelet makes without them, and kubectl logs and exec
-//     would fail.
+//   - kubelet-serving.crt and kubelet-serving.key (optional, both or
+//     neither): the kubelet's serving certificate and key (PEM), for an API
+//     server that verifies kubelets (--kubelet-certificate-authority, as
+//     test/launch's does). Without them the kubelet serves a self-signed
+//     certificate it makes itself.
 //
 // Reading is strict (an unknown file, an unknown JSON field or a value out
 // of range is an error naming the file and field), because a node that
@@ -37,7 +36,6 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -49,8 +47,8 @@ const (
 	NodeFile             = "node.json"
 	KubeconfigFile       = "kubeconfig"
 	PlinthKubeconfigFile = "plinth-kubeconfig"
-	KubeletCertFile      = "kubelet.crt"
-	KubeletKeyFile       = "kubelet.key"
+	KubeletCertFile      = "kubelet-serving.crt"
+	KubeletKeyFile       = "kubelet-serving.key"
 )
 
 // MaxFileSize bounds each file of the archive. Kubeconfigs with embedded
@@ -101,31 +99,15 @@ type Config struct {
 	// PlinthKubeconfig is plinth-node's kubeconfig; nil means no
 	// Kubernetes storage services.
 	PlinthKubeconfig []byte
-	// KubeletCert and KubeletKey (PEM) are set together or not at all.
-	KubeletCert []byte
-	KubeletKey  []byte
+	// KubeletCert and KubeletKey are the kubelet's serving certificate
+	// and key (PEM); both nil means a self-signed one.
+	KubeletCert, KubeletKey []byte
 }
 
-// files lists the archive's optional files with where each lives in c.
-func (c *Config) files() []struct {
-	name string
-	data *[]byte
-} {
-	return []struct {
-		name string
-		data *[]byte
-	}{
-		{KubeconfigFile, &c.Kubeconfig},
-		{PlinthKubeconfigFile, &c.PlinthKubeconfig},
-		{KubeletCertFile, &c.KubeletCert},
-		{KubeletKeyFile, &c.KubeletKey},
-	}
-}
-
-// checkTLS checks that the kubelet's TLS files come together.
-func (c *Config) checkTLS() error {
+// checkPair checks that the kubelet's certificate and key come together.
+func (c *Config) checkPair() error {
 	if (c.KubeletCert == nil) != (c.KubeletKey == nil) {
-		return fmt.Errorf("%s and %s come together: only one given", KubeletCertFile, KubeletKeyFile)
+		return fmt.Errorf("%s and %s go together: give both or neither", KubeletCertFile, KubeletKeyFile)
 	}
 	return nil
 }
@@ -225,22 +207,22 @@ func Write(w io.Writer, cfg Config) error {
 	if err := n.Validate(); err != nil {
 		return fmt.Errorf("writing node configuration: %w", err)
 	}
-	nodeJSON, err := json.MarshalIndent(n, "", "  ")
-	if err != nil {
+	if err := cfg.checkPair(); err != nil {
 		return fmt.Errorf("writing node configuration: %w", err)
 	}
-	if err := cfg.checkTLS(); err != nil {
+	nodeJSON, err := json.MarshalIndent(n, "", "  ")
+	if err != nil {
 		return fmt.Errorf("writing node configuration: %w", err)
 	}
 	files := []struct {
 		name string
 		data []byte
-	}{{NodeFile, append(nodeJSON, '\n')}}
-	for _, f := range cfg.files() {
-		files = append(files, struct {
-			name string
-			data []byte
-		}{f.name, *f.data})
+	}{
+		{NodeFile, append(nodeJSON, '\n')},
+		{KubeconfigFile, cfg.Kubeconfig},
+		{PlinthKubeconfigFile, cfg.PlinthKubeconfig},
+		{KubeletCertFile, cfg.KubeletCert},
+		{KubeletKeyFile, cfg.KubeletKey},
 	}
 	tw := tar.NewWriter(w)
 	for _, f := range files {
@@ -274,11 +256,6 @@ func Write(w io.Writer, cfg Config) error {
 
 // Read reads a configuration archive from r, up to its end marker.
 func Read(r io.Reader) (*Config, error) {
-	var cfg Config
-	known := []string{NodeFile}
-	for _, f := range cfg.files() {
-		known = append(known, f.name)
-	}
 	tr := tar.NewReader(r)
 	files := map[string][]byte{}
 	for {
@@ -290,8 +267,11 @@ func Read(r io.Reader) (*Config, error) {
 			return nil, fmt.Errorf("reading configuration archive: %w", err)
 		}
 		name := hdr.Name
-		if !slices.Contains(known, name) {
-			return nil, fmt.Errorf("configuration archive: unexpected entry %q (want only %s)", name, strings.Join(known, ", "))
+		switch name {
+		case NodeFile, KubeconfigFile, PlinthKubeconfigFile, KubeletCertFile, KubeletKeyFile:
+		default:
+			return nil, fmt.Errorf("configuration archive: unexpected entry %q (want only %s, %s, %s, %s, %s)",
+				name, NodeFile, KubeconfigFile, PlinthKubeconfigFile, KubeletCertFile, KubeletKeyFile)
 		}
 		if hdr.Typeflag != tar.TypeReg {
 			return nil, fmt.Errorf("configuration archive: %s is not a regular file (type %q)", name, hdr.Typeflag)
@@ -319,14 +299,14 @@ func Read(r io.Reader) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.Node = n
-	for _, f := range cfg.files() {
-		*f.data = files[f.name]
+	cfg := &Config{
+		Node: n, Kubeconfig: files[KubeconfigFile], PlinthKubeconfig: files[PlinthKubeconfigFile],
+		KubeletCert: files[KubeletCertFile], KubeletKey: files[KubeletKeyFile],
 	}
-	if err := cfg.checkTLS(); err != nil {
+	if err := cfg.checkPair(); err != nil {
 		return nil, fmt.Errorf("configuration archive: %w", err)
 	}
-	return &cfg, nil
+	return cfg, nil
 }
 
 // ReadDevice reads the configuration disk at path (a block device or a

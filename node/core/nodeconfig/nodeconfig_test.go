@@ -26,7 +26,8 @@ func validNode() Node {
 // TestRoundTripOnPaddedDisk writes a disk the way the host does (archive,
 // then zeros up to the disk size) and reads it back as the node does.
 func TestRoundTripOnPaddedDisk(t *testing.T) {
-	cfg := Config{Node: validNode(), Kubeconfig: []byte("kubelet: yes\n"), PlinthKubeconfig: []byte("plinth: yes\n")}
+	cfg := Config{Node: validNode(), Kubeconfig: []byte("kubelet: yes\n"), PlinthKubeconfig: []byte("plinth: yes\n"),
+		KubeletCert: []byte("cert"), KubeletKey: []byte("key")}
 	var buf bytes.Buffer
 	if err := Write(&buf, cfg); err != nil {
 		t.Fatal(err)
@@ -45,6 +46,12 @@ func TestRoundTripOnPaddedDisk(t *testing.T) {
 	}
 	if string(got.Kubeconfig) != "kubelet: yes\n" || string(got.PlinthKubeconfig) != "plinth: yes\n" {
 		t.Errorf("kubeconfigs = %q, %q", got.Kubeconfig, got.PlinthKubeconfig)
+	}
+	if string(got.KubeletCert) != "cert" || string(got.KubeletKey) != "key" {
+		t.Errorf("kubelet serving pair = %q, %q", got.KubeletCert, got.KubeletKey)
+	}
+	if err := Write(&bytes.Buffer{}, Config{Node: validNode(), KubeletCert: []byte("cert")}); err == nil || !strings.Contains(err.Error(), "give both or neither") {
+		t.Errorf("Write with a certificate and no key: %v", err)
 	}
 }
 
@@ -183,6 +190,7 @@ func TestReadRejects(t *testing.T) {
 		{"unknown file", archive(reg(NodeFile), reg("extra")), `unexpected entry "extra"`},
 		{"nested path", archive(reg("dir/" + NodeFile)), "unexpected entry"},
 		{"duplicate", archive(reg(NodeFile), reg(NodeFile)), "appears twice"},
+		{"key without certificate", archive(reg(NodeFile), reg(KubeletKeyFile)), "give both or neither"},
 		{"symlink", archive(tar.Header{Name: KubeconfigFile, Typeflag: tar.TypeSymlink, Linkname: "/etc/passwd"}), "not a regular file"},
 		{"huge", archive(tar.Header{Name: KubeconfigFile, Typeflag: tar.TypeReg, Size: MaxFileSize + 1}), "more than"},
 		{"garbage", bytes.NewBufferString(strings.Repeat("x", 1024)), "reading configuration archive"},

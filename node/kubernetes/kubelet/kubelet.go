@@ -22,7 +22,6 @@ package kubelet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -65,32 +64,30 @@ type Config struct {
 	// static pods only, no API server, anonymous and unrestricted access
 	// to its port (which only the host can reach).
 	Kubeconfig []byte
-	// ServingCert and ServingKey (PEM, both or neither) are the kubelet's
-	// serving certificate; without them it makes a self-signed one.
-	ServingCert []byte
-	ServingKey  []byte
 	// ContainerdSocket is the CRI endpoint.
 	ContainerdSocket string
+	// ServingCert and ServingKey are the kubelet's serving certificate
+	// and key (PEM); nil makes the kubelet serve a self-signed one.
+	ServingCert, ServingKey []byte
 }
 
 // ManifestsDir is where the kubelet reads static pods from.
 func (c Config) ManifestsDir() string { return filepath.Join(c.RootDir, "manifests") }
 
-func (c Config) configFile() string      { return filepath.Join(c.ConfigDir, "config.yaml") }
-func (c Config) kubeconfigFile() string  { return filepath.Join(c.ConfigDir, "kubeconfig") }
-func (c Config) clientCAFile() string    { return filepath.Join(c.ConfigDir, "client-ca.crt") }
-func (c Config) servingCertFile() string { return filepath.Join(c.ConfigDir, "kubelet.crt") }
-func (c Config) servingKeyFile() string  { return filepath.Join(c.ConfigDir, "kubelet.key") }
+func (c Config) configFile() string     { return filepath.Join(c.ConfigDir, "config.yaml") }
+func (c Config) kubeconfigFile() string { return filepath.Join(c.ConfigDir, "kubeconfig") }
+func (c Config) clientCAFile() string   { return filepath.Join(c.ConfigDir, "client-ca.crt") }
+func (c Config) certFile() string       { return filepath.Join(c.ConfigDir, "serving.crt") }
+func (c Config) keyFile() string        { return filepath.Join(c.ConfigDir, "serving.key") }
 
 // The kubelet's configuration. The settings that differ from the
 // kubelet's defaults mirror the host cluster's kubelet of test/launch and
 // say why where the node differs from it:
 //   - address 0.0.0.0: the host forwards the node IP's port into the guest
 //     to eth0's address, so the kubelet must listen on both.
-//   - tlsCertFile from the configuration disk when it has one: the API
-//     server of test/launch verifies kubelets against the cluster CA (for
-//     logs and exec). Without it the kubelet makes its own self-signed
-//     certificate, which only an API server that skips the check accepts.
+//   - tlsCertFile only if the configuration disk has one (an API server
+//     that verifies kubelets needs it); otherwise the kubelet makes its own
+//     self-signed serving certificate in its root.
 //   - standalone (no kubeconfig): webhook authentication and authorization
 //     need an API server, so access is anonymous and allowed; the port is
 //     reachable only from the host.
@@ -102,10 +99,6 @@ port: {{.Node.KubeletPort}}
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
-{{- if .CertFile}}
-tlsCertFile: {{.CertFile}}
-tlsPrivateKeyFile: {{.KeyFile}}
-{{- end}}
 {{- if .Standalone}}
 authentication:
   anonymous: {enabled: true}
@@ -117,6 +110,10 @@ authentication:
   webhook: {enabled: true}
   x509: {clientCAFile: {{.ClientCAFile}}}
 authorization: {mode: Webhook}
+{{- end}}
+{{- if .ServingCert}}
+tlsCertFile: {{.CertFile}}
+tlsPrivateKeyFile: {{.KeyFile}}
 {{- end}}
 cgroupDriver: cgroupfs
 failSwapOn: false
@@ -165,23 +162,16 @@ func (c Config) WriteFiles() ([]string, error) {
 			return nil, fmt.Errorf("writing kubelet configuration: %w", err)
 		}
 	}
-	if (c.ServingCert == nil) != (c.ServingKey == nil) {
-		return nil, errors.New("writing kubelet configuration: a serving certificate needs its key and the other way round")
-	}
-	certFile, keyFile := "", ""
 	if c.ServingCert != nil {
-		certFile, keyFile = c.servingCertFile(), c.servingKeyFile()
-		if err := os.WriteFile(certFile, c.ServingCert, 0o644); err != nil {
+		if err := os.WriteFile(c.certFile(), c.ServingCert, 0o644); err != nil {
 			return nil, fmt.Errorf("writing kubelet configuration: %w", err)
 		}
-		if err := os.WriteFile(keyFile, c.ServingKey, 0o600); err != nil {
+		if err := os.WriteFile(c.keyFile(), c.ServingKey, 0o600); err != nil {
 			return nil, fmt.Errorf("writing kubelet configuration: %w", err)
 		}
 	}
 	var b strings.Builder
 	if err := configTemplate.Execute(&b, map[string]any{
-		"CertFile":         certFile,
-		"KeyFile":          keyFile,
 		"Node":             c.Node,
 		"Standalone":       standalone,
 		"ClientCAFile":     c.clientCAFile(),
@@ -189,6 +179,9 @@ func (c Config) WriteFiles() ([]string, error) {
 		"Manifests":        c.ManifestsDir(),
 		"PodLogsDir":       c.PodLogsDir,
 		"RootDir":          c.RootDir,
+		"ServingCert":      c.ServingCert != nil,
+		"CertFile":         c.certFile(),
+		"KeyFile":          c.keyFile(),
 	}); err != nil {
 		return nil, fmt.Errorf("writing kubelet configuration: %w", err)
 	}
