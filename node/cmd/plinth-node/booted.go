@@ -139,8 +139,6 @@ func (b *bootedNode) kubeletService() core.Service {
 			PodLogsDir:       filepath.Join(data, "pod-logs"),
 			Node:             b.cfg.Node,
 			Kubeconfig:       b.cfg.Kubeconfig,
-			ServingCert:      b.cfg.KubeletCert,
-			ServingKey:       b.cfg.KubeletKey,
 			ContainerdSocket: containerdSocket,
 			ServingCert:      b.cfg.KubeletCert,
 			ServingKey:       b.cfg.KubeletKey,

@@ -55,30 +55,6 @@ func TestRoundTripOnPaddedDisk(t *testing.T) {
 	}
 }
 
-// TestKubeletTLSFiles round-trips the kubelet's TLS files and refuses a
-// partial set on the writing side too.
-func TestKubeletTLSFiles(t *testing.T) {
-	cfg := Config{Node: validNode(), KubeletCert: []byte("crt"), KubeletKey: []byte("key")}
-	var buf bytes.Buffer
-	if err := Write(&buf, cfg); err != nil {
-		t.Fatal(err)
-	}
-	got, err := Read(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(got.KubeletCert) != "crt" || string(got.KubeletKey) != "key" {
-		t.Errorf("TLS files = %q, %q", got.KubeletCert, got.KubeletKey)
-	}
-	if got.Kubeconfig != nil {
-		t.Errorf("kubeconfig = %q, want none", got.Kubeconfig)
-	}
-	cfg.KubeletKey = nil
-	if err := Write(&bytes.Buffer{}, cfg); err == nil || !strings.Contains(err.Error(), "come together") {
-		t.Errorf("Write with a partial TLS set = %v, want a refusal", err)
-	}
-}
-
 // TestContractExample parses the node.json of the contract, without the
 // optional fields, and checks the defaults and that the kubeconfigs stay
 // absent (standalone kubelet, no storage services).
@@ -194,7 +170,6 @@ func TestReadRejects(t *testing.T) {
 		{"symlink", archive(tar.Header{Name: KubeconfigFile, Typeflag: tar.TypeSymlink, Linkname: "/etc/passwd"}), "not a regular file"},
 		{"huge", archive(tar.Header{Name: KubeconfigFile, Typeflag: tar.TypeReg, Size: MaxFileSize + 1}), "more than"},
 		{"garbage", bytes.NewBufferString(strings.Repeat("x", 1024)), "reading configuration archive"},
-		{"serving cert without key", archive(reg(NodeFile), reg(KubeletCertFile)), "come together"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Read(tc.r)
