@@ -15,32 +15,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"source.plinth.dev/build/ktest/initramfs"
+	"source.plinth.dev/build/nodeimage"
 	"source.plinth.dev/node/core/nodeconfig"
-	"source.plinth.dev/pkg/kmod"
 	"source.plinth.dev/pkg/loop"
-	"source.plinth.dev/test/images"
 )
 
 // The node boot tests boot a whole node: plinth-node as PID 1 with a
-// configuration disk, running containerd and the kubelet in the VM.
-//
-// Until the node image builder (build/nodeimage) lands, nodeInitrd collects
-// the image itself, minimally: the contract's binaries with the shared
-// libraries ldd names, the modules, the test images. It is a stand-in for
-// the builder, not a second one: it goes when the builder comes.
-
-// nodeModules are the kernel modules a node needs (NODE-CONTRACT).
-var nodeModules = []string{"virtio_mmio", "virtio_blk", "virtio_net", "xfs", "overlay", "bridge", "veth", "loop", "br_netfilter"}
-
-// nodeBinaries are the programs of the node image, at their image path,
-// taken from the same path on this host (Debian packages), except the
-// kubelet.
-var nodeBinaries = []string{
-	"/usr/bin/containerd", "/usr/bin/containerd-shim-runc-v2", "/usr/bin/ctr", "/usr/sbin/runc",
-	"/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/loopback",
-	"/usr/sbin/mkfs.xfs",
-}
+// configuration disk, running containerd and the kubelet in the VM, from
+// the node image (build/nodeimage) built around this test's plinth-node.
 
 var (
 	nodeImageOnce sync.Once
@@ -50,17 +32,18 @@ var (
 
 func prepareNodeImage(t *testing.T, e bootEnv) string {
 	t.Helper()
-	nodeImageOnce.Do(func() { nodeImage, nodeImageErr = writeNodeInitrd(e) })
+	nodeImageOnce.Do(func() { nodeImage, nodeImageErr = buildNodeImage(e) })
 	if nodeImageErr != nil {
 		t.Fatal(nodeImageErr)
 	}
 	return nodeImage
 }
 
-func writeNodeInitrd(e bootEnv) (string, error) {
+// buildNodeImage builds the node image with the boot tests' plinth-node as
+// /init, into the work directory (its own cache, removed with it).
+func buildNodeImage(e bootEnv) (string, error) {
 	root, _ := repoRoot()
-	if out, err := exec.Command(filepath.Join(root, "build/scripts/apt-install.sh"),
-		"containerd", "runc", "containernetworking-plugins", "busybox-static", "xfsprogs").CombinedOutput(); err != nil {
+	if out, err := exec.Command(filepath.Join(root, "build/scripts/apt-install.sh"), nodeimage.DebianPackages...).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("installing the node's packages: %v\n%s", err, out)
 	}
 	out, err := exec.Command(filepath.Join(root, "third_party/kubernetes/build.sh")).Output()
@@ -68,119 +51,20 @@ func writeNodeInitrd(e bootEnv) (string, error) {
 		return "", fmt.Errorf("getting the kubelet: %v", err)
 	}
 	kubelet := filepath.Join(strings.TrimSpace(string(out)), "kubelet")
-
-	p := filepath.Join(e.workDir, "node-initrd.cpio")
-	f, err := os.Create(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	w := initramfs.NewWriter(f)
-	w.CharDev("dev/console", 5, 1)
-	w.Dir("tmp")
-	add := func(name, src string, perm os.FileMode) error {
-		b, err := os.ReadFile(src)
-		if err != nil {
-			return err
-		}
-		w.File(name, perm, b)
-		return nil
-	}
-	if err := add("init", filepath.Join(e.workDir, "plinth-node"), 0o755); err != nil {
-		return "", err
-	}
-	if err := add("usr/bin/kubelet", kubelet, 0o755); err != nil {
-		return "", err
-	}
-	libs := map[string]bool{}
-	for _, b := range append(slicesClone(nodeBinaries), kubelet) {
-		if !strings.HasSuffix(b, "/kubelet") {
-			if err := add(b, b, 0o755); err != nil {
-				return "", err
-			}
-		}
-		ls, err := sharedLibraries(b)
-		if err != nil {
-			return "", err
-		}
-		for _, l := range ls {
-			libs[l] = true
-		}
-	}
-	for l := range libs {
-		if err := add(l, l, 0o755); err != nil {
-			return "", err
-		}
-	}
-	for _, name := range []string{"bin/busybox", "bin/sh", "bin/mount", "bin/umount"} {
-		if err := add(name, "/bin/busybox", 0o755); err != nil {
-			return "", err
-		}
-	}
-	mods, err := initramfs.Modules(e.modDir, nodeModules)
-	if err != nil {
-		return "", err
-	}
-	var list []string
-	for _, m := range mods {
-		ko, err := os.ReadFile(m.Path)
-		if err != nil {
-			return "", err
-		}
-		name := "/lib/modules/" + m.Name + ".ko"
-		w.File(name, 0o644, initramfs.StripSignature(ko))
-		list = append(list, name)
-	}
-	w.File(bootModuleList, 0o644, kmod.FormatList(list))
-	w.File("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\n"))
-	w.File("etc/group", 0o644, []byte("root:x:0:\n"))
-	w.File("etc/hosts", 0o644, []byte("127.0.0.1 localhost\n"))
-	w.File("etc/resolv.conf", 0o644, []byte("nameserver 10.0.2.3\n"))
 	ctx := context.Background()
-	pause, err := images.Pause(ctx, root)
+	imgDir := filepath.Join(e.workDir, "node-images")
+	if err := os.MkdirAll(imgDir, 0o755); err != nil {
+		return "", err
+	}
+	imgs, err := nodeimage.TestImages(ctx, root, imgDir)
 	if err != nil {
 		return "", err
 	}
-	busybox, err := images.Busybox(ctx, images.DefaultBusybox)
+	img, err := nodeimage.Build(ctx, nodeimage.NodeInputs(filepath.Join(e.workDir, "plinth-node"), kubelet, e.modDir, imgs), filepath.Join(e.workDir, "node-image-cache"))
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("building the node image: %w", err)
 	}
-	for name, img := range map[string]images.Image{"pause": pause, "busybox": busybox} {
-		var b bytes.Buffer
-		if err := img.WriteArchive(&b); err != nil {
-			return "", err
-		}
-		w.File("usr/share/plinth/images/"+name+".tar", 0o644, b.Bytes())
-	}
-	if err := w.Close(); err != nil {
-		return "", err
-	}
-	return p, f.Close()
-}
-
-func slicesClone(s []string) []string { return append([]string(nil), s...) }
-
-// sharedLibraries lists what ldd resolves for bin, the dynamic loader
-// included (none for a static binary).
-func sharedLibraries(bin string) ([]string, error) {
-	out, err := exec.Command("ldd", bin).CombinedOutput()
-	if err != nil {
-		if strings.Contains(string(out), "not a dynamic executable") {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("ldd %s: %v\n%s", bin, err, out)
-	}
-	var libs []string
-	for _, l := range strings.Split(string(out), "\n") {
-		f := strings.Fields(l)
-		switch {
-		case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
-			libs = append(libs, f[2])
-		case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
-			libs = append(libs, f[0])
-		}
-	}
-	return libs, nil
+	return img.Path, nil
 }
 
 // testNode is the node.json of the tests (the contract's example).
