@@ -88,7 +88,7 @@ func testWorkload(t *testing.T, c *launch.Cluster, rt workloadRuntime) {
 	start := time.Now()
 	ctx := context.Background()
 	name := "e2e-workload-" + rt.name
-	args := []string{"-size=" + workloadSize, "-resize-to=" + workloadResizeTo, fmt.Sprintf("-fsgroup=%d", workloadFSGroup)}
+	args := []string{"-size=" + workloadSize, "-resize-to=" + workloadResizeTo, "-resize-timeout=90s", fmt.Sprintf("-fsgroup=%d", workloadFSGroup)}
 	// Never assumed: the launched node says whether it enforces quotas.
 	if c.QuotaEnforced {
 		args = append(args, "-quota=enforced")
@@ -134,7 +134,8 @@ func testWorkload(t *testing.T, c *launch.Cluster, rt workloadRuntime) {
 	for _, wc := range claims {
 		growClaim(t, c, name+"-"+wc.suffix, workloadResizeTo)
 	}
-	logs := waitMarker(t, c, name, "[RESIZE-PASSED]", "[RESIZE-FAILED]", 3*time.Minute)
+	// The workload gives up after its -resize-timeout and says so.
+	logs := waitMarker(t, c, name, "[RESIZE-PASSED]", "[RESIZE-FAILED]", 2*time.Minute)
 	inPod := countChecks(t, logs)
 	// The suite's own: the two CSI targets' options, each claim grown
 	// (capacity), then three for the
