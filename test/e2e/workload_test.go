@@ -148,6 +148,19 @@ func testWorkload(t *testing.T, c *launch.Cluster, rt workloadRuntime) {
 		t.Fatal(err)
 	}
 	deletePod(t, c.Client, "default", name)
+	// With the pod gone the node has unpublished its claims: no loop device
+	// serves a block claim any more, before the claims are deleted.
+	for i, wc := range claims {
+		if wc.mode != corev1.PersistentVolumeBlock {
+			continue
+		}
+		image := filepath.Join(c.DataDir, "volumes", pvs[i].Name+".img")
+		waitFor(t, 30*time.Second, "no loop device over "+image+" once the pod is gone", func() (bool, error) {
+			loops := loopsOver(t, image)
+			return len(loops) == 0, fmt.Errorf("bound: %v", loops)
+		})
+		suite++
+	}
 	for i := range claims {
 		deleteClaim(t, c, pvcs[i], pvs[i])
 	}
