@@ -47,6 +47,10 @@ disabled_plugins = [
   # Test pods need no AppArmor profile, and loading containerd's default one
   # needs apparmor_parser, which a minimal host may lack.
   disable_apparmor = true
+  # A block volume's device node in a container belongs to the pod's
+  # runAsUser/runAsGroup, as on a node: without this it is root's (0660),
+  # and a pod running as a non-root user cannot open its own block claim.
+  device_ownership_from_security_context = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"

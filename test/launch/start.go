@@ -386,9 +386,9 @@ func (c *Cluster) startPlinthNode() error {
 	return c.run("plinth-node", pn.Binary, args, []string{hostPATH})
 }
 
-// importImages builds the pause and busybox images and loads them, with the
-// configured extra images, into containerd's k8s.io namespace (the one the
-// CRI plugin uses).
+// importImages builds the pause, busybox and persistentvolume (the e2e
+// workload) images and loads them, with the configured extra images, into
+// containerd's k8s.io namespace (the one the CRI plugin uses).
 func (c *Cluster) importImages(ctx context.Context) error {
 	root, err := RepoRoot(".")
 	if err != nil {
@@ -402,8 +402,12 @@ func (c *Cluster) importImages(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	workload, err := images.PersistentVolume(ctx, root)
+	if err != nil {
+		return err
+	}
 	paths := []string{}
-	for name, img := range map[string]images.Image{"pause": pause, "busybox": busybox} {
+	for name, img := range map[string]images.Image{"pause": pause, "busybox": busybox, "persistentvolume": workload} {
 		p := filepath.Join(c.Dir, "images", name+".tar")
 		if err := img.WriteFile(p); err != nil {
 			return err
