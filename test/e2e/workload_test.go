@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,38 +19,15 @@ import (
 
 	"source.plinth.dev/node/kubernetes/resizer"
 	"source.plinth.dev/pkg/mountinfo"
-	"source.plinth.dev/test/images"
+	"source.plinth.dev/test/e2e/workload"
 	"source.plinth.dev/test/launch"
 )
 
-// workloadRuntime is a container runtime the workload test runs under.
-type workloadRuntime struct {
-	name string
-	// class is the pod's runtimeClassName; empty means the node's default
-	// runtime (runc).
-	class string
-	// skipBlock, when set, is why this runtime gets no block claims: the
-	// workload is told to skip them and prints the reason.
-	skipBlock string
-}
-
 // workloadRuntimes are the settings TestWorkload runs in. A runtime that
-// cannot pass block devices into the pod (gVisor) gets skipBlock.
-var workloadRuntimes = []workloadRuntime{
-	{name: "runc"},
+// cannot pass block devices into the pod (gVisor) gets SkipBlock.
+var workloadRuntimes = []workload.Runtime{
+	{Name: "runc"},
 }
-
-// The workload's claims: each request, and what the suite grows them to.
-const (
-	workloadSize     = "1Mi"
-	workloadResizeTo = "4Mi"
-	// workloadRecoverTo is the lowered request after an infeasible one.
-	workloadRecoverTo = "5Mi"
-	// workloadFSGroup and workloadUser: the pod runs as a non-root user
-	// whose only way to the volume is the fsGroup.
-	workloadFSGroup = 2000
-	workloadUser    = 1000
-)
 
 // TestWorkload runs the test workload (test/e2e/persistentvolume) in a pod
 // with four claims of the default StorageClass (filesystem, filesystem
@@ -64,56 +40,23 @@ func TestWorkload(t *testing.T) {
 	t.Parallel()
 	c := clusterFor(t)
 	for _, rt := range workloadRuntimes {
-		t.Run(rt.name, func(t *testing.T) { testWorkload(t, c, rt) })
+		t.Run(rt.Name, func(t *testing.T) { testWorkload(t, c, rt) })
 	}
 }
 
-// workloadClaim is one of the workload's claims.
-type workloadClaim struct {
-	suffix   string
-	mode     corev1.PersistentVolumeMode
-	readOnly bool
-	path     string // mount point or device path in the pod
-	flag     string // the workload's flag for path
-}
-
-var workloadClaims = []workloadClaim{
-	{"fs", corev1.PersistentVolumeFilesystem, false, "/mnt/fs", "-fs"},
-	{"fs-ro", corev1.PersistentVolumeFilesystem, true, "/mnt/fs-ro", "-fs-ro"},
-	{"block", corev1.PersistentVolumeBlock, false, "/dev/xvda", "-block"},
-	{"block-ro", corev1.PersistentVolumeBlock, true, "/dev/xvdb", "-block-ro"},
-}
-
-func testWorkload(t *testing.T, c *launch.Cluster, rt workloadRuntime) {
+func testWorkload(t *testing.T, c *launch.Cluster, rt workload.Runtime) {
 	start := time.Now()
 	ctx := context.Background()
-	name := "e2e-workload-" + rt.name
-	args := []string{"-size=" + workloadSize, "-resize-to=" + workloadResizeTo, "-resize-timeout=90s", fmt.Sprintf("-fsgroup=%d", workloadFSGroup)}
+	name := "e2e-workload-" + rt.Name
 	// Never assumed: the launched node says whether it enforces quotas.
-	if c.QuotaEnforced {
-		args = append(args, "-quota=enforced")
-	} else {
-		args = append(args, "-quota=not-enforced")
+	spec := workload.NewSpec(name, rt, c.QuotaEnforced)
+	pod, claims := spec.Pod, spec.Claims
+	if rt.SkipBlock != "" {
+		t.Logf("runtime %s: no block claims: %s", rt.Name, rt.SkipBlock)
 	}
-	pod := workloadPod(name, rt)
-	var claims []workloadClaim
-	for _, wc := range workloadClaims {
-		if wc.mode == corev1.PersistentVolumeBlock && rt.skipBlock != "" {
-			continue
-		}
-		claims = append(claims, wc)
-		addClaim(pod, name+"-"+wc.suffix, wc)
-		args = append(args, wc.flag+"="+wc.path)
-	}
-	if rt.skipBlock != "" {
-		t.Logf("runtime %s: no block claims: %s", rt.name, rt.skipBlock)
-		args = append(args, "-skip-block="+rt.skipBlock)
-	}
-	pod.Spec.Containers[0].Args = args
-
 	pvcs := make([]*corev1.PersistentVolumeClaim, len(claims))
 	for i, wc := range claims {
-		pvcs[i] = createClaim(t, c, name+"-"+wc.suffix, wc.mode, workloadSize)
+		pvcs[i] = createClaim(t, c, spec.PVCs[i].Name, wc.Mode, workload.Size)
 	}
 	runPod(t, c, pod, pvcs[0])
 	pvs := make([]*corev1.PersistentVolume, len(claims))
@@ -125,14 +68,14 @@ func testWorkload(t *testing.T, c *launch.Cluster, rt workloadRuntime) {
 	// nodev, and read-only for the read-only claim, whatever the runtime
 	// makes of them in the container.
 	for i, wc := range claims {
-		if wc.mode == corev1.PersistentVolumeFilesystem {
-			checkTargetOptions(t, pvs[i].Name, wc.readOnly)
+		if wc.Mode == corev1.PersistentVolumeFilesystem {
+			checkTargetOptions(t, pvs[i].Name, wc.ReadOnly)
 		}
 	}
 
 	waitMarker(t, c, name, "[INIT-PASSED]", "[INIT-FAILED]", 2*time.Minute)
-	for _, wc := range claims {
-		growClaim(t, c, name+"-"+wc.suffix, workloadResizeTo)
+	for _, pvc := range pvcs {
+		growClaim(t, c, pvc.Name, workload.ResizeTo)
 	}
 	// The workload gives up after its -resize-timeout and says so.
 	logs := waitMarker(t, c, name, "[RESIZE-PASSED]", "[RESIZE-FAILED]", 2*time.Minute)
@@ -151,7 +94,7 @@ func testWorkload(t *testing.T, c *launch.Cluster, rt workloadRuntime) {
 	// With the pod gone the node has unpublished its claims: no loop device
 	// serves a block claim any more, before the claims are deleted.
 	for i, wc := range claims {
-		if wc.mode != corev1.PersistentVolumeBlock {
+		if wc.Mode != corev1.PersistentVolumeBlock {
 			continue
 		}
 		image := filepath.Join(c.DataDir, "volumes", pvs[i].Name+".img")
@@ -165,48 +108,7 @@ func testWorkload(t *testing.T, c *launch.Cluster, rt workloadRuntime) {
 		deleteClaim(t, c, pvcs[i], pvs[i])
 	}
 	suite += assertNothingLeft(t, c, live.UID, pvs)
-	t.Logf("runtime %s: %d checks in the pod, %d by the suite, %.1fs", rt.name, inPod, suite, time.Since(start).Seconds())
-}
-
-// workloadPod is the workload's pod without claims: a non-root user in
-// the fsGroup, under the runtime's class.
-func workloadPod(name string, rt workloadRuntime) *corev1.Pod {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PodSpec{
-			TerminationGracePeriodSeconds: ptr(int64(1)),
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsUser:    ptr(int64(workloadUser)),
-				RunAsGroup:   ptr(int64(workloadUser)),
-				RunAsNonRoot: ptr(true),
-				FSGroup:      ptr(int64(workloadFSGroup)),
-			},
-			Containers: []corev1.Container{{
-				Name:            "main",
-				Image:           images.PersistentVolumeRef,
-				ImagePullPolicy: corev1.PullNever,
-			}},
-		},
-	}
-	if rt.class != "" {
-		pod.Spec.RuntimeClassName = ptr(rt.class)
-	}
-	return pod
-}
-
-// addClaim gives the pod the claim at wc.path, read-only through the
-// claim's readOnly flag when wc says so.
-func addClaim(pod *corev1.Pod, claim string, wc workloadClaim) {
-	vol := wc.suffix
-	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: vol, VolumeSource: corev1.VolumeSource{
-		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim, ReadOnly: wc.readOnly},
-	}})
-	ctr := &pod.Spec.Containers[0]
-	if wc.mode == corev1.PersistentVolumeBlock {
-		ctr.VolumeDevices = append(ctr.VolumeDevices, corev1.VolumeDevice{Name: vol, DevicePath: wc.path})
-	} else {
-		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: vol, MountPath: wc.path})
-	}
+	t.Logf("runtime %s: %d checks in the pod, %d by the suite, %.1fs", rt.Name, inPod, suite, time.Since(start).Seconds())
 }
 
 // checkTargetOptions checks the options of the CSI plugin's bind mount of
@@ -235,39 +137,24 @@ func checkTargetOptions(t *testing.T, pv string, readOnly bool) {
 func waitMarker(t *testing.T, c *launch.Cluster, pod, pass, fail string, timeout time.Duration) []byte {
 	t.Helper()
 	start := time.Now()
-	var logs []byte
-	var err error
-	for time.Since(start) < timeout {
-		logs, err = c.Client.CoreV1().Pods("default").GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(context.Background())
-		switch {
-		case err != nil:
-		case bytes.Contains(logs, []byte(fail)):
-			t.Fatalf("pod %s reports %s; its log:\n%s", pod, fail, logs)
-		case bytes.Contains(logs, []byte(pass)):
-			t.Logf("pod %s: %s after %.1fs", pod, pass, time.Since(start).Seconds())
-			return logs
-		}
-		time.Sleep(200 * time.Millisecond)
+	logs, err := workload.WaitMarker(context.Background(), c.Client, "default", pod, pass, fail, timeout)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("waiting %v for %s in the log of pod %s: gave up (last error: %v); log:\n%s", timeout, pass, pod, err, logs)
-	return nil
+	t.Logf("pod %s: %s after %.1fs", pod, pass, time.Since(start).Seconds())
+	return logs
 }
 
-// countChecks counts the workload's result lines, logs the skipped ones
-// (each says why) and fails on a failed one (which the verdict line would
-// have caught already).
+// countChecks counts the workload's passed checks, logs the skipped ones
+// (each says why) and fails on a failed one.
 func countChecks(t *testing.T, logs []byte) int {
 	t.Helper()
-	n := 0
-	for _, line := range strings.Split(string(logs), "\n") {
-		switch {
-		case strings.HasPrefix(line, "[PASS]"):
-			n++
-		case strings.HasPrefix(line, "[SKIP]"):
-			t.Logf("workload: %s", line)
-		case strings.HasPrefix(line, "[FAIL]"):
-			t.Errorf("workload: %s", line)
-		}
+	n, skipped, failed := workload.Checks(logs)
+	for _, l := range skipped {
+		t.Logf("workload: %s", l)
+	}
+	for _, l := range failed {
+		t.Errorf("workload: %s", l)
 	}
 	if n == 0 {
 		t.Errorf("the workload's log has no passed check:\n%s", logs)
@@ -302,9 +189,9 @@ func infeasibleResize(t *testing.T, c *launch.Cluster, claim string) int {
 		return hasEvent(ctx, c, "PersistentVolumeClaim", claim, corev1.EventTypeWarning, resizer.ReasonResizeFailed)
 	})
 
-	patchRequest(t, c, claim, workloadRecoverTo)
-	want := resource.MustParse(workloadRecoverTo)
-	waitFor(t, 30*time.Second, "claim "+claim+" to recover at "+workloadRecoverTo, func() (bool, error) {
+	patchRequest(t, c, claim, workload.RecoverTo)
+	want := resource.MustParse(workload.RecoverTo)
+	waitFor(t, 30*time.Second, "claim "+claim+" to recover at "+workload.RecoverTo, func() (bool, error) {
 		pvc, err := c.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, claim, metav1.GetOptions{})
 		if err != nil {
 			return false, err
