@@ -96,6 +96,10 @@ disabled_plugins = [
   stream_server_port = "0"
   # No AppArmor on the node (nor apparmor_parser in the image).
   disable_apparmor = true
+  # A block volume's device node in a container belongs to the pod's
+  # runAsUser/runAsGroup: otherwise it is root's (0660), and a pod running
+  # as a non-root user could not open its own block claim.
+  device_ownership_from_security_context = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
