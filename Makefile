@@ -7,7 +7,7 @@ SHELL := /bin/bash
 export PLINTH_CACHE ?= $(HOME)/.cache/plinth
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: run test lint test-unit test-kernel test-sanity test-e2e test-storage-e2e test-bazel bench gazelle help
+.PHONY: run run-vm test lint test-unit test-kernel test-sanity test-e2e test-storage-e2e test-e2e-vm test-bazel bench gazelle help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -15,7 +15,10 @@ help: ## list the targets
 run: ## bring up a local single-node cluster with Plinth storage (Ctrl-C stops it)
 	build/scripts/run.sh
 
-test: lint test-unit test-kernel test-sanity test-e2e test-storage-e2e test-bazel ## every test, as CI runs it
+run-vm: ## boot a Plinth node image in a qemu VM against a control plane on this host (Ctrl-C stops it)
+	build/scripts/run-vm.sh
+
+test: lint test-unit test-kernel test-sanity test-e2e test-storage-e2e test-e2e-vm test-bazel ## every test, as CI runs it
 
 lint: ## gofmt, go vet, staticcheck
 	build/scripts/lint.sh
@@ -34,6 +37,9 @@ test-e2e: ## a real single-node cluster: kubelet, containerd, plinth-node
 
 test-storage-e2e: ## Kubernetes' own external-storage e2e suite against Plinth on a real cluster
 	build/scripts/test-storage-e2e.sh
+
+test-e2e-vm: ## the node image in a qemu VM, quotas enforced: pods with claims, reboots
+	build/scripts/test-e2e-vm.sh
 
 test-bazel: ## bazel test //... (offline except the Go module proxy)
 	build/bazel/test.sh

@@ -13,8 +13,10 @@
 # Tests that need a control plane, a cluster or the kernel VM are not Bazel's
 # business: Bazel runs tests with -test.short, where they skip (they run in
 # `make test-unit`/`test-kernel`/`test-e2e`); a test that cannot follow that
-# convention gets `tags = ["manual"],  # keep` in its BUILD file. Tests that
-# only need root run here too, as real root (see .bazelrc).
+# convention gets `tags = ["manual"],  # keep` in its BUILD file. The cluster
+# tests are tagged `e2e` and filtered out here (.bazelrc); `--config=e2e`
+# runs them (build/bazel/README.md). Tests that only need root run here too,
+# as real root (see .bazelrc).
 #
 # Big cold builds: wrap the call in `flock /tmp/plinth-bigbuild.lock` on a
 # shared machine. This script does not take the lock itself, so wrapping

@@ -9,7 +9,8 @@ import (
 )
 
 // TestImages writes the container images every node has, pause (the
-// sandbox image) and busybox, as docker-archive tarballs into dir and
+// sandbox image), busybox and the e2e test workload (so the same workload
+// runs on a VM node as on the host), as docker-archive tarballs into dir and
 // returns their paths. Their bytes depend only on their sources, so they
 // do not disturb the image's cache key.
 func TestImages(ctx context.Context, repoRoot, dir string) ([]string, error) {
@@ -21,11 +22,15 @@ func TestImages(ctx context.Context, repoRoot, dir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	workload, err := images.PersistentVolume(ctx, repoRoot)
+	if err != nil {
+		return nil, err
+	}
 	var paths []string
 	for _, img := range []struct {
 		name string
 		img  images.Image
-	}{{"pause.tar", pause}, {"busybox.tar", busybox}} {
+	}{{"pause.tar", pause}, {"busybox.tar", busybox}, {"persistentvolume.tar", workload}} {
 		p := filepath.Join(dir, img.name)
 		if err := img.img.WriteFile(p); err != nil {
 			return nil, fmt.Errorf("writing %s: %w", p, err)

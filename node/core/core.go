@@ -6,7 +6,8 @@
 // starts the node's services as its children:
 //
 //	root
-//	  datadir      mount (node mode) + create the data tree + probe quotas
+//	  datadir      format if blank + mount (node mode) + create the data tree + probe quotas
+//	  network      lo, uplink, default route, node IP (booted node with a configuration)
 //	  <service>... e.g. "kubernetes", added by the command from its config
 //
 // Services are a list the caller passes in (Config.Services), so this
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/node/core/network"
 	"source.plinth.dev/pkg/dnsname"
 	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/supervisor"
@@ -60,6 +62,10 @@ type DataMount struct {
 	// Options are the mount options, e.g. "prjquota" (needed for
 	// project-quota enforcement on XFS).
 	Options string
+	// FormatIfBlank formats Source as XFS before mounting it if its first
+	// MiB is zeros (a new machine's first boot). A device holding anything
+	// is never formatted: it either mounts as FSType or the mount fails.
+	FormatIfBlank bool
 }
 
 // Config configures the root runnable.
@@ -76,12 +82,21 @@ type Config struct {
 	AllowUnenforcedCapacity bool
 	// ProbeQuota replaces fsquota.Probe (tests).
 	ProbeQuota func(dir string) error
-	// Services are started, in one group, once the data directory is ready.
+	// Network, if set, is configured once the data directory is ready
+	// and before any service starts (a booted node; hosted nodes use the
+	// host's network as it is).
+	Network *network.Config
+	// Services are started, in one group, once the data directory is
+	// ready and the network configured.
 	Services []Service
 }
 
-// dataDirName is the name of the datadir runnable; services cannot take it.
-const dataDirName = "datadir"
+// dataDirName and networkName are the names of the root's own runnables;
+// services cannot take them.
+const (
+	dataDirName = "datadir"
+	networkName = "network"
+)
 
 func (c *Config) validate() error {
 	if c.Root == nil || !c.Root.Placed() {
@@ -93,7 +108,7 @@ func (c *Config) validate() error {
 	if m := c.DataMount; m != nil && (m.Source == "" || m.FSType == "") {
 		return fmt.Errorf("node config: data mount needs a source and a filesystem type, have %q and %q", m.Source, m.FSType)
 	}
-	seen := map[string]bool{dataDirName: true}
+	seen := map[string]bool{dataDirName: true, networkName: true}
 	for _, s := range c.Services {
 		// The supervisor's rule for runnable names; checking it here
 		// turns a typo into a start-up error instead of a root restart loop.
@@ -127,9 +142,6 @@ func Root(cfg Config) (supervisor.Runnable, error) {
 		if err := cfg.Root.Ephemeral.MkdirAll(); err != nil {
 			return fmt.Errorf("creating ephemeral tree: %w", err)
 		}
-		if err := cfg.Root.Kubelet.MkdirAll(); err != nil {
-			return fmt.Errorf("creating kubelet tree: %w", err)
-		}
 		removeStaleTemporaryFiles(log, &cfg.Root.Ephemeral)
 
 		ready := make(chan *DataDir, 1)
@@ -143,6 +155,18 @@ func Root(cfg Config) (supervisor.Runnable, error) {
 			return ctx.Err()
 		}
 
+		if cfg.Network != nil {
+			if err := runStep(ctx, networkName, networkRunnable(*cfg.Network)); err != nil {
+				return err
+			}
+		}
+		// The kubelet tree is created once the data partition is
+		// mounted: a booted node keeps the kubelet's root on it (see
+		// README, "The kubelet's root"), and directories made before the
+		// mount would be hidden below it.
+		if err := cfg.Root.Kubelet.MkdirAll(); err != nil {
+			return fmt.Errorf("creating kubelet tree: %w", err)
+		}
 		env := &Env{Root: cfg.Root, Data: data, NodeName: cfg.NodeName}
 		group := make(map[string]supervisor.Runnable, len(cfg.Services))
 		for _, s := range cfg.Services {
@@ -174,7 +198,7 @@ func dataDirRunnable(cfg Config, ready chan<- *DataDir) supervisor.Runnable {
 		log := supervisor.Logger(ctx)
 		data := &cfg.Root.Data
 		if m := cfg.DataMount; m != nil {
-			mounted, err := ensureMounted(m, data.FullPath())
+			mounted, err := ensureMounted(ctx, log, m, data.FullPath())
 			if err != nil {
 				return err
 			}
@@ -236,5 +260,37 @@ func removeStaleTemporaryFiles(log logtree.LeveledLogger, n localstorage.Node) {
 	}
 	if err != nil {
 		log.Warningf("cleaning temporary files: %v", err)
+	}
+}
+
+// runStep runs r as the child name and waits until it has signalled Done
+// (it is retried with backoff until it succeeds) or ctx ends.
+func runStep(ctx context.Context, name string, r func(ctx context.Context, done chan<- struct{}) error) error {
+	done := make(chan struct{}, 1)
+	if err := supervisor.Run(ctx, name, func(ctx context.Context) error { return r(ctx, done) }); err != nil {
+		return fmt.Errorf("starting %s: %w", name, err)
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// networkRunnable configures the node's network once. A failure (the
+// uplink's driver not probed yet) is retried by the supervisor.
+func networkRunnable(c network.Config) func(ctx context.Context, done chan<- struct{}) error {
+	return func(ctx context.Context, done chan<- struct{}) error {
+		if err := network.Configure(c); err != nil {
+			return err
+		}
+		supervisor.Logger(ctx).Infof("network up: %s %s via %s, node IP %s on lo", c.Uplink, c.Address, c.Gateway, c.NodeIP)
+		select {
+		case done <- struct{}{}:
+		default:
+		}
+		supervisor.Signal(ctx, supervisor.SignalDone)
+		return nil
 	}
 }

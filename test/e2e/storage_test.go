@@ -246,12 +246,20 @@ func runPod(t *testing.T, c *launch.Cluster, pod *corev1.Pod, pvc *corev1.Persis
 		t.Fatalf("%v; claim events: %s", err, podEvents(c.Client, "default", pvc.Name))
 	}
 	t.Logf("pod %s with claim %s running %.1fs after creation", pod.Name, pvc.Name, time.Since(start).Seconds())
-	bound, err := c.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, pvc.Name, metav1.GetOptions{})
+	return boundPV(t, c, pvc.Name)
+}
+
+// boundPV returns the PV the claim is bound to, which must be a Plinth
+// volume.
+func boundPV(t *testing.T, c *launch.Cluster, claim string) *corev1.PersistentVolume {
+	t.Helper()
+	ctx := context.Background()
+	bound, err := c.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, claim, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if bound.Status.Phase != corev1.ClaimBound || bound.Spec.VolumeName == "" {
-		t.Fatalf("claim %s is %s with volume %q, want Bound", pvc.Name, bound.Status.Phase, bound.Spec.VolumeName)
+		t.Fatalf("claim %s is %s with volume %q, want Bound", claim, bound.Status.Phase, bound.Spec.VolumeName)
 	}
 	pv, err := c.Client.CoreV1().PersistentVolumes().Get(ctx, bound.Spec.VolumeName, metav1.GetOptions{})
 	if err != nil {

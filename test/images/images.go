@@ -33,6 +33,9 @@ const (
 	// BusyboxRef is a general-purpose test image with a shell and the
 	// busybox applets (dd, stat, sleep, ...).
 	BusyboxRef = "plinth.local/busybox:1"
+	// PersistentVolumeRef is the e2e test workload (test/e2e/persistentvolume),
+	// which checks its claims from inside the pod.
+	PersistentVolumeRef = "plinth.local/persistentvolume:1"
 )
 
 // File is one entry of an image's only layer.

@@ -48,7 +48,13 @@ func RepoRoot(dir string) (string, error) {
 	}
 	for {
 		if data, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && moduleName(data) == "source.plinth.dev" {
-			return d, nil
+			// Under Bazel, go.mod is a runfile: a symlink into the
+			// checkout, where the sources are.
+			real, err := filepath.EvalSymlinks(filepath.Join(d, "go.mod"))
+			if err != nil {
+				return "", fmt.Errorf("finding repository root: %w", err)
+			}
+			return filepath.Dir(real), nil
 		}
 		parent := filepath.Dir(d)
 		if parent == d {

@@ -47,6 +47,10 @@ disabled_plugins = [
   # Test pods need no AppArmor profile, and loading containerd's default one
   # needs apparmor_parser, which a minimal host may lack.
   disable_apparmor = true
+  # A block volume's device node in a container belongs to the pod's
+  # runAsUser/runAsGroup, as on a node: without this it is root's (0660),
+  # and a pod running as a non-root user cannot open its own block claim.
+  device_ownership_from_security_context = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -212,26 +216,36 @@ current-context: plinth
 // writeKubeconfig writes a self-contained kubeconfig (certificates inline,
 // so it keeps working when copied) for the identity named cert.
 func (c *Cluster) writeKubeconfig(path, cert string) error {
+	b, err := c.kubeconfig(c.APIServerURL, cert)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return fmt.Errorf("writing kubeconfig for %s: %w", cert, err)
+	}
+	return nil
+}
+
+// kubeconfig renders a self-contained kubeconfig for the identity named
+// cert, reaching the apiserver at server.
+func (c *Cluster) kubeconfig(server, cert string) ([]byte, error) {
 	kp := c.pki.Get(cert)
 	key, err := kp.KeyPEM()
 	if err != nil {
-		return fmt.Errorf("writing kubeconfig for %s: %w", cert, err)
+		return nil, fmt.Errorf("kubeconfig for %s: %w", cert, err)
 	}
 	b64 := base64.StdEncoding.EncodeToString
 	var b strings.Builder
 	if err := kubeconfigTemplate.Execute(&b, map[string]string{
-		"Server": c.APIServerURL,
+		"Server": server,
 		"CA":     b64(c.pki.CA.CertPEM()),
 		"User":   cert,
 		"Cert":   b64(kp.CertPEM()),
 		"Key":    b64(key),
 	}); err != nil {
-		return fmt.Errorf("writing kubeconfig for %s: %w", cert, err)
+		return nil, fmt.Errorf("kubeconfig for %s: %w", cert, err)
 	}
-	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
-		return fmt.Errorf("writing kubeconfig for %s: %w", cert, err)
-	}
-	return nil
+	return []byte(b.String()), nil
 }
 
 func (c *Cluster) kubeconfigPath(name string) string {

@@ -24,6 +24,12 @@ type ControlPlaneConfig struct {
 	// AuditGroups, if set, makes the API server keep an audit log of the
 	// requests of members of these groups (see AuditEvents).
 	AuditGroups []string
+	// Scheduler also starts kube-scheduler, and StorageObjects creates the
+	// CSIDriver and the default StorageClass: what a node joining from
+	// outside this host's process tree (a VM, see RemoteNode) needs for
+	// pods with claims.
+	Scheduler      bool
+	StorageObjects bool
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 }
@@ -111,8 +117,18 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (cp *Control
 	if err := c.run("kube-controller-manager", filepath.Join(c.BinDir, "kube-controller-manager"), args, []string{hostPATH}); err != nil {
 		return cp, err
 	}
+	if cfg.Scheduler {
+		if err := c.startScheduler(); err != nil {
+			return cp, err
+		}
+	}
 	if err := c.applyRBAC(ctx); err != nil {
 		return cp, err
+	}
+	if cfg.StorageObjects {
+		if err := c.applyStorageObjects(ctx); err != nil {
+			return cp, err
+		}
 	}
 	c.mark("control plane ready")
 	return cp, nil

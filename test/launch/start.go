@@ -150,7 +150,9 @@ func (c *Cluster) initPaths(ctx context.Context) error {
 	c.pki, err = pki.New(filepath.Join(c.Dir, "pki"), []pki.Identity{
 		{Name: "apiserver", CN: "kube-apiserver", Server: true,
 			DNS: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", c.NodeName},
-			IPs: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv4(10, 96, 0, 1), ip}},
+			// GuestHostIP: a VM node on qemu's user network reaches the
+			// apiserver there.
+			IPs: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv4(10, 96, 0, 1), ip, net.ParseIP(GuestHostIP)}},
 		{Name: "admin", CN: "plinth-admin", Orgs: []string{"system:masters"}},
 		{Name: "controller-manager", CN: "system:kube-controller-manager"},
 		{Name: "scheduler", CN: "system:kube-scheduler"},
@@ -347,6 +349,10 @@ func (c *Cluster) startControllers() error {
 	}, []string{hostPATH}); err != nil {
 		return err
 	}
+	return c.startScheduler()
+}
+
+func (c *Cluster) startScheduler() error {
 	return c.run("kube-scheduler", filepath.Join(c.BinDir, "kube-scheduler"), []string{
 		"--kubeconfig=" + c.kubeconfigPath("scheduler"),
 		"--leader-elect=false",
@@ -380,9 +386,9 @@ func (c *Cluster) startPlinthNode() error {
 	return c.run("plinth-node", pn.Binary, args, []string{hostPATH})
 }
 
-// importImages builds the pause and busybox images and loads them, with the
-// configured extra images, into containerd's k8s.io namespace (the one the
-// CRI plugin uses).
+// importImages builds the pause, busybox and persistentvolume (the e2e
+// workload) images and loads them, with the configured extra images, into
+// containerd's k8s.io namespace (the one the CRI plugin uses).
 func (c *Cluster) importImages(ctx context.Context) error {
 	root, err := RepoRoot(".")
 	if err != nil {
@@ -396,8 +402,12 @@ func (c *Cluster) importImages(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	workload, err := images.PersistentVolume(ctx, root)
+	if err != nil {
+		return err
+	}
 	paths := []string{}
-	for name, img := range map[string]images.Image{"pause": pause, "busybox": busybox} {
+	for name, img := range map[string]images.Image{"pause": pause, "busybox": busybox, "persistentvolume": workload} {
 		p := filepath.Join(c.Dir, "images", name+".tar")
 		if err := img.WriteFile(p); err != nil {
 			return err

@@ -54,3 +54,25 @@ func TestBusyErrorNamesTheOtherCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestRepoRootFollowsGoModSymlink: under Bazel the test runs in a runfiles
+// tree where go.mod is a symlink into the checkout; the root is the
+// checkout, where the sources to build the images are.
+func TestRepoRootFollowsGoModSymlink(t *testing.T) {
+	checkout, runfiles := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(checkout, "go.mod"), []byte("module source.plinth.dev\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(checkout, "go.mod"), filepath.Join(runfiles, "go.mod")); err != nil {
+		t.Fatal(err)
+	}
+	pkg := filepath.Join(runfiles, "test", "e2e")
+	if err := os.MkdirAll(pkg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got, err := RepoRoot(pkg)
+	want, _ := filepath.EvalSymlinks(checkout)
+	if err != nil || got != want {
+		t.Fatalf("RepoRoot(%s) = %q, %v; want the checkout %s", pkg, got, err, want)
+	}
+}

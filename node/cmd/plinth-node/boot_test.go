@@ -189,6 +189,27 @@ type vm struct {
 // arguments for init (the words after "--").
 func boot(t *testing.T, e bootEnv, settings []string, initArgs ...string) *vm {
 	t.Helper()
+	return bootVM(t, vmConfig{kernel: e.kernel, initrd: e.initrd, memory: "512M", cpus: 1, disks: []string{e.disk}, snapshot: true}, settings, initArgs...)
+}
+
+// vmConfig is the machine bootVM starts.
+type vmConfig struct {
+	kernel, initrd string
+	memory         string
+	cpus           int
+	// disks are virtio-blk devices, raw images; with snapshot their
+	// writes are discarded.
+	disks    []string
+	snapshot bool
+	// net adds a virtio-net device on qemu's user network (slirp:
+	// guest 10.0.2.15/24, gateway 10.0.2.2).
+	net bool
+}
+
+// bootVM starts a VM of c with the given kernel command-line settings and
+// arguments for init.
+func bootVM(t *testing.T, c vmConfig, settings []string, initArgs ...string) *vm {
+	t.Helper()
 	kargs := append([]string{
 		"console=ttyS0", "loglevel=3", "panic=-1", "mitigations=off", "no_timer_check", "random.trust_cpu=on",
 		"i8042.noaux", "i8042.nomux", "i8042.nopnp", "i8042.dumbkbd",
@@ -201,14 +222,24 @@ func boot(t *testing.T, e bootEnv, settings []string, initArgs ...string) *vm {
 	if len(initArgs) > 0 {
 		kargs = append(append(kargs, "--"), initArgs...)
 	}
-	cmd := exec.Command("qemu-system-x86_64",
-		"-machine", "microvm", "-accel", "tcg", "-cpu", "max", "-m", "512M", "-smp", "1",
+	args := []string{
+		"-machine", "microvm", "-accel", "tcg", "-cpu", "max", "-m", c.memory, "-smp", strconv.Itoa(c.cpus),
 		// mon:stdio multiplexes qemu's monitor on the console, so that
 		// "Ctrl-a b" on stdin sends a serial break (see sysrq).
 		"-nographic", "-nodefaults", "-no-reboot", "-serial", "mon:stdio",
-		"-kernel", e.kernel, "-initrd", e.initrd, "-append", strings.Join(kargs, " "),
-		"-snapshot",
-		"-drive", "id=d0,file="+e.disk+",if=none,format=raw,cache=unsafe", "-device", "virtio-blk-device,drive=d0")
+		"-kernel", c.kernel, "-initrd", c.initrd, "-append", strings.Join(kargs, " "),
+	}
+	if c.snapshot {
+		args = append(args, "-snapshot")
+	}
+	for i, d := range c.disks {
+		id := fmt.Sprintf("d%d", i)
+		args = append(args, "-drive", "id="+id+",file="+d+",if=none,format=raw,cache=unsafe", "-device", "virtio-blk-device,drive="+id)
+	}
+	if c.net {
+		args = append(args, "-netdev", "user,id=n0", "-device", "virtio-net-device,netdev=n0")
+	}
+	cmd := exec.Command("qemu-system-x86_64", args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +249,7 @@ func boot(t *testing.T, e bootEnv, settings []string, initArgs ...string) *vm {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := &vm{cmd: cmd, stdin: in, lines: make(chan string, 4096), exited: make(chan error, 1)}
+	v := &vm{cmd: cmd, stdin: in, lines: make(chan string, 1<<16), exited: make(chan error, 1)}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +305,13 @@ func (v *vm) console() string {
 // limit only catches a hung VM (TCG boots in seconds); it is no speed goal.
 func (v *vm) expect(t *testing.T, want ...string) {
 	t.Helper()
-	timeout := time.After(2 * time.Minute)
+	v.expectWithin(t, 2*time.Minute, want...)
+}
+
+// expectWithin is expect with a limit of its own.
+func (v *vm) expectWithin(t *testing.T, limit time.Duration, want ...string) {
+	t.Helper()
+	timeout := time.After(limit)
 	for _, w := range want {
 		for found := false; !found; {
 			select {
@@ -284,7 +321,7 @@ func (v *vm) expect(t *testing.T, want ...string) {
 				}
 				found = strings.Contains(l, w)
 			case <-timeout:
-				t.Fatalf("console did not show %q within 2 minutes", w)
+				t.Fatalf("console did not show %q within %s", w, limit)
 			}
 		}
 	}

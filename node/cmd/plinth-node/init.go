@@ -38,6 +38,12 @@ const bootEphemeralDir = "/run/plinth"
 // partition); plinth.kubeletdir= on the kernel command line changes it.
 const bootKubeletDir = "/var/lib/kubelet"
 
+// bootKubeletDirOnData is the kubelet's root on a node that runs its own
+// kubelet (plinth.config= given): on the data partition, mounted at
+// <root>/data, because pods need disk rather than the initramfs's RAM
+// (node/kubernetes/kubelet says more).
+const bootKubeletDirOnData = "/data/kubelet"
+
 // bootModuleList lists the kernel modules init loads before starting the
 // node (see loadModules).
 const bootModuleList = "/etc/plinth/modules.list"
@@ -169,9 +175,14 @@ func parseCmdline(s string) map[string]string {
 // line. initArgs (what the kernel passed to init: words after "--") come
 // last, so they override.
 func childArgs(cmdline map[string]string, initArgs []string) []string {
-	args := []string{"--root", "/", "--ephemeral-dir", bootEphemeralDir, "--kubelet-dir", bootKubeletDir}
+	kubeletDir := bootKubeletDir
+	if cmdline["plinth.config"] != "" {
+		kubeletDir = bootKubeletDirOnData
+	}
+	args := []string{"--root", "/", "--ephemeral-dir", bootEphemeralDir, "--kubelet-dir", kubeletDir}
 	for _, s := range []struct{ key, flag string }{
 		{"plinth.kubeletdir", "--kubelet-dir"},
+		{"plinth.config", "--config-device"},
 		{"plinth.data", "--data-device"},
 		{"plinth.datafs", "--data-fstype"},
 		{"plinth.dataopts", "--data-mount-options"},

@@ -309,3 +309,27 @@ func TestParseCmdline(t *testing.T) {
 		t.Errorf("absent verbosity parsed as %d", n)
 	}
 }
+
+// TestChildArgsWithConfigDisk: plinth.config= passes the disk on and moves
+// the kubelet's root onto the data partition; no host name is needed (the
+// disk names the node).
+func TestChildArgsWithConfigDisk(t *testing.T) {
+	args := childArgs(parseCmdline("plinth.data=/dev/vda plinth.config=/dev/vdb"), nil)
+	wantArgs := []string{"--root", "/", "--ephemeral-dir", bootEphemeralDir, "--kubelet-dir", bootKubeletDirOnData,
+		"--config-device", "/dev/vdb", "--data-device", "/dev/vda"}
+	if !slices.Equal(args, wantArgs) {
+		t.Errorf("child args %q\nwant %q", args, wantArgs)
+	}
+	o, err := parseOptions(args, nil)
+	if err != nil {
+		t.Fatalf("child args do not parse: %v", err)
+	}
+	if o.nodeName != "" {
+		t.Errorf("node name %q chosen before the configuration disk is read", o.nodeName)
+	}
+	// plinth.kubeletdir= still wins.
+	args = childArgs(parseCmdline("plinth.config=/dev/vdb plinth.kubeletdir=/data/k"), nil)
+	if o, err := parseOptions(args, nil); err != nil || o.kubeletDir != "/data/k" {
+		t.Errorf("plinth.kubeletdir with plinth.config: %v, %+v", err, o)
+	}
+}

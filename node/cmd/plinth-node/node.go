@@ -49,22 +49,30 @@ func runNode(ctx context.Context, o *options, out io.Writer) error {
 	}
 	defer tree.Ephemeral.PID.Remove()
 
-	svcs, err := services(o, tree)
-	if err != nil {
-		return err
-	}
-	root, err := core.Root(core.Config{
+	coreCfg := core.Config{
 		Root:                    tree,
 		NodeName:                o.nodeName,
 		DataMount:               o.dataMount(),
 		AllowUnenforcedCapacity: o.allowUnenforcedCapacity,
-		Services:                svcs,
-	})
+	}
+	var booted *bootedNode
+	if o.configDevice != "" {
+		if booted, err = loadBootedNode(ctx, log, o, tree); err != nil {
+			return err
+		}
+		booted.apply(&coreCfg)
+	}
+	svcs, err := services(o, tree, booted)
+	if err != nil {
+		return err
+	}
+	coreCfg.Services = svcs
+	root, err := core.Root(coreCfg)
 	if err != nil {
 		return err
 	}
 	log.Infof("plinth-node starting: node %s, root %s, data %s, ephemeral %s, kubelet %s",
-		o.nodeName, tree.FullPath(), tree.Data.FullPath(), tree.Ephemeral.FullPath(), tree.Kubelet.FullPath())
+		coreCfg.NodeName, tree.FullPath(), tree.Data.FullPath(), tree.Ephemeral.FullPath(), tree.Kubelet.FullPath())
 
 	s := supervisor.New(ctx, root, supervisor.WithLogTree(lt))
 	select {

@@ -28,6 +28,10 @@ type options struct {
 
 	kubeconfig string
 
+	// configDevice is the configuration disk of a booted node (see
+	// node/core/nodeconfig); booted.go says what it changes.
+	configDevice string
+
 	// Kubernetes client and provisioner settings (node/kubernetes).
 	kubeAPIQPS        float64
 	kubeAPIBurst      int
@@ -95,6 +99,7 @@ func (o *options) flagSet(out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.dataFSType, "data-fstype", "xfs", "filesystem type of --data-device")
 	fs.StringVar(&o.dataMountOptions, "data-mount-options", "prjquota", "mount options of --data-device (prjquota makes XFS enforce volume sizes)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for the Kubernetes API (optional)")
+	fs.StringVar(&o.configDevice, "config-device", "", "configuration disk of a booted node (plinth.config=): a tar of node.json and kubeconfigs; the node then formats a blank data disk, configures the network and runs containerd and the kubelet")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", kubernetes.DefaultQPS, "queries per second to the Kubernetes API (client-side rate limit; Events have their own smaller budget)")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", kubernetes.DefaultBurst, "burst of queries to the Kubernetes API above --kube-api-qps")
 	fs.DurationVar(&o.orphanGracePeriod, "orphan-grace-period", provisioner.DefaultOrphanGracePeriod,
@@ -120,8 +125,12 @@ func (o *options) complete() error {
 	if o.root == "" {
 		return errors.New("--root is required (use --root / only on a node booted into plinth-node)")
 	}
-	if err := o.completeNodeName(); err != nil {
-		return err
+	// A configuration disk names the node; it is read once the node
+	// runs (booted.go).
+	if o.configDevice == "" || o.nodeName != "" {
+		if err := o.completeNodeName(); err != nil {
+			return err
+		}
 	}
 	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst <= 0 || o.orphanGracePeriod <= 0 {
 		return errors.New("--kube-api-qps, --kube-api-burst and --orphan-grace-period must be positive")

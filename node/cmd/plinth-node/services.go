@@ -25,8 +25,11 @@ import (
 // rather than a service of its own because the Manager's per-volume locks
 // only work within one Manager: the provisioner deleting a volume and the
 // CSI plugin publishing it must serialise on the same lock.
-func services(o *options, tree *localstorage.Root) ([]core.Service, error) {
+func services(o *options, tree *localstorage.Root, booted *bootedNode) ([]core.Service, error) {
 	var svcs []core.Service
+	if booted != nil {
+		svcs = append(svcs, booted.kubeletService())
+	}
 	if o.kubeconfig != "" {
 		registrar, err := csi.NewRegistrar(&tree.Kubelet)
 		if err != nil {

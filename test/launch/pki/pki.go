@@ -82,6 +82,22 @@ func New(dir string, ids []Identity) (*PKI, error) {
 	return p, nil
 }
 
+// Issue issues one more certificate after New, for an identity known only
+// later (a VM node joining a running control plane). A name already issued
+// is refused: its files would be overwritten under a running component.
+// Like the rest of PKI, it is not safe for concurrent use.
+func (p *PKI) Issue(id Identity) (*KeyPair, error) {
+	if _, ok := p.issued[id.Name]; ok {
+		return nil, fmt.Errorf("issuing %s certificate: a certificate of that name exists", id.Name)
+	}
+	kp, err := p.issue(id)
+	if err != nil {
+		return nil, err
+	}
+	p.issued[id.Name] = kp
+	return kp, nil
+}
+
 // Get returns the certificate issued for the identity called name. The
 // names are fixed in the caller's code, so an unknown one is a programming
 // error: Get panics.

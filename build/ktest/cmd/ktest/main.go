@@ -14,7 +14,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"debug/elf"
@@ -27,12 +26,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/build/ktest/initramfs"
+	"source.plinth.dev/build/microvm"
 	"source.plinth.dev/pkg/kmod"
 )
 
@@ -240,39 +239,12 @@ func makeDisks(work string) ([]string, error) {
 
 func boot(o options, nonce, initrd string, disks []string) (int, error) {
 	names := ktest.Disks()
-	cmdline := []string{
-		"console=ttyS0", "quiet", "loglevel=3", "panic=-1", "oops=panic", "mitigations=off",
-		"no_timer_check", "random.trust_cpu=on",
-		"i8042.noaux", "i8042.nomux", "i8042.nopnp", "i8042.dumbkbd",
-	}
-	// microvm has neither HPET nor an ACPI PM timer, and under TCG the
-	// PIT-based TSC calibration sometimes fails, hanging the boot. TCG
-	// reads the host's TSC, so tell the kernel its rate.
-	if khz := hostTSCkHz(); khz > 0 {
-		cmdline = append(cmdline, "tsc_early_khz="+strconv.Itoa(khz))
-	}
-	args := []string{
-		"-machine", "microvm", "-accel", "tcg", "-cpu", "max",
-		"-m", o.memory, "-smp", strconv.Itoa(o.cpus),
-		"-nographic", "-nodefaults", "-no-reboot", "-serial", "stdio",
-		"-kernel", o.kernel, "-initrd", initrd, "-append", strings.Join(cmdline, " "),
-		// Writes go to a temporary overlay: the images stay pristine.
-		"-snapshot",
-	}
+	vmDisks := make([]microvm.Disk, len(disks))
 	for i, p := range disks {
 		// The serial names the disk inside the VM (/sys/block/vdX/serial),
-		// so init does not depend on probe order.
-		id := "d" + strconv.Itoa(i)
-		args = append(args, "-drive", "id="+id+",file="+p+",if=none,format=raw,cache=unsafe",
-			"-device", "virtio-blk-device,drive="+id+",serial="+names[i].Name)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", args...)
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return exitUsage, err
+		// so init does not depend on probe order; writes go to a temporary
+		// overlay, so the images stay pristine.
+		vmDisks[i] = microvm.Disk{Path: p, Serial: names[i].Name, Snapshot: true}
 	}
 	var log io.Writer = io.Discard
 	if o.logFile != "" {
@@ -283,67 +255,68 @@ func boot(o options, nonce, initrd string, disks []string) (int, error) {
 		defer lf.Close()
 		log = lf
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return exitNoResult, fmt.Errorf("starting qemu: %w", err)
+	results := &resultWriter{nonce: nonce, start: start, log: log}
+	vm, err := microvm.Start(ctx, microvm.Config{
+		Kernel:     o.kernel,
+		Initrd:     initrd,
+		KernelArgs: []string{"quiet", "loglevel=3", "oops=panic"},
+		Memory:     o.memory,
+		CPUs:       o.cpus,
+		Disks:      vmDisks,
+		Console:    results,
+	})
+	if err != nil {
+		return exitNoResult, err
 	}
-	code, haveResult := 0, false
-	var summary []string
-	sc := bufio.NewScanner(stdout)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimRight(sc.Text(), "\r")
-		stamped := fmt.Sprintf("[%7.3f] %s\n", time.Since(start).Seconds(), line)
-		os.Stdout.WriteString(stamped)
-		io.WriteString(log, stamped)
-		if c, ok := ktest.ParseResult(line, nonce); ok {
-			code, haveResult = c, true
-		}
-		if name, c, ok := ktest.ParsePackage(line, nonce); ok {
-			verdict := "ok"
-			switch c {
-			case 0:
-			case ktest.ExitSkip:
-				verdict = fmt.Sprintf("FAIL (exit %d: tests skipped without ktest.SkipExpected)", c)
-			default:
-				verdict = fmt.Sprintf("FAIL (exit %d)", c)
-			}
-			summary = append(summary, fmt.Sprintf("ktest: %-40s %s", name, verdict))
-		}
-	}
-	for _, l := range summary {
+	werr := vm.Err()
+	for _, l := range results.summary {
 		fmt.Fprintln(os.Stderr, l)
 	}
-	werr := cmd.Wait()
 	fmt.Fprintf(os.Stderr, "ktest: VM ran %.1fs\n", time.Since(start).Seconds())
 	switch {
 	case ctx.Err() != nil:
 		return exitTimeout, fmt.Errorf("VM did not finish within %v", o.timeout)
-	case !haveResult:
+	case !results.haveResult:
 		return exitNoResult, fmt.Errorf("VM ended without a result line (qemu: %v): it failed to boot or its init died", werr)
-	case code != 0:
-		return code, fmt.Errorf("tests in the VM failed (exit %d)", code)
+	case results.code != 0:
+		return results.code, fmt.Errorf("tests in the VM failed (exit %d)", results.code)
 	}
 	return 0, nil
 }
 
-func hostTSCkHz() int {
-	if b, err := os.ReadFile("/sys/devices/system/cpu/cpu0/tsc_freq_khz"); err == nil {
-		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-			return n
+// resultWriter takes the console line by line (microvm writes each in one
+// call): it prints each with the time since boot, and collects the
+// guest's result and per-package lines.
+type resultWriter struct {
+	nonce      string
+	start      time.Time
+	log        io.Writer
+	code       int
+	haveResult bool
+	summary    []string
+}
+
+func (r *resultWriter) Write(b []byte) (int, error) {
+	line := strings.TrimSuffix(string(b), "\n")
+	stamped := fmt.Sprintf("[%7.3f] %s\n", time.Since(r.start).Seconds(), line)
+	os.Stdout.WriteString(stamped)
+	io.WriteString(r.log, stamped)
+	if c, ok := ktest.ParseResult(line, r.nonce); ok {
+		r.code, r.haveResult = c, true
+	}
+	if name, c, ok := ktest.ParsePackage(line, r.nonce); ok {
+		verdict := "ok"
+		switch c {
+		case 0:
+		case ktest.ExitSkip:
+			verdict = fmt.Sprintf("FAIL (exit %d: tests skipped without ktest.SkipExpected)", c)
+		default:
+			verdict = fmt.Sprintf("FAIL (exit %d)", c)
 		}
+		r.summary = append(r.summary, fmt.Sprintf("ktest: %-40s %s", name, verdict))
 	}
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "cpu MHz" {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err == nil {
-				return int(f * 1000)
-			}
-		}
-	}
-	return 0
+	return len(b), nil
 }

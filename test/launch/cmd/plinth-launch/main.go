@@ -112,9 +112,9 @@ Plinth cluster is up: node %s Ready after %.1fs.
 Work directory %s (logs in %s).
 Node data filesystem: XFS at %s (project quotas %s).
 plinth-node: %s.
-Images preloaded (use imagePullPolicy: Never): %s, %s.
+Images preloaded (use imagePullPolicy: Never): %s, %s, %s.
 `, c.NodeName, ready.Seconds(), c.Kubeconfig, kubectl, c.Dir, c.LogDir, c.DataDir,
-		quotaWord(c.QuotaEnforced), nodeWord(plinthNode), images.BusyboxRef, images.PauseRef)
+		quotaWord(c.QuotaEnforced), nodeWord(plinthNode), images.BusyboxRef, images.PauseRef, images.PersistentVolumeRef)
 	if storage {
 		fmt.Printf(`
 Storage: StorageClass %q. Try the example PVC + pod:

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"source.plinth.dev/node/core"
+	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/node/core/network"
+	"source.plinth.dev/node/core/nodeconfig"
+	"source.plinth.dev/node/kubernetes/containerd"
+	"source.plinth.dev/node/kubernetes/kubelet"
+	"source.plinth.dev/pkg/logtree"
+	"source.plinth.dev/pkg/supervisor"
+)
+
+// A booted node with a configuration disk (--config-device, from
+// plinth.config= on the kernel command line) is a whole Kubernetes node:
+// beyond what plinth-node does anywhere, it formats a blank data disk,
+// brings up its network and runs containerd and the kubelet. The layout of
+// what it runs, fixed by the node image (see NODE-CONTRACT in the
+// project's notes and build/nodeimage):
+const (
+	// uplink is the node's only network link besides lo.
+	uplink = "eth0"
+	// imagesDir holds the image tarballs imported into containerd.
+	imagesDir = "/usr/share/plinth/images"
+	// cniBinDir holds the CNI plugins (Debian's containernetworking-plugins).
+	cniBinDir = "/usr/lib/cni"
+	// containerdState is containerd's runtime directory and socket.
+	containerdState  = "/run/containerd"
+	containerdSocket = containerdState + "/containerd.sock"
+)
+
+// configDeviceWait bounds how long the node waits for the configuration
+// disk to appear: its driver probes while init loads modules, so it is
+// normally there at once.
+const configDeviceWait = 30 * time.Second
+
+// bootedNode is what the configuration disk adds to the node.
+type bootedNode struct {
+	cfg  *nodeconfig.Config
+	tree *localstorage.Root
+}
+
+// loadBootedNode reads the configuration disk and applies what must be
+// settled before the tree starts: the node name (the disk's wins over
+// --node-name), the host name, and plinth-node's own kubeconfig.
+func loadBootedNode(ctx context.Context, log logtree.LeveledLogger, o *options, tree *localstorage.Root) (*bootedNode, error) {
+	cfg, err := readConfigDevice(ctx, o.configDevice)
+	if err != nil {
+		return nil, err
+	}
+	if o.nodeName != "" && o.nodeName != cfg.Node.NodeName {
+		log.Warningf("node name %q from the command line is replaced by %q from the configuration disk", o.nodeName, cfg.Node.NodeName)
+	}
+	o.nodeName = cfg.Node.NodeName
+	if err := unix.Sethostname([]byte(cfg.Node.NodeName)); err != nil {
+		return nil, fmt.Errorf("setting host name %q: %w", cfg.Node.NodeName, err)
+	}
+	if cfg.PlinthKubeconfig != nil && o.kubeconfig == "" {
+		p := filepath.Join(tree.Ephemeral.FullPath(), "plinth-kubeconfig")
+		if err := os.WriteFile(p, cfg.PlinthKubeconfig, 0o600); err != nil {
+			return nil, fmt.Errorf("writing plinth-node's kubeconfig: %w", err)
+		}
+		o.kubeconfig = p
+	}
+	mode := "kubelet standalone"
+	if cfg.Kubeconfig != nil {
+		mode = "kubelet with kubeconfig"
+	}
+	storage := "no storage services (no plinth-kubeconfig)"
+	if o.kubeconfig != "" {
+		storage = "storage services with " + o.kubeconfig
+	}
+	log.Infof("configuration disk %s: node %s, %s on %s via %s, node IP %s, pods %s; %s; %s",
+		o.configDevice, cfg.Node.NodeName, cfg.Node.Address, uplink, cfg.Node.Gateway, cfg.Node.NodeIP, cfg.Node.PodCIDR, mode, storage)
+	return &bootedNode{cfg: cfg, tree: tree}, nil
+}
+
+// readConfigDevice reads the configuration disk, waiting for it to appear.
+func readConfigDevice(ctx context.Context, dev string) (*nodeconfig.Config, error) {
+	deadline := time.Now().Add(configDeviceWait)
+	for {
+		_, err := os.Stat(dev)
+		if err == nil {
+			return nodeconfig.ReadDevice(dev)
+		}
+		if !errors.Is(err, os.ErrNotExist) || time.Now().After(deadline) {
+			return nil, fmt.Errorf("configuration disk: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// apply adds the booted node's parts to the root's configuration: the
+// configured node name, the first-boot format and the network.
+func (b *bootedNode) apply(c *core.Config) {
+	n := b.cfg.Node
+	c.NodeName = n.NodeName
+	if c.DataMount != nil {
+		c.DataMount.FormatIfBlank = true
+	}
+	c.Network = &network.Config{Uplink: uplink, Address: n.Address, Gateway: n.Gateway, NodeIP: n.NodeIP}
+}
+
+// kubeletService is containerd, the image import and the kubelet.
+func (b *bootedNode) kubeletService() core.Service {
+	eph := b.tree.Ephemeral.FullPath()
+	data := b.tree.Data.FullPath()
+	cd := containerd.Config{
+		ConfigFile: filepath.Join(eph, "containerd", "config.toml"),
+		Root:       filepath.Join(data, "containerd"),
+		State:      containerdState,
+		Socket:     containerdSocket,
+		CNIBinDir:  cniBinDir,
+		CNIConfDir: filepath.Join(eph, "cni", "net.d"),
+	}
+	node := kubelet.Node{
+		Containerd: cd,
+		CNI: containerd.CNI{
+			Bridge:  "plinth0",
+			PodCIDR: b.cfg.Node.PodCIDR.String(),
+			IPAMDir: filepath.Join(eph, "cni", "ipam"),
+		},
+		Kubelet: kubelet.Config{
+			RootDir:          b.tree.Kubelet.FullPath(),
+			ConfigDir:        filepath.Join(eph, "kubelet"),
+			PodLogsDir:       filepath.Join(data, "pod-logs"),
+			Node:             b.cfg.Node,
+			Kubeconfig:       b.cfg.Kubeconfig,
+			ContainerdSocket: containerdSocket,
+			ServingCert:      b.cfg.KubeletCert,
+			ServingKey:       b.cfg.KubeletKey,
+		},
+		ImagesDir: imagesDir,
+	}
+	return core.Service{Name: "kubelet", Runnable: func(*core.Env) supervisor.Runnable { return node.Runnable() }}
+}

@@ -1,0 +1,234 @@
+// Package containerd runs a booted node's container runtime: containerd
+// with its CRI plugin, as a supervised process with a configuration the
+// node writes itself, and the import of the images the node image ships.
+//
+// The configuration differs from a stock one where the node does:
+//   - the root (images, snapshots) is on the data partition, the only
+//     disk; the state (sockets, shim bundles) is on /run, which ends with
+//     the boot like the containers it describes;
+//   - runc runs with NoPivotRoot: a node's root filesystem is the
+//     initramfs (rootfs), which cannot be pivoted away from, so runc
+//     must switch a container's root with MS_MOVE and chroot instead;
+//   - cgroupfs (SystemdCgroup = false): there is no systemd, and the
+//     kubelet uses the same driver;
+//   - no registry is ever reached: every image a node runs is imported
+//     from the node image (ImportImages), the sandbox image included.
+package containerd
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/template"
+	"time"
+
+	"source.plinth.dev/pkg/logtree"
+	"source.plinth.dev/pkg/process"
+	"source.plinth.dev/pkg/supervisor"
+)
+
+// SandboxImage is the pod sandbox ("pause") image. The node image ships it
+// among its images (test/images builds it as images.PauseRef).
+const SandboxImage = "plinth.local/pause:1"
+
+// Namespace is containerd's namespace of the CRI plugin, where the
+// kubelet's images must be.
+const Namespace = "k8s.io"
+
+// readyTimeout bounds containerd's start: it serves within a second on a
+// real machine and within seconds under emulation; one that does not serve
+// after this is restarted rather than waited for.
+const readyTimeout = 2 * time.Minute
+
+// Config places containerd's files and tells its CRI plugin about the
+// node.
+type Config struct {
+	// Binary is containerd's executable (default "containerd" on PATH).
+	Binary string
+	// Ctr is the ctr tool used to import images (default "ctr").
+	Ctr string
+	// ConfigFile is where the node writes containerd's configuration.
+	ConfigFile string
+	// Root is containerd's persistent directory (on the data partition).
+	Root string
+	// State is containerd's runtime directory (on /run).
+	State string
+	// Socket is the gRPC socket the kubelet and ctr talk to.
+	Socket string
+	// CNIBinDir holds the CNI plugins; CNIConfDir the node's network
+	// configuration (see WriteCNIConfig).
+	CNIBinDir  string
+	CNIConfDir string
+}
+
+func (c Config) binary() string { return orDefault(c.Binary, "containerd") }
+func (c Config) ctr() string    { return orDefault(c.Ctr, "ctr") }
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+var configTemplate = template.Must(template.New("containerd").Parse(`# Written by plinth-node on every start; edits are lost.
+version = 2
+root = "{{.Root}}"
+state = "{{.State}}"
+disabled_plugins = [
+  "io.containerd.internal.v1.opt",
+  "io.containerd.internal.v1.tracing",
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.tracing.processor.v1.otlp",
+]
+
+[grpc]
+  address = "{{.Socket}}"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{{.SandboxImage}}"
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  # No AppArmor on the node (nor apparmor_parser in the image).
+  disable_apparmor = true
+  # A block volume's device node in a container belongs to the pod's
+  # runAsUser/runAsGroup: otherwise it is root's (0660), and a pod running
+  # as a non-root user could not open its own block claim.
+  device_ownership_from_security_context = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        # The root filesystem is the initramfs: pivot_root cannot leave it.
+        NoPivotRoot = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{{.CNIBinDir}}"
+    conf_dir = "{{.CNIConfDir}}"
+`))
+
+// WriteConfig writes containerd's configuration file and creates its
+// directories.
+func (c Config) WriteConfig() error {
+	for _, d := range []string{filepath.Dir(c.ConfigFile), c.Root, c.State, c.CNIConfDir, filepath.Dir(c.Socket)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("writing containerd configuration: %w", err)
+		}
+	}
+	var b strings.Builder
+	if err := configTemplate.Execute(&b, struct {
+		Config
+		SandboxImage string
+	}{c, SandboxImage}); err != nil {
+		return fmt.Errorf("writing containerd configuration: %w", err)
+	}
+	if err := os.WriteFile(c.ConfigFile, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("writing containerd configuration: %w", err)
+	}
+	return nil
+}
+
+// Runnable is containerd as a supervised process: Healthy once its socket
+// accepts connections. The configuration is rewritten on each start.
+func (c Config) Runnable() supervisor.Runnable {
+	spec := process.Spec{
+		Path:         c.binary(),
+		Args:         []string{"--config", c.ConfigFile},
+		Ready:        process.UnixSocketReady(c.Socket),
+		ReadyTimeout: readyTimeout,
+	}
+	daemon := process.Runnable(spec)
+	return func(ctx context.Context) error {
+		if err := c.WriteConfig(); err != nil {
+			return err
+		}
+		// A socket left by a killed containerd would make the readiness
+		// check talk to nobody; containerd replaces it anyway.
+		_ = os.Remove(c.Socket)
+		return daemon(ctx)
+	}
+}
+
+// Ready reports whether containerd serves on its socket.
+func (c Config) Ready(ctx context.Context) error {
+	return process.UnixSocketReady(c.Socket)(ctx)
+}
+
+// ImportImages imports every *.tar (docker-archive or OCI layout tarball)
+// in dir into the CRI namespace, so the kubelet finds them without a
+// registry. Importing an image that is already there is cheap and
+// harmless, so this runs on every start. A missing dir imports nothing.
+func (c Config) ImportImages(ctx context.Context, log logtree.LeveledLogger, dir string) ([]string, error) {
+	tars, err := filepath.Glob(filepath.Join(dir, "*.tar"))
+	if err != nil {
+		return nil, fmt.Errorf("listing images in %s: %w", dir, err)
+	}
+	for _, t := range tars {
+		err := process.Run(ctx, log, process.Spec{
+			Path: c.ctr(),
+			Args: []string{"--address", c.Socket, "--namespace", Namespace, "images", "import", t},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("importing image %s: %w", t, err)
+		}
+	}
+	return tars, nil
+}
+
+// CNI is the pod network of a node: one bridge, pod addresses from the
+// node's pod range, no masquerading (pods talk to the outside only through
+// the node's own address when something on the node routes them; the test
+// VM's pods need no egress) and no port mapping.
+type CNI struct {
+	// Bridge is the bridge's link name.
+	Bridge string
+	// PodCIDR is the range pod addresses come from.
+	PodCIDR string
+	// IPAMDir is where host-local records handed-out addresses; it
+	// belongs on /run, because the pods it records end with the boot.
+	IPAMDir string
+}
+
+var cniTemplate = template.Must(template.New("cni").Parse(`{
+  "cniVersion": "0.4.0",
+  "name": "plinth",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "{{.Bridge}}",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": "{{.IPAMDir}}",
+        "ranges": [[{"subnet": "{{.PodCIDR}}"}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    }
+  ]
+}
+`))
+
+// WriteCNIConfig writes n as the only network configuration in c's
+// CNIConfDir.
+func (c Config) WriteCNIConfig(n CNI) error {
+	if err := os.MkdirAll(c.CNIConfDir, 0o755); err != nil {
+		return fmt.Errorf("writing CNI configuration: %w", err)
+	}
+	var b strings.Builder
+	if err := cniTemplate.Execute(&b, n); err != nil {
+		return fmt.Errorf("writing CNI configuration: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(c.CNIConfDir, "10-plinth.conflist"), []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("writing CNI configuration: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,55 @@
+package containerd
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"source.plinth.dev/test/images"
+)
+
+// The sandbox image must be the pause image the node image ships.
+func TestSandboxImageIsShipped(t *testing.T) {
+	if SandboxImage != images.PauseRef {
+		t.Fatalf("SandboxImage = %s, but the shipped pause image is %s", SandboxImage, images.PauseRef)
+	}
+}
+
+func TestWriteConfigs(t *testing.T) {
+	dir := t.TempDir()
+	c := Config{
+		ConfigFile: filepath.Join(dir, "run/containerd/config.toml"), Root: filepath.Join(dir, "data/containerd"),
+		State: filepath.Join(dir, "run/containerd"), Socket: filepath.Join(dir, "run/containerd/containerd.sock"),
+		CNIBinDir: "/usr/lib/cni", CNIConfDir: filepath.Join(dir, "cni/net.d"),
+	}
+	if err := c.WriteConfig(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(c.ConfigFile)
+	for _, want := range []string{`root = "` + c.Root + `"`, "NoPivotRoot = true", "SystemdCgroup = false", `snapshotter = "overlayfs"`, `sandbox_image = "plinth.local/pause:1"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("containerd config lacks %q:\n%s", want, b)
+		}
+	}
+	if err := c.WriteCNIConfig(CNI{Bridge: "plinth0", PodCIDR: "10.244.0.0/24", IPAMDir: "/run/cni"}); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(c.CNIConfDir, "10-plinth.conflist"))
+	var conf struct {
+		Plugins []struct {
+			Type   string `json:"type"`
+			IPMasq bool   `json:"ipMasq"`
+			IPAM   struct {
+				Ranges [][]struct{ Subnet string } `json:"ranges"`
+			} `json:"ipam"`
+		} `json:"plugins"`
+	}
+	if err := json.Unmarshal(raw, &conf); err != nil {
+		t.Fatalf("CNI config is not JSON: %v\n%s", err, raw)
+	}
+	if p := conf.Plugins; len(p) != 1 || p[0].Type != "bridge" || p[0].IPMasq || p[0].IPAM.Ranges[0][0].Subnet != "10.244.0.0/24" {
+		t.Errorf("CNI config: %+v", conf)
+	}
+}

@@ -1,0 +1,70 @@
+// Command persistentvolume is the test workload of Plinth's end-to-end
+// tests: it runs in a pod with four claims (filesystem; filesystem mounted
+// read-only through the claim's readOnly flag; block; block read-only) and
+// checks from inside what the pod really gets: sizes (statfs,
+// BLKGETSIZE64), mount flags, writes that read back (O_DIRECT on block),
+// read-only claims that refuse writes, an fsGroup that lets a non-root
+// user write, and, where the node enforces quotas, a write past the size
+// that fails at exactly the limit.
+//
+// It prints one line per check ([PASS], [FAIL] or [SKIP] with the reason),
+// then [INIT-PASSED] or [INIT-FAILED] <reason>. Given -resize-to, it then
+// polls until every claim shows that size from inside and prints
+// [RESIZE-PASSED] or [RESIZE-FAILED] <reason>. Then it stays alive until
+// SIGTERM, so the suite can read the log and tear the pod down.
+//
+// It is static (CGO_ENABLED=0), uses nothing but the standard library and
+// golang.org/x/sys, and needs nothing from the host: test/images packs it
+// into plinth.local/persistentvolume:1, and the same image runs on the
+// host cluster and in the node VM.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	c, err := parseConfig(os.Args[1:], os.Stderr)
+	if err != nil {
+		fmt.Printf("%s bad arguments: %v\n", markInitFailed, err)
+		<-ctx.Done()
+		os.Exit(2)
+	}
+	run(ctx, c, os.Stdout, 500*time.Millisecond)
+	<-ctx.Done()
+}
+
+// run does both phases and prints their results to out.
+func run(ctx context.Context, c config, out io.Writer, poll time.Duration) {
+	fmt.Fprintf(out, "persistentvolume: uid %d gid %d, claims of %d bytes, quotas enforced: %v\n", os.Getuid(), os.Getgid(), c.Size, c.QuotaEnforced)
+	var init []result
+	init = append(init, filesystemChecks(c)...)
+	init = append(init, readOnlyFilesystemChecks(c)...)
+	init = append(init, blockChecks(c)...)
+	for _, r := range init {
+		fmt.Fprintln(out, r)
+	}
+	v := verdict(markInitPassed, markInitFailed, init)
+	fmt.Fprintln(out, v)
+	if c.ResizeTo == 0 {
+		return
+	}
+	if v != markInitPassed {
+		fmt.Fprintf(out, "%s the init checks failed\n", markResizeFailed)
+		return
+	}
+	fmt.Fprintf(out, "persistentvolume: waiting up to %v for every claim to show %d bytes\n", c.ResizeTimeout, c.ResizeTo)
+	rs := resize(ctx, c, poll)
+	for _, r := range rs {
+		fmt.Fprintln(out, r)
+	}
+	fmt.Fprintln(out, verdict(markResizePassed, markResizeFailed, rs))
+}

@@ -1,0 +1,152 @@
+package e2evm
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"source.plinth.dev/node/kubernetes/resizer"
+	"source.plinth.dev/test/e2e/workload"
+)
+
+// TestWorkload runs the in-pod test workload on the VM node, where quotas
+// are enforced: nothing is skipped, so the workload checks that statfs of
+// a filesystem claim shows exactly its request and that writing past it
+// fails with ENOSPC at exactly that size, besides everything it checks on
+// the host. The suite grows every claim while the pod runs, makes one
+// request infeasible (larger than the node's data disk) and recovers it,
+// then deletes everything and requires every PV gone.
+func TestWorkload(t *testing.T) {
+	w := vmWorld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	start := time.Now()
+	ns := newNamespace(t, w, "workload")
+	cs := w.cp.Client
+	spec := workload.NewSpec("workload", workload.Runtime{Name: "runc"}, true)
+	for _, pvc := range spec.PVCs {
+		if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, spec.Pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := workload.WaitMarker(ctx, cs, ns, spec.Pod.Name, "[INIT-PASSED]", "[INIT-FAILED]", 5*time.Minute); err != nil {
+		t.Fatalf("%v\nevents: %s", err, podEvents(w, ns, spec.Pod.Name))
+	}
+	var pvs []string
+	for _, pvc := range spec.PVCs {
+		c, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, pvc.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pvs = append(pvs, c.Spec.VolumeName)
+		setRequest(t, w, ns, pvc.Name, workload.ResizeTo)
+	}
+	for _, pvc := range spec.PVCs {
+		waitCapacity(t, w, ns, pvc.Name, workload.ResizeTo)
+	}
+	logs, err := workload.WaitMarker(ctx, cs, ns, spec.Pod.Name, "[RESIZE-PASSED]", "[RESIZE-FAILED]", 3*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	passed, skipped, failed := workload.Checks(logs)
+	for _, l := range skipped {
+		t.Errorf("the workload skipped a check on a node that enforces quotas: %s", l)
+	}
+	for _, l := range failed {
+		t.Errorf("workload: %s", l)
+	}
+	if passed == 0 {
+		t.Fatalf("no passed check in the workload's log:\n%s", logs)
+	}
+
+	// Infeasible: more than the whole data disk. Then recovery.
+	claim := spec.PVCs[0].Name
+	setRequest(t, w, ns, claim, "3Gi")
+	waitFor(t, ctx, time.Minute, "claim "+claim+" ControllerResizeInfeasible", func() (bool, string) {
+		pvc, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		st := pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage]
+		return st == corev1.PersistentVolumeClaimControllerResizeInfeasible, fmt.Sprintf("resize status %q", st)
+	})
+	waitFor(t, ctx, time.Minute, "Event "+resizer.ReasonResizeFailed+" on "+claim, func() (bool, string) {
+		evs, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + claim + ",reason=" + resizer.ReasonResizeFailed})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(evs.Items) > 0, "no such Event"
+	})
+	setRequest(t, w, ns, claim, workload.RecoverTo)
+	waitCapacity(t, w, ns, claim, workload.RecoverTo)
+
+	// Teardown: pod, then claims; every PV must go (Delete policy).
+	if err := cs.CoreV1().Pods(ns).Delete(ctx, spec.Pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, pvc := range spec.PVCs {
+		if err := cs.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, pvc.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, pv := range pvs {
+		waitFor(t, ctx, 2*time.Minute, "PV "+pv+" deleted", func() (bool, string) {
+			_, err := cs.CoreV1().PersistentVolumes().Get(ctx, pv, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return true, ""
+			}
+			return false, fmt.Sprintf("still there (%v)", err)
+		})
+	}
+	t.Logf("VM node, quotas enforced: %d checks passed in the pod, %.1fs", passed, time.Since(start).Seconds())
+}
+
+func setRequest(t *testing.T, w *world, ns, claim, size string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"resources":{"requests":{"storage":%q}}}}`, size)
+	if _, err := w.cp.Client.CoreV1().PersistentVolumeClaims(ns).Patch(context.Background(), claim, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("setting the request of claim %s to %s: %v", claim, size, err)
+	}
+}
+
+func waitCapacity(t *testing.T, w *world, ns, claim, size string) {
+	t.Helper()
+	want := resource.MustParse(size)
+	ctx := context.Background()
+	waitFor(t, ctx, time.Minute, "claim "+claim+" at "+size, func() (bool, string) {
+		pvc, err := w.cp.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		got := pvc.Status.Capacity[corev1.ResourceStorage]
+		_, resizing := pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage]
+		return got.Cmp(want) == 0 && !resizing, fmt.Sprintf("capacity %s, resize statuses %v", got.String(), pvc.Status.AllocatedResourceStatuses)
+	})
+}
+
+// waitFor polls cond until it holds; on timeout the test fails with what
+// cond said last.
+func waitFor(t *testing.T, ctx context.Context, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("waiting %v for %s: %s", timeout, what, why)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
