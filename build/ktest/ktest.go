@@ -27,8 +27,11 @@
 // to skip there.
 //
 // The VM has the disks listed by Disks, mounted under /mnt (XFS and ext4
-// with prjquota, and an XFS without quotas), a tmpfs /tmp, and the loop,
-// xfs and quota modules loaded. To run only some tests:
+// with prjquota, and an XFS without quotas), a tmpfs /tmp, loopback up
+// (no other network), and the loop, xfs and quota modules loaded. Host
+// programs a test starts come in with the runner's -with (the controller
+// tests' etcd, kube-apiserver, kube-controller-manager and plinth-node;
+// see test-kernel.sh). To run only some tests:
 //
 //	build/scripts/test-kernel.sh -test.run=Quota
 package ktest
