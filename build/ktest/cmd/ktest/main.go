@@ -47,6 +47,10 @@ import (
 // hidden quota files use.
 var modules = []string{"virtio_mmio", "virtio_blk", "xfs", "loop", "quota_v2"}
 
+// guestMounts are the directories the VM's init mounts filesystems on
+// (ktest.RunInit), hiding what the initramfs has there.
+var guestMounts = []string{"/proc", "/sys", "/dev", "/tmp", ktest.MountRoot}
+
 const (
 	exitUsage    = 2
 	exitTimeout  = 124
@@ -85,6 +89,11 @@ func main() {
 	flag.Func("with", "host program to put into the VM at its own path, with its shared libraries (repeatable)", func(v string) error {
 		if !filepath.IsAbs(v) {
 			return fmt.Errorf("%s: want an absolute path", v)
+		}
+		for _, m := range guestMounts {
+			if v == m || strings.HasPrefix(v, m+"/") {
+				return fmt.Errorf("%s: the VM mounts %s over the initramfs, which would hide it; put the program elsewhere", v, m)
+			}
 		}
 		o.with = append(o.with, v)
 		return nil
