@@ -33,11 +33,12 @@ echo "test-kernel: packages with kernel tests: ${pkgs[*]}" >&2
 # The tests the VM runs of a controller package (a -test.run pattern; a
 # -test.run in TEST-ARGS overrides it). Measured under TCG on 2 cores: the
 # control plane starts in 26-32 s, TestCrashSafety takes about 140 s and
-# TestCrashSafetyFindsLeaks about 90 s (on the host 28 s and 20 s); the
-# rest of the package would add minutes for no quota code the crash tests
-# do not already run.
+# TestCrashSafetyFindsLeaks about 90 s (on the host 28 s and 20 s);
+# TestProvisionFilesystemAndBlock (2 s) checks the enforced branch of the
+# capacity warning. The rest of the package would add minutes for no
+# quota code these do not already run.
 declare -A vm_tests=(
-	[./node/kubernetes/provisioner]='^(TestCrashSafety|TestCrashSafetyFindsLeaks)$'
+	[./node/kubernetes/provisioner]='^(TestCrashSafety|TestCrashSafetyFindsLeaks|TestProvisionFilesystemAndBlock)$'
 )
 host_pkgs=()
 for p in "${pkgs[@]}"; do
