@@ -41,6 +41,14 @@ type Config struct {
 	Args []string
 	// Timeout bounds each test binary (as -test.timeout).
 	Timeout time.Duration
+	// TestArgs are arguments for one test binary (by base name), placed
+	// before Args so that a -test.run given to every binary overrides
+	// a binary's own. test-kernel.sh uses them to run only some tests
+	// of a package whose whole run would be too slow under TCG.
+	TestArgs map[string][]string
+	// Env is added to the test binaries' environment, e.g. where the
+	// programs added to the initramfs with the runner's -with are.
+	Env []string
 }
 
 // Result lines on the console; the host runner parses them.
@@ -130,7 +138,8 @@ func RunInit(tests ...string) {
 // when it passed but a test in it skipped without SkipExpected (see the
 // package comment).
 func runTest(bin string, cfg Config, skipDir string) int {
-	args := append([]string{"-test.v", "-test.count=1", fmt.Sprintf("-test.timeout=%s", cfg.Timeout)}, cfg.Args...)
+	args := []string{"-test.v", "-test.count=1", fmt.Sprintf("-test.timeout=%s", cfg.Timeout)}
+	args = append(append(args, cfg.TestArgs[filepath.Base(bin)]...), cfg.Args...)
 	skips := filepath.Join(skipDir, filepath.Base(bin))
 	if err := os.MkdirAll(skipDir, 0o755); err != nil {
 		fmt.Printf("ktest-init: %v\n", err)
@@ -144,7 +153,7 @@ func runTest(bin string, cfg Config, skipDir string) int {
 	}
 	cmd.Stderr = cmd.Stdout
 	cmd.Dir = "/tmp"
-	cmd.Env = []string{"PATH=/sbin:/bin", "HOME=/tmp", "TMPDIR=/tmp", envVM + "=1", envSkips + "=" + skips, "CI=" + os.Getenv("CI")}
+	cmd.Env = append([]string{"PATH=/sbin:/bin", "HOME=/tmp", "TMPDIR=/tmp", envVM + "=1", envSkips + "=" + skips, "CI=" + os.Getenv("CI")}, cfg.Env...)
 	fmt.Printf("ktest-init: running %s %s\n", filepath.Base(bin), strings.Join(args, " "))
 	if err := cmd.Start(); err != nil {
 		fmt.Printf("ktest-init: starting %s: %v\n", filepath.Base(bin), err)
@@ -207,6 +216,11 @@ func setupGuest() error {
 			return fmt.Errorf("mounting %s: %w", m.dst, err)
 		}
 	}
+	// Tests that start servers (a control plane) talk over loopback,
+	// which the kernel creates down.
+	if err := loopbackUp(); err != nil {
+		return err
+	}
 	mods, err := kmod.ReadList(GuestModules)
 	if err != nil {
 		return err
@@ -231,6 +245,28 @@ func setupGuest() error {
 			return fmt.Errorf("mount -t %s -o %q %s %s: %w", d.FS, d.Options, dev, mnt, err)
 		}
 		fmt.Printf("ktest-init: %s on %s (%s, options %q)\n", dev, mnt, d.FS, d.Options)
+	}
+	return nil
+}
+
+// loopbackUp brings up lo; the kernel gives it 127.0.0.1/8 and ::1 as it
+// comes up.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("bringing up lo: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return fmt.Errorf("bringing up lo: %w", err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bringing up lo: SIOCGIFFLAGS: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bringing up lo: SIOCSIFFLAGS: %w", err)
 	}
 	return nil
 }

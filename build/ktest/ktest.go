@@ -27,8 +27,11 @@
 // to skip there.
 //
 // The VM has the disks listed by Disks, mounted under /mnt (XFS and ext4
-// with prjquota, and an XFS without quotas), a tmpfs /tmp, and the loop,
-// xfs and quota modules loaded. To run only some tests:
+// with prjquota, and an XFS without quotas), a tmpfs /tmp, loopback up
+// (no other network), and the loop, xfs and quota modules loaded. Host
+// programs a test starts come in with the runner's -with (the controller
+// tests' etcd, kube-apiserver, kube-controller-manager and plinth-node;
+// see test-kernel.sh). To run only some tests:
 //
 //	build/scripts/test-kernel.sh -test.run=Quota
 package ktest
@@ -85,11 +88,16 @@ func Disks() []Disk {
 // MountRoot is where the VM's init mounts Disks.
 const MountRoot = "/mnt"
 
+// Tests is what Main runs: a *testing.M, or a wrapper around one that
+// also tears down what the tests shared (controllertest.Tests stops the
+// package's control plane).
+type Tests interface{ Run() int }
+
 // Main runs the package's tests. Use it from TestMain so the package is
 // picked up by `make test-kernel`. When the binary itself was booted as
 // the VM's /init (PID 1), it acts as init and runs itself as the only
 // test binary.
-func Main(m *testing.M) {
+func Main(m Tests) {
 	if os.Getpid() == 1 {
 		exe, err := os.Executable()
 		if err != nil {

@@ -269,3 +269,43 @@ func ClearQuota(dir string) error {
 		return nil
 	})
 }
+
+// Projects returns every project the filesystem holding dir keeps a quota
+// for (one with limits or with usage), by ID, project 0 (the default of
+// every file) included. Limits outlive the files they limited, so this is
+// how a test finds limits nothing uses any more: a volume's quota that was
+// never cleared.
+func Projects(dir string) (map[uint32]Quota, error) {
+	d, err := openDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("listing project quotas on %s: %w", dir, err)
+	}
+	defer unix.Close(d)
+	out := map[uint32]Quota{}
+	err = call(d, func(fd uintptr) error {
+		for next := uint64(0); next <= 1<<32-1; {
+			// Q_XGETNEXTQUOTA answers the first project at or above
+			// next that has limits or usage, and ENOENT past the last.
+			var dq fsDiskQuota
+			err := quotactlFd(fd, qcmd(qXGetNextQuota, prjQuota), uint32(next), unsafe.Pointer(&dq))
+			if errors.Is(err, unix.ENOENT) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("quotactl_fd(Q_XGETNEXTQUOTA, %d): %w", next, err)
+			}
+			out[dq.ID] = Quota{
+				ProjectID:  dq.ID,
+				Limits:     Limits{Bytes: dq.BlkHardlimit * basicBlock, Inodes: dq.InoHardlimit},
+				UsedBytes:  dq.Bcount * basicBlock,
+				UsedInodes: dq.Icount,
+			}
+			next = uint64(dq.ID) + 1
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing project quotas on %s: %w", dir, err)
+	}
+	return out, nil
+}

@@ -16,9 +16,10 @@ const (
 
 	prjQuota = 2 // PRJQUOTA
 
-	qXGetQuota  = 'X'<<8 + 3 // Q_XGETQUOTA
-	qXSetQLim   = 'X'<<8 + 4 // Q_XSETQLIM
-	qXGetQStatV = 'X'<<8 + 8 // Q_XGETQSTATV
+	qXGetQuota     = 'X'<<8 + 3 // Q_XGETQUOTA
+	qXSetQLim      = 'X'<<8 + 4 // Q_XSETQLIM
+	qXGetQStatV    = 'X'<<8 + 8 // Q_XGETQSTATV
+	qXGetNextQuota = 'X'<<8 + 9 // Q_XGETNEXTQUOTA
 
 	fsDquotVersion  = 1 // FS_DQUOT_VERSION
 	fsQStatVVersion = 1 // FS_QSTATV_VERSION1

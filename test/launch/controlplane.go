@@ -41,8 +41,9 @@ type ControlPlaneConfig struct {
 // controller tests want (real API semantics, nothing else).
 //
 // Paths.NodeName is the host's name, but no Node object exists unless a
-// test creates one. DataDir, KubeletRootDir and the containerd paths are
-// unused.
+// test creates one; Paths.NodeIP is empty. DataDir, KubeletRootDir and the
+// containerd paths are unused. It needs only etcd, kube-apiserver and
+// kube-controller-manager in KubernetesBin, and no network but loopback.
 type ControlPlane struct {
 	*Cluster
 	audited bool
@@ -77,7 +78,7 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (cp *Control
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return cp, fmt.Errorf("creating %s: %w", dir, err)
 	}
-	if err := c.initPaths(ctx); err != nil {
+	if err := c.initPaths(ctx, false); err != nil {
 		return cp, err
 	}
 	if len(cfg.AuditGroups) > 0 {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -84,7 +85,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err := prepareDir(dir, c.base); err != nil {
 		return c, err
 	}
-	if err := c.initPaths(ctx); err != nil {
+	if err := c.initPaths(ctx, true); err != nil {
 		return c, err
 	}
 	if err := c.startAll(ctx); err != nil {
@@ -93,14 +94,25 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	return c, nil
 }
 
+// The Kubernetes binaries a control plane runs, and the ones a node adds.
+var (
+	controlPlaneBinaries = []string{"etcd", "kube-apiserver", "kube-controller-manager"}
+	nodeBinaries         = []string{"kube-scheduler", "kubelet", "kubectl"}
+)
+
 // initPaths settles names, ports and directories and writes all files.
-func (c *Cluster) initPaths(ctx context.Context) error {
+// Without node (a ControlPlane), it needs neither a node IP nor CNI
+// plugins nor the node's binaries, which is what lets a control plane run
+// where there is no network but loopback (the kernel-test VM).
+func (c *Cluster) initPaths(ctx context.Context, node bool) error {
 	var err error
 	if c.NodeName, err = nodeName(); err != nil {
 		return err
 	}
-	if c.NodeIP, err = nodeIP(); err != nil {
-		return err
+	if node {
+		if c.NodeIP, err = nodeIP(); err != nil {
+			return err
+		}
 	}
 	c.BinDir = c.cfg.KubernetesBin
 	if c.BinDir == "" {
@@ -108,14 +120,20 @@ func (c *Cluster) initPaths(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"} {
+	bins := controlPlaneBinaries
+	if node {
+		bins = append(slices.Clone(bins), nodeBinaries...)
+	}
+	for _, b := range bins {
 		if _, err := os.Stat(filepath.Join(c.BinDir, b)); err != nil {
 			return fmt.Errorf("kubernetes binaries in %s: %w", c.BinDir, err)
 		}
 	}
-	c.cniBinDir = "/usr/lib/cni"
-	if _, err := os.Stat(filepath.Join(c.cniBinDir, "bridge")); err != nil {
-		return fmt.Errorf("CNI plugins: %w (install containernetworking-plugins)", err)
+	if node {
+		c.cniBinDir = "/usr/lib/cni"
+		if _, err := os.Stat(filepath.Join(c.cniBinDir, "bridge")); err != nil {
+			return fmt.Errorf("CNI plugins: %w (install containernetworking-plugins)", err)
+		}
 	}
 	ports, err := freePorts(4)
 	if err != nil {
@@ -146,18 +164,23 @@ func (c *Cluster) initPaths(ctx context.Context) error {
 		}
 	}
 
-	ip := net.ParseIP(c.NodeIP)
+	// The API server and the kubelet serve on loopback and, with a node,
+	// on the node IP.
+	serveIPs := []net.IP{net.IPv4(127, 0, 0, 1)}
+	if node {
+		serveIPs = append(serveIPs, net.ParseIP(c.NodeIP))
+	}
 	c.pki, err = pki.New(filepath.Join(c.Dir, "pki"), []pki.Identity{
 		{Name: "apiserver", CN: "kube-apiserver", Server: true,
 			DNS: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", c.NodeName},
 			// GuestHostIP: a VM node on qemu's user network reaches the
 			// apiserver there.
-			IPs: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv4(10, 96, 0, 1), ip, net.ParseIP(GuestHostIP)}},
+			IPs: append([]net.IP{net.IPv4(10, 96, 0, 1), net.ParseIP(GuestHostIP)}, serveIPs...)},
 		{Name: "admin", CN: "plinth-admin", Orgs: []string{"system:masters"}},
 		{Name: "controller-manager", CN: "system:kube-controller-manager"},
 		{Name: "scheduler", CN: "system:kube-scheduler"},
 		{Name: "kubelet", CN: "system:node:" + c.NodeName, Orgs: []string{"system:nodes"}},
-		{Name: "kubelet-serving", CN: c.NodeName, Server: true, DNS: []string{c.NodeName, "localhost"}, IPs: []net.IP{ip, net.IPv4(127, 0, 0, 1)}},
+		{Name: "kubelet-serving", CN: c.NodeName, Server: true, DNS: []string{c.NodeName, "localhost"}, IPs: serveIPs},
 		{Name: "apiserver-kubelet-client", CN: "kube-apiserver-kubelet-client", Orgs: []string{"system:masters"}},
 		{Name: "plinth-node", CN: "system:plinth-node:" + c.NodeName, Orgs: []string{plinthNodeGroup}},
 	})
@@ -303,12 +326,20 @@ func (c *Cluster) startEtcd() error {
 	}, []string{hostPATH})
 }
 
+// startAPIServer starts kube-apiserver. It advertises the node IP as
+// the address of the kubernetes Service, which pods use. A control plane
+// has no node and no pods: it advertises loopback and keeps no endpoints
+// for that Service (they may not be loopback addresses), so it needs no
+// address beyond loopback.
 func (c *Cluster) startAPIServer() error {
 	p := c.pki
-	return c.run("kube-apiserver", filepath.Join(c.BinDir, "kube-apiserver"), append([]string{
+	advertise := []string{"--advertise-address=" + c.NodeIP}
+	if c.NodeIP == "" {
+		advertise = []string{"--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"}
+	}
+	args := slices.Concat([]string{
 		"--etcd-servers=" + c.etcdURL,
 		"--bind-address=127.0.0.1",
-		"--advertise-address=" + c.NodeIP,
 		"--secure-port=" + strconv.Itoa(c.apiPort),
 		"--tls-cert-file=" + p.Get("apiserver").CertPath,
 		"--tls-private-key-file=" + p.Get("apiserver").KeyPath,
@@ -327,7 +358,8 @@ func (c *Cluster) startAPIServer() error {
 		"--cert-dir=" + filepath.Join(c.Dir, "run", "apiserver"),
 		"--profiling=false",
 		"--v=1",
-	}, c.apiServerArgs...), []string{hostPATH})
+	}, advertise, c.apiServerArgs)
+	return c.run("kube-apiserver", filepath.Join(c.BinDir, "kube-apiserver"), args, []string{hostPATH})
 }
 
 func (c *Cluster) startControllers() error {

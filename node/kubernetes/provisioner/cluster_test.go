@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/pkg/supervisor"
 )
@@ -19,7 +20,7 @@ func TestMain(m *testing.M) {
 	if kubeconfig := os.Getenv(envInformerBaseline); kubeconfig != "" {
 		runInformerBaseline(kubeconfig)
 	}
-	controllertest.Main(m)
+	ktest.Main(controllertest.Tests(m))
 }
 
 // env is a test's world (see controllertest.Env) with the provisioner's

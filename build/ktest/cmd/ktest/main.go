@@ -8,6 +8,11 @@
 // as PID 1), the test binaries and the kernel modules, boots qemu with the
 // serial console on stdout and parses the guest's result line.
 //
+// Tests that run host programs in the VM (the controller tests start etcd,
+// kube-apiserver and kube-controller-manager) get them with -with: each
+// program lands at its host path, with the shared libraries it needs
+// (initramfs.LibSearch), and -env tells the tests where to look.
+//
 // Exit status: the guest's (0 when every test binary passed), 124 on
 // timeout, 125 when the VM ended without a result (it could not start, or
 // init died), 2 on bad usage or host-side errors.
@@ -26,6 +31,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,6 +46,10 @@ import (
 // hidden quota files use.
 var modules = []string{"virtio_mmio", "virtio_blk", "xfs", "loop", "quota_v2"}
 
+// guestMounts are the directories the VM's init mounts filesystems on
+// (ktest.RunInit), hiding what the initramfs has there.
+var guestMounts = []string{"/proc", "/sys", "/dev", "/tmp", ktest.MountRoot}
+
 const (
 	exitUsage    = 2
 	exitTimeout  = 124
@@ -53,6 +63,12 @@ type options struct {
 	memory                           string
 	cpus                             int
 	tests, args                      []string
+	// with are host programs copied in at their own paths.
+	with []string
+	// env is added to the test binaries' environment.
+	env []string
+	// testArgs are arguments of one test binary, by base name.
+	testArgs map[string][]string
 }
 
 func main() {
@@ -69,6 +85,34 @@ func main() {
 	flag.DurationVar(&o.testTimeout, "test-timeout", 10*time.Minute, "time limit for each test binary (-test.timeout)")
 	flag.StringVar(&o.memory, "m", "1G", "VM memory")
 	flag.IntVar(&o.cpus, "smp", 2, "VM CPUs")
+	flag.Func("with", "host program to put into the VM at its own path, with its shared libraries (repeatable)", func(v string) error {
+		if !filepath.IsAbs(v) {
+			return fmt.Errorf("%s: want an absolute path", v)
+		}
+		for _, m := range guestMounts {
+			if v == m || strings.HasPrefix(v, m+"/") {
+				return fmt.Errorf("%s: the VM mounts %s over the initramfs, which would hide it; put the program elsewhere", v, m)
+			}
+		}
+		o.with = append(o.with, v)
+		return nil
+	})
+	flag.Func("env", "NAME=VALUE added to the test binaries' environment (repeatable)", func(v string) error {
+		if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+			return fmt.Errorf("%q: want NAME=VALUE", v)
+		}
+		o.env = append(o.env, v)
+		return nil
+	})
+	o.testArgs = map[string][]string{}
+	flag.Func("test-arg", "NAME.test=ARG: an argument for one test binary only, before the common TEST-ARGS (repeatable)", func(v string) error {
+		name, arg, ok := strings.Cut(v, "=")
+		if !ok || !strings.HasSuffix(name, ".test") {
+			return fmt.Errorf("%q: want NAME.test=ARG", v)
+		}
+		o.testArgs[name] = append(o.testArgs[name], arg)
+		return nil
+	})
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: %s -kernel VMLINUX -modules DIR TEST.test... [-- TEST-ARGS...]\n", os.Args[0])
 		flag.PrintDefaults()
@@ -111,7 +155,7 @@ func run(o options) (int, error) {
 	if _, err := rand.Read(nonce); err != nil {
 		return exitUsage, err
 	}
-	cfg := ktest.Config{Nonce: hex.EncodeToString(nonce), Args: o.args, Timeout: o.testTimeout}
+	cfg := ktest.Config{Nonce: hex.EncodeToString(nonce), Args: o.args, Timeout: o.testTimeout, TestArgs: o.testArgs, Env: o.env}
 	initrd := filepath.Join(work, "initramfs.cpio")
 	if err := writeInitramfs(initrd, o, &cfg); err != nil {
 		return exitUsage, fmt.Errorf("writing initramfs: %w", err)
@@ -164,7 +208,15 @@ func writeInitramfs(out string, o options, cfg *ktest.Config) error {
 		list = append(list, p)
 	}
 	w.File(ktest.GuestModules, 0o644, kmod.FormatList(list))
+	if err := addPrograms(w, o.with); err != nil {
+		return err
+	}
 	seen := map[string]bool{}
+	for name := range o.testArgs {
+		if !slices.ContainsFunc(o.tests, func(t string) bool { return filepath.Base(t) == name }) {
+			return fmt.Errorf("-test-arg for %s, which is not among the test binaries", name)
+		}
+	}
 	for _, t := range o.tests {
 		name := filepath.Base(t)
 		if seen[name] {
@@ -191,6 +243,38 @@ func writeInitramfs(out string, o options, cfg *ktest.Config) error {
 		return err
 	}
 	return f.Close()
+}
+
+// addPrograms writes host programs at their own paths, with the shared
+// libraries and program interpreter each needs, as the loader in the VM
+// will look them up.
+func addPrograms(w *initramfs.Writer, programs []string) error {
+	if len(programs) == 0 {
+		return nil
+	}
+	libs, err := initramfs.LibSearch{}.Libraries(programs)
+	if err != nil {
+		return err
+	}
+	for _, l := range libs {
+		if l.Link != "" {
+			w.Symlink(l.Path, l.Link)
+			continue
+		}
+		b, err := os.ReadFile(l.Source)
+		if err != nil {
+			return err
+		}
+		w.File(l.Path, 0o755, b)
+	}
+	for _, p := range programs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		w.File(p, 0o755, b)
+	}
+	return nil
 }
 
 // checkStatic fails for a dynamically linked binary: the VM has no libc or

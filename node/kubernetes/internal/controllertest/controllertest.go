@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -27,12 +28,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"source.plinth.dev/build/ktest"
+	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/internal/controller"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/node/kubernetes/volume/volumetest"
+	"source.plinth.dev/pkg/fsquota"
 	"source.plinth.dev/test/launch"
 )
 
@@ -44,8 +48,18 @@ var controlPlane struct {
 
 // Main runs a test binary's tests and then stops its control plane, if
 // one was started. Call it from TestMain.
-func Main(m *testing.M) {
-	code := m.Run()
+func Main(m *testing.M) { os.Exit(Tests(m).Run()) }
+
+// Tests is m, whose Run also stops the control plane: for a package that
+// calls ktest.Main (so that `make test-kernel` runs it in the VM too),
+//
+//	func TestMain(m *testing.M) { ktest.Main(controllertest.Tests(m)) }
+func Tests(m *testing.M) interface{ Run() int } { return tests{m} }
+
+type tests struct{ m *testing.M }
+
+func (t tests) Run() int {
+	code := t.m.Run()
 	if cp := controlPlane.cp; cp != nil {
 		if err := cp.Stop(context.Background()); err != nil {
 			fmt.Fprintf(os.Stderr, "stopping control plane: %v\n", err)
@@ -57,7 +71,7 @@ func Main(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "control plane logs kept in %s\n", cp.LogDir)
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // ControlPlane returns the test binary's control plane, starting it on
@@ -109,7 +123,8 @@ type Env struct {
 
 // NewEnv prepares a test's (or a benchmark's) world. allowUnenforced
 // decides whether filesystem volumes are accepted without quota (the
-// host's filesystem enforces none; the kernel-test VM's does).
+// host's filesystem enforces none; the kernel-test VM's does: there the
+// data directory is on the VM's XFS disk with prjquota).
 func NewEnv(t testing.TB, allowUnenforced bool) *Env {
 	t.Helper()
 	cp := ControlPlane(t)
@@ -130,6 +145,11 @@ func NewEnv(t testing.TB, allowUnenforced bool) *Env {
 	}
 	e.CreateClass(e.Class, corev1.PersistentVolumeReclaimDelete, nil)
 	e.Dir = t.TempDir()
+	if ktest.InVM() {
+		e.Dir = ktest.TempDir(t, "xfs")
+		// Registered after TempDir's removal, so it runs before it.
+		t.Cleanup(func() { clearQuotas(t, e.Dir) })
+	}
 	e.Vols = NewVolumes(t, e.Dir, allowUnenforced)
 	return e
 }
@@ -157,6 +177,30 @@ func NewVolumes(t testing.TB, dir string, allowUnenforced bool) *volume.Manager 
 		t.Fatal(err)
 	}
 	return m
+}
+
+// clearQuotas takes the project quotas off the volume directories in the
+// data directory dir before it is removed: the VM's XFS disk is shared by
+// every test, and limits outlive the files they limited, so a later test
+// counting quota records would see this one's.
+func clearQuotas(t testing.TB, dir string) {
+	d := new(localstorage.DataDirectory)
+	if err := d.Place(dir); err != nil {
+		t.Errorf("clearing quotas in %s: %v", dir, err)
+		return
+	}
+	ents, err := os.ReadDir(d.Volumes.FullPath())
+	if err != nil {
+		t.Errorf("clearing quotas in %s: %v", dir, err)
+		return
+	}
+	for _, en := range ents {
+		if en.IsDir() {
+			if err := fsquota.ClearQuota(filepath.Join(d.Volumes.FullPath(), en.Name())); err != nil {
+				t.Errorf("clearing quotas in %s: %v", dir, err)
+			}
+		}
+	}
 }
 
 // CreateClass creates a StorageClass of our driver, removed when the test

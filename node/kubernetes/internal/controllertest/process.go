@@ -15,9 +15,17 @@ import (
 	"source.plinth.dev/test/launch"
 )
 
-// PlinthNodeBinary builds plinth-node once per test binary and returns
-// its path.
+// NodeBinEnv names the environment variable that points at a prebuilt
+// plinth-node. The kernel-test VM has no Go toolchain, so test-kernel.sh
+// builds a static one and sets it there.
+const NodeBinEnv = "PLINTH_NODE_BIN"
+
+// PlinthNodeBinary builds plinth-node once per test binary (unless
+// $PLINTH_NODE_BIN names one) and returns its path.
 var PlinthNodeBinary = sync.OnceValues(func() (string, error) {
+	if bin := os.Getenv(NodeBinEnv); bin != "" {
+		return bin, nil
+	}
 	dir, err := os.MkdirTemp("", "plinth-node-bin-")
 	if err != nil {
 		return "", err
@@ -138,21 +146,25 @@ func (p *NodeProcess) LogTail() string {
 
 // NodeProcess returns a plinth-node process (not started) serving the
 // env's node and data directory, with the restricted identity a node
-// really runs with, unenforced capacity allowed (the host has no quotas),
-// and args added.
+// really runs with, and args added. Unenforced capacity is allowed where
+// the env's data directory has no quotas (the host); where it has (the
+// kernel-test VM) the node must find them itself.
 func (e *Env) NodeProcess(t *testing.T, args ...string) *NodeProcess {
 	t.Helper()
 	bin, err := PlinthNodeBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &NodeProcess{T: t, Bin: bin, Log: filepath.Join(t.TempDir(), "plinth-node.log"), Args: append([]string{
+	base := []string{
 		"--root=" + filepath.Join(t.TempDir(), "node"),
 		"--data-dir=" + e.Dir,
 		"--node-name=" + e.Node,
 		"--kubeconfig=" + ControlPlane(t).NodeKubeconfig,
-		"--allow-unenforced-capacity",
-	}, args...)}
+	}
+	if !e.Vols.CapacityEnforced() {
+		base = append(base, "--allow-unenforced-capacity")
+	}
+	return &NodeProcess{T: t, Bin: bin, Log: filepath.Join(t.TempDir(), "plinth-node.log"), Args: append(base, args...)}
 }
 
 // EveryOtherStart is a NodeProcess.Extra that gives every second start a
