@@ -113,6 +113,11 @@ func (c *Cluster) initPaths(ctx context.Context) error {
 			return fmt.Errorf("kubernetes binaries in %s: %w", c.BinDir, err)
 		}
 	}
+	if c.GVisorBin = c.cfg.GVisorBin; c.GVisorBin != "" {
+		if err := checkGVisorBinaries(c.GVisorBin); err != nil {
+			return err
+		}
+	}
 	c.cniBinDir = "/usr/lib/cni"
 	if _, err := os.Stat(filepath.Join(c.cniBinDir, "bridge")); err != nil {
 		return fmt.Errorf("CNI plugins: %w (install containernetworking-plugins)", err)
@@ -229,6 +234,9 @@ func (c *Cluster) startAll(ctx context.Context) error {
 		return err
 	}
 	if err := c.applyStorageObjects(ctx); err != nil {
+		return err
+	}
+	if err := c.applyRuntimeClasses(ctx); err != nil {
 		return err
 	}
 	// Pods are rejected until their namespace's default service account
@@ -356,7 +364,7 @@ func (c *Cluster) startControllers() error {
 }
 
 func (c *Cluster) startContainerd() error {
-	return c.run("containerd", "/usr/bin/containerd", []string{"--config=" + c.containerdConfigPath()}, []string{hostPATH})
+	return c.run("containerd", "/usr/bin/containerd", []string{"--config=" + c.containerdConfigPath()}, []string{c.containerdPATH()})
 }
 
 func (c *Cluster) startKubelet() error {
