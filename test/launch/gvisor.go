@@ -141,8 +141,8 @@ type Runtime struct {
 // gvisorNoBlock is why block claims are skipped under gVisor. test/e2e
 // (TestGVisorVolumes) checks that a block claim really does not reach a
 // gVisor container as a device, so this stays true.
-const gvisorNoBlock = "gVisor does not pass host block devices into its sandbox: " +
-	"the container's /dev is the sandbox's own, without the volumeDevices device"
+const gvisorNoBlock = "gVisor has no driver for host block devices: the volumeDevices node " +
+	"exists in the sandbox's /dev, but opening it fails with ENXIO (no such device or address)"
 
 // Runtimes lists the runtimes of the cluster: runc always, gVisor when the
 // cluster was started with its binaries.
