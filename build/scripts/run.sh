@@ -27,6 +27,7 @@ fi
 
 build/scripts/apt-install.sh containerd runc containernetworking-plugins busybox-static xfsprogs iproute2 util-linux
 k8s_bin=$(third_party/kubernetes/build.sh)
+gvisor_bin=$(third_party/gvisor/build.sh)
 # A fixed output directory lets go build skip linking when nothing changed
 # (it compares the build IDs of the existing binaries); the lock above keeps
 # two runs from writing it at once.
@@ -38,4 +39,4 @@ go build -o "$bin/" ./test/launch/cmd/plinth-launch ./node/cmd/plinth-node
 # process groups and are stopped in order.
 # shellcheck disable=SC2086
 exec "$bin/plinth-launch" --dir "${PLINTH_RUN_DIR:-/tmp/plinth-run}" --k8s-bin "$k8s_bin" \
-	--plinth-node "$bin/plinth-node" ${PLINTH_RUN_ARGS:-}
+	--gvisor-bin "$gvisor_bin" --plinth-node "$bin/plinth-node" ${PLINTH_RUN_ARGS:-}

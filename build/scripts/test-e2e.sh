@@ -9,6 +9,9 @@ export PATH=/usr/local/go/bin:$PATH
 build/scripts/apt-install.sh containerd runc containernetworking-plugins busybox-static xfsprogs iproute2 util-linux
 PLINTH_K8S_BIN=$(third_party/kubernetes/build.sh)
 export PLINTH_K8S_BIN
+# gVisor (runsc and its containerd shim) for the pods of RuntimeClass gvisor.
+PLINTH_GVISOR_BIN=$(third_party/gvisor/build.sh)
+export PLINTH_GVISOR_BIN
 bin=$(mktemp -d /tmp/plinth-e2e-bin.XXXXXX)
 trap 'rm -rf "$bin"' EXIT
 go build -o "$bin/plinth-node" ./node/cmd/plinth-node

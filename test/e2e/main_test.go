@@ -12,7 +12,8 @@ import (
 )
 
 // cluster is shared by all tests of this package (one launch per run).
-var cluster = launch.NewShared(launch.Config{PlinthNode: plinthNode()})
+// gVisor is configured when test-e2e.sh provides its binaries.
+var cluster = launch.NewShared(launch.Config{PlinthNode: plinthNode(), GVisorBin: os.Getenv(launch.GVisorBinEnv)})
 
 func TestMain(m *testing.M) { os.Exit(cluster.Run(m)) }
 

@@ -23,10 +23,23 @@ import (
 	"source.plinth.dev/test/launch"
 )
 
-// workloadRuntimes are the settings TestWorkload runs in. A runtime that
-// cannot pass block devices into the pod (gVisor) gets SkipBlock.
-var workloadRuntimes = []workload.Runtime{
-	{Name: "runc"},
+// workloadRuntimes are the settings TestWorkload runs in: every runtime
+// of the cluster (runc, and gVisor where test-e2e provides it, always in
+// CI). A runtime that cannot pass block devices into the pod gets
+// SkipBlock, with its reason.
+func workloadRuntimes(c *launch.Cluster) []workload.Runtime {
+	var rts []workload.Runtime
+	for _, r := range c.Runtimes() {
+		rt := workload.Runtime{Name: r.Name}
+		if r.RuntimeClassName != nil {
+			rt.Class = *r.RuntimeClassName
+		}
+		if !r.Block {
+			rt.SkipBlock = r.NoBlockReason
+		}
+		rts = append(rts, rt)
+	}
+	return rts
 }
 
 // TestWorkload runs the test workload (test/e2e/persistentvolume) in a pod
@@ -39,7 +52,7 @@ var workloadRuntimes = []workload.Runtime{
 func TestWorkload(t *testing.T) {
 	t.Parallel()
 	c := clusterFor(t)
-	for _, rt := range workloadRuntimes {
+	for _, rt := range workloadRuntimes(c) {
 		t.Run(rt.Name, func(t *testing.T) { testWorkload(t, c, rt) })
 	}
 }

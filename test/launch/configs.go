@@ -59,6 +59,15 @@ disabled_plugins = [
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         # kubelet uses the cgroupfs driver; both must agree.
         SystemdCgroup = false
+{{- if .RunscConfig}}
+    # gVisor (see gvisor.go). containerd finds containerd-shim-runsc-v1 on
+    # its PATH; the options hand the shim its configuration file.
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{{.RunscHandler}}]
+      runtime_type = "io.containerd.runsc.v1"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{{.RunscHandler}}.options]
+        TypeUrl = "io.containerd.runsc.v1.options"
+        ConfigPath = "{{.RunscConfig}}"
+{{- end}}
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{{.CNIBin}}"
     conf_dir = "{{.CNIConf}}"
@@ -153,7 +162,12 @@ func (c *Cluster) writeConfigs() error {
 		"SandboxImage": images.PauseRef,
 		"CNIBin":       c.cniBinDir,
 		"CNIConf":      filepath.Join(c.Dir, "cni", "net.d"),
+		"RunscHandler": GVisorHandler,
+		"RunscConfig":  c.runscConfigPath(),
 	}); err != nil {
+		return err
+	}
+	if err := c.writeRunscConfig(); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Join(c.Dir, "cni", "net.d"), 0o755); err != nil {

@@ -68,6 +68,11 @@ type Config struct {
 	Images []string
 	// PlinthNode, when set, starts plinth-node once the apiserver is up.
 	PlinthNode *PlinthNode
+	// GVisorBin, when set, is the directory with runsc and
+	// containerd-shim-runsc-v1 (third_party/gvisor/build.sh): containerd
+	// gets the runtime handler GVisorHandler and the cluster the
+	// RuntimeClass GVisorRuntimeClass. Empty: pods run under runc only.
+	GVisorBin string
 	// WaitForLock waits for another cluster on this host to stop instead of
 	// failing with *BusyError.
 	WaitForLock bool
@@ -111,6 +116,9 @@ type Paths struct {
 	LogDir string
 	// BinDir holds the Kubernetes binaries, kubectl included.
 	BinDir string
+	// GVisorBin holds runsc and its containerd shim when the cluster has
+	// the gVisor runtime (Config.GVisorBin); empty otherwise. See Runtimes.
+	GVisorBin string
 	// NodeName and NodeIP identify the node.
 	NodeName string
 	NodeIP   string

@@ -129,6 +129,11 @@ func (c *Cluster) initPaths(ctx context.Context, node bool) error {
 			return fmt.Errorf("kubernetes binaries in %s: %w", c.BinDir, err)
 		}
 	}
+	if c.GVisorBin = c.cfg.GVisorBin; c.GVisorBin != "" {
+		if err := checkGVisorBinaries(c.GVisorBin); err != nil {
+			return err
+		}
+	}
 	if node {
 		c.cniBinDir = "/usr/lib/cni"
 		if _, err := os.Stat(filepath.Join(c.cniBinDir, "bridge")); err != nil {
@@ -254,6 +259,9 @@ func (c *Cluster) startAll(ctx context.Context) error {
 		return err
 	}
 	if err := c.applyStorageObjects(ctx); err != nil {
+		return err
+	}
+	if err := c.applyRuntimeClasses(ctx); err != nil {
 		return err
 	}
 	// Pods are rejected until their namespace's default service account
@@ -394,7 +402,7 @@ func (c *Cluster) startScheduler() error {
 }
 
 func (c *Cluster) startContainerd() error {
-	return c.run("containerd", "/usr/bin/containerd", []string{"--config=" + c.containerdConfigPath()}, []string{hostPATH})
+	return c.run("containerd", "/usr/bin/containerd", []string{"--config=" + c.containerdConfigPath()}, []string{c.containerdPATH()})
 }
 
 func (c *Cluster) startKubelet() error {

@@ -31,6 +31,7 @@ var clusterPrograms = map[string]bool{
 	"etcd": true, "kube-apiserver": true, "kube-controller-manager": true, "kube-scheduler": true,
 	"kubelet": true, "containerd": true, "containerd-shim": true, "containerd-shim-runc-v2": true,
 	"runc": true, "pause": true, "busybox": true, "plinth-node": true,
+	"containerd-shim-runsc-v1": true, "runsc": true,
 }
 
 // TakeSnapshot records the host state that the cluster in dir could leak.

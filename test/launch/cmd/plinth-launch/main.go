@@ -37,8 +37,10 @@ func main() {
 	var nodeArgs argList
 	flag.Var(&nodeArgs, "plinth-node-arg", "extra argument for plinth-node (repeatable), after launch.PlinthNodeArgs")
 	dataSize := flag.Int64("data-size-gib", 16, "size of the node's XFS data filesystem in GiB (sparse)")
+	gvisor := flag.String("gvisor-bin", os.Getenv(launch.GVisorBinEnv), "directory with runsc and containerd-shim-runsc-v1 (empty: no gVisor RuntimeClass)")
 	flag.Parse()
-	if err := run(*dir, *bin, *plinthNode, nodeArgs, *dataSize<<30); err != nil {
+	cfg := launch.Config{Dir: *dir, KubernetesBin: *bin, DataSize: *dataSize << 30, GVisorBin: *gvisor, Log: os.Stderr}
+	if err := run(cfg, *plinthNode, nodeArgs); err != nil {
 		fmt.Fprintf(os.Stderr, "plinth-launch: %v\n", err)
 		var busy *launch.BusyError
 		if errors.As(err, &busy) {
@@ -48,7 +50,7 @@ func main() {
 	}
 }
 
-func run(dir, bin, plinthNode string, nodeArgs []string, dataSize int64) error {
+func run(cfg launch.Config, plinthNode string, nodeArgs []string) error {
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -58,7 +60,6 @@ func run(dir, bin, plinthNode string, nodeArgs []string, dataSize int64) error {
 		cancel()
 	}()
 
-	cfg := launch.Config{Dir: dir, KubernetesBin: bin, DataSize: dataSize, Log: os.Stderr}
 	if plinthNode != "" {
 		cfg.PlinthNode = &launch.PlinthNode{Binary: plinthNode, Args: func(p launch.Paths) []string {
 			return append(launch.PlinthNodeArgs(p), nodeArgs...)
@@ -70,7 +71,7 @@ func run(dir, bin, plinthNode string, nodeArgs []string, dataSize int64) error {
 		return err
 	}
 	ready := time.Since(start)
-	example := filepath.Join(dir, "example.yaml")
+	example := filepath.Join(c.Dir, "example.yaml")
 	if err := os.WriteFile(example, []byte(exampleYAML), 0o644); err != nil {
 		return errors.Join(err, c.Stop(context.Background()))
 	}
@@ -113,8 +114,9 @@ Work directory %s (logs in %s).
 Node data filesystem: XFS at %s (project quotas %s).
 plinth-node: %s.
 Images preloaded (use imagePullPolicy: Never): %s, %s, %s.
+Runtimes: %s.
 `, c.NodeName, ready.Seconds(), c.Kubeconfig, kubectl, c.Dir, c.LogDir, c.DataDir,
-		quotaWord(c.QuotaEnforced), nodeWord(plinthNode), images.BusyboxRef, images.PauseRef, images.PersistentVolumeRef)
+		quotaWord(c.QuotaEnforced), nodeWord(plinthNode), images.BusyboxRef, images.PauseRef, images.PersistentVolumeRef, runtimesWord(c))
 	if storage {
 		fmt.Printf(`
 Storage: StorageClass %q. Try the example PVC + pod:
@@ -172,6 +174,15 @@ func announceStorage(ctx context.Context, c *launch.Cluster) {
 			return
 		}
 	}
+}
+
+// runtimesWord names the runtimes pods can use, and how to pick gVisor.
+func runtimesWord(c *launch.Cluster) string {
+	if c.GVisorBin == "" {
+		return "runc only (no --gvisor-bin given)"
+	}
+	return fmt.Sprintf("runc (default); gVisor with runtimeClassName: %s (runsc from %s, platform %s)",
+		launch.GVisorRuntimeClass, c.GVisorBin, launch.GVisorPlatform)
 }
 
 func nodeWord(running bool) string {
