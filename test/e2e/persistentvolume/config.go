@@ -29,6 +29,10 @@ type config struct {
 	// SkipBlock, when not empty, is why the block claims are not there
 	// (a runtime that cannot pass block devices to the pod).
 	SkipBlock string
+	// SkipMountFlags, when not empty, is why the nosuid/nodev check of the
+	// filesystem claim is skipped: a runtime that shows the pod mount flags
+	// of its own (gVisor's sandbox kernel), not those of the node's mount.
+	SkipMountFlags string
 }
 
 // parseConfig reads the flags. Nothing the suite must decide has a
@@ -51,6 +55,11 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	skipSet := false
 	fs.Func("skip-block", "skip the block claims, for the `reason` given (it is printed)", func(s string) error {
 		skipBlock, skipSet = strings.TrimSpace(s), true
+		return nil
+	})
+	skipFlags, skipFlagsSet := "", false
+	fs.Func("skip-mount-flags", "skip the nosuid/nodev check, for the `reason` given (it is printed)", func(s string) error {
+		skipFlags, skipFlagsSet = strings.TrimSpace(s), true
 		return nil
 	})
 	if err := fs.Parse(args); err != nil {
@@ -85,6 +94,10 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		errs = append(errs, errors.New("-skip-block needs a reason"))
 	}
 	c.SkipBlock = skipBlock
+	if skipFlagsSet && skipFlags == "" {
+		errs = append(errs, errors.New("-skip-mount-flags needs a reason"))
+	}
+	c.SkipMountFlags = skipFlags
 	required := map[string]string{"-fs": c.FS, "-fs-ro": c.FSReadOnly}
 	if c.SkipBlock == "" {
 		required["-block"], required["-block-ro"] = c.Block, c.BlockReadOnly

@@ -30,6 +30,10 @@ type Runtime struct {
 	// SkipBlock, when set, is why this runtime gets no block claims: the
 	// workload is told to skip them and prints the reason.
 	SkipBlock string
+	// SkipMountFlags, when set, is why the workload does not check the
+	// filesystem claim's nosuid/nodev from inside: a runtime whose sandbox
+	// shows mount flags of its own. The suite checks the node's mount.
+	SkipMountFlags string
 }
 
 // The workload's claims: each request, and what the suite grows them to.
@@ -93,6 +97,9 @@ func NewSpec(name string, rt Runtime, quotaEnforced bool) Spec {
 	}
 	if rt.SkipBlock != "" {
 		args = append(args, "-skip-block="+rt.SkipBlock)
+	}
+	if rt.SkipMountFlags != "" {
+		args = append(args, "-skip-mount-flags="+rt.SkipMountFlags)
 	}
 	s.Pod.Spec.Containers[0].Args = args
 	return s
