@@ -175,4 +175,3 @@ func podLogs(t *testing.T, c *launch.Cluster, pod, want string) string {
 	}
 	return string(logs)
 }
-
