@@ -50,7 +50,7 @@ type plan struct {
 //  2. An infeasible resize (ControllerResizeInfeasible) is not retried
 //     while the request stays what failed. When the user changes the
 //     request, the new one is tried, even when it is lower than the one
-//     that failed (not below the capacity, which the API server enforces):
+//     that failed (above the capacity, which the API server enforces):
 //     that is how a user recovers from asking for too much.
 //  3. Otherwise a request above the claim's capacity is grown to.
 func planFor(pvc *corev1.PersistentVolumeClaim) plan {

@@ -145,7 +145,7 @@ func TestInfeasibleThenRecover(t *testing.T) {
 			return p.Status.AllocatedResourceStatuses[corev1.ResourceStorage] == corev1.PersistentVolumeClaimControllerResizeInfeasible, nil
 		})
 		ev := e.WaitEvent(pvc.UID, ReasonResizeFailed, "not enough space")
-		if ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, "free") || !strings.Contains(ev.Message, "Lower the request (not below 16Mi)") {
+		if ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, "free") || !strings.Contains(ev.Message, "Lower the request (to more than 16Mi)") {
 			t.Errorf("%s: Event %s %q does not name the free space and the remedy", c.Name, ev.Type, ev.Message)
 		}
 		p := e.claim(c.Name)

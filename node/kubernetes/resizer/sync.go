@@ -125,7 +125,9 @@ func (r *run) failResize(ctx context.Context, pvc *corev1.PersistentVolumeClaim,
 			"Growing to %s failed: %v (will retry)", p.target.String(), err)
 		return err
 	}
-	msg := fmt.Sprintf("Cannot grow to %s on node %s: %v. Lower the request (not below %s) to recover.",
+	// The API server takes a lowered request only above the capacity
+	// (v1.34 refuses one equal to it), so that is what the hint says.
+	msg := fmt.Sprintf("Cannot grow to %s on node %s: %v. Lower the request (to more than %s) to recover.",
 		p.target.String(), r.NodeName, err, capacity.String())
 	if _, _, perr := r.patchClaimStatus(ctx, pvc, markInfeasible(pvc, msg, metav1.NewTime(r.clock.Now()))); perr != nil {
 		return fmt.Errorf("marking the resize of claim %s infeasible: %w", ownership.DescribeClaim(pvc), perr)
