@@ -27,12 +27,15 @@ import (
 var (
 	nodeImageOnce sync.Once
 	nodeImage     string
-	nodeImageErr  error
+	// nodeImages is how many container images the node image carries
+	// (the node imports them all before the kubelet starts).
+	nodeImages   int
+	nodeImageErr error
 )
 
 func prepareNodeImage(t *testing.T, e bootEnv) string {
 	t.Helper()
-	nodeImageOnce.Do(func() { nodeImage, nodeImageErr = buildNodeImage(e) })
+	nodeImageOnce.Do(func() { nodeImage, nodeImages, nodeImageErr = buildNodeImage(e) })
 	if nodeImageErr != nil {
 		t.Fatal(nodeImageErr)
 	}
@@ -41,30 +44,30 @@ func prepareNodeImage(t *testing.T, e bootEnv) string {
 
 // buildNodeImage builds the node image with the boot tests' plinth-node as
 // /init, into the work directory (its own cache, removed with it).
-func buildNodeImage(e bootEnv) (string, error) {
+func buildNodeImage(e bootEnv) (string, int, error) {
 	root, _ := repoRoot()
 	if out, err := exec.Command(filepath.Join(root, "build/scripts/apt-install.sh"), nodeimage.DebianPackages...).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("installing the node's packages: %v\n%s", err, out)
+		return "", 0, fmt.Errorf("installing the node's packages: %v\n%s", err, out)
 	}
 	out, err := exec.Command(filepath.Join(root, "third_party/kubernetes/build.sh")).Output()
 	if err != nil {
-		return "", fmt.Errorf("getting the kubelet: %v", err)
+		return "", 0, fmt.Errorf("getting the kubelet: %v", err)
 	}
 	kubelet := filepath.Join(strings.TrimSpace(string(out)), "kubelet")
 	ctx := context.Background()
 	imgDir := filepath.Join(e.workDir, "node-images")
 	if err := os.MkdirAll(imgDir, 0o755); err != nil {
-		return "", err
+		return "", 0, err
 	}
 	imgs, err := nodeimage.TestImages(ctx, root, imgDir)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	img, err := nodeimage.Build(ctx, nodeimage.NodeInputs(filepath.Join(e.workDir, "plinth-node"), kubelet, e.modDir, imgs), filepath.Join(e.workDir, "node-image-cache"))
 	if err != nil {
-		return "", fmt.Errorf("building the node image: %w", err)
+		return "", 0, fmt.Errorf("building the node image: %w", err)
 	}
-	return img.Path, nil
+	return img.Path, len(imgs), nil
 }
 
 // testNode is the node.json of the tests (the contract's example).
@@ -205,7 +208,7 @@ func TestBootNodeRunsPod(t *testing.T) {
 	mark("data partition mounted (kept)", "mounted data partition /dev/vda")
 	mark("network up", "network up: eth0 10.0.2.15/24 via 10.0.2.2, node IP 10.0.77.2 on lo")
 	mark("containerd ready", "containerd is ready")
-	mark("images imported", "imported 2 images")
+	mark("images imported", fmt.Sprintf("imported %d images", nodeImages))
 	mark("kubelet healthy", "kubelet running as node plinth-vm, standalone")
 	mark("pod running on the pod network", "pod-says-hello from 10.244.0.")
 	mark("kubelet killed by a pod", "killer: killing kubelet")
