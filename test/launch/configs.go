@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/template"
 
+	"source.plinth.dev/node/kubernetes/containerd"
 	"source.plinth.dev/test/images"
 	"source.plinth.dev/test/launch/host"
 )
@@ -71,27 +72,6 @@ disabled_plugins = [
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{{.CNIBin}}"
     conf_dir = "{{.CNIConf}}"
-`))
-
-var cniConfig = template.Must(template.New("cni").Parse(`{
-  "cniVersion": "0.4.0",
-  "name": "plinth",
-  "plugins": [
-    {
-      "type": "bridge",
-      "bridge": "{{.Bridge}}",
-      "isGateway": true,
-      "ipMasq": false,
-      "hairpinMode": true,
-      "ipam": {
-        "type": "host-local",
-        "dataDir": "{{.IPAMDir}}",
-        "ranges": [[{"subnet": "{{.PodCIDR}}"}]],
-        "routes": [{"dst": "0.0.0.0/0"}]
-      }
-    }
-  ]
-}
 `))
 
 // The kubelet's configuration. Notes on the less obvious settings:
@@ -170,13 +150,12 @@ func (c *Cluster) writeConfigs() error {
 	if err := c.writeRunscConfig(); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Join(c.Dir, "cni", "net.d"), 0o755); err != nil {
-		return fmt.Errorf("creating CNI config directory: %w", err)
-	}
-	if err := writeTemplate(filepath.Join(c.Dir, "cni", "net.d", "10-plinth.conflist"), cniConfig, map[string]string{
-		"Bridge":  host.BridgeName,
-		"IPAMDir": filepath.Join(c.Dir, "cni", "ipam"),
-		"PodCIDR": podCIDR,
+	// The pod network is a Plinth node's, written by the node's own code.
+	cd := containerd.Config{CNIConfDir: filepath.Join(c.Dir, "cni", "net.d")}
+	if err := cd.WriteCNIConfig(containerd.CNI{
+		Bridge:  host.BridgeName,
+		IPAMDir: filepath.Join(c.Dir, "cni", "ipam"),
+		PodCIDR: podCIDR,
 	}); err != nil {
 		return err
 	}
