@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"source.plinth.dev/build/microvm"
+
 	"source.plinth.dev/build/ktest/initramfs"
 )
 
@@ -124,7 +126,7 @@ func boot(t *testing.T, kernel, image string) bootResult {
 		"console=ttyS0", "loglevel=3", "panic=-1", "mitigations=off", "no_timer_check", "random.trust_cpu=on",
 		"i8042.noaux", "i8042.nomux", "i8042.nopnp", "i8042.dumbkbd",
 	}
-	if khz := tscKHz(); khz > 0 {
+	if khz := microvm.HostTSCkHz(); khz > 0 {
 		// microvm has no timer to calibrate the TSC against; under TCG
 		// the guest reads the host's TSC.
 		kargs = append(kargs, "tsc_early_khz="+strconv.Itoa(khz))
@@ -164,23 +166,6 @@ func boot(t *testing.T, kernel, image string) bootResult {
 		t.Fatalf("no result line on the console (init did not run, or died):\n%s", out)
 	}
 	return r
-}
-
-func tscKHz() int {
-	if b, err := os.ReadFile("/sys/devices/system/cpu/cpu0/tsc_freq_khz"); err == nil {
-		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-			return n
-		}
-	}
-	b, _ := os.ReadFile("/proc/cpuinfo")
-	for _, l := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "cpu MHz" {
-			if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
-				return int(f * 1000)
-			}
-		}
-	}
-	return 0
 }
 
 // programPaths are the image's programs bootcheck must have run: all but

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"source.plinth.dev/build/microvm"
+
 	"source.plinth.dev/build/ktest/initramfs"
 	"source.plinth.dev/pkg/kmod"
 )
@@ -216,7 +218,7 @@ func bootVM(t *testing.T, c vmConfig, settings []string, initArgs ...string) *vm
 	}, settings...)
 	// microvm lacks the timers the kernel calibrates the TSC with; under
 	// TCG the guest reads the host's TSC, so pass its rate.
-	if khz := tscKHz(); khz > 0 {
+	if khz := microvm.HostTSCkHz(); khz > 0 {
 		kargs = append(kargs, "tsc_early_khz="+strconv.Itoa(khz))
 	}
 	if len(initArgs) > 0 {
@@ -325,23 +327,6 @@ func (v *vm) expectWithin(t *testing.T, limit time.Duration, want ...string) {
 			}
 		}
 	}
-}
-
-func tscKHz() int {
-	if b, err := os.ReadFile("/sys/devices/system/cpu/cpu0/tsc_freq_khz"); err == nil {
-		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-			return n
-		}
-	}
-	b, _ := os.ReadFile("/proc/cpuinfo")
-	for _, l := range strings.Split(string(b), "\n") {
-		if k, val, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "cpu MHz" {
-			if f, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
-				return int(f * 1000)
-			}
-		}
-	}
-	return 0
 }
 
 func TestBootAsPID1(t *testing.T) {
