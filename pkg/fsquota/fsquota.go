@@ -270,6 +270,23 @@ func ClearQuota(dir string) error {
 	})
 }
 
+// ClearLimits removes the limits of project id on the filesystem holding
+// dir (any directory of it), whether or not a file still carries the ID.
+// It is what cleans up after SetQuota was cut short between setting the
+// limits and assigning the ID: then no directory names the project, and
+// ClearQuota of the volume's directory finds nothing to clear.
+func ClearLimits(dir string, id uint32) error {
+	if id == 0 {
+		return fmt.Errorf("clearing limits of project 0 on %s: the default project has none of ours", dir)
+	}
+	d, err := openDir(dir)
+	if err != nil {
+		return fmt.Errorf("clearing limits of project %d: %w", id, err)
+	}
+	defer unix.Close(d)
+	return call(d, func(fd uintptr) error { return setLimits(fd, id, Limits{}) })
+}
+
 // Projects returns every project the filesystem holding dir keeps a quota
 // for (one with limits or with usage), by ID, project 0 (the default of
 // every file) included. Limits outlive the files they limited, so this is

@@ -54,3 +54,40 @@ func TestProjectsListsLimitedProjects(t *testing.T) {
 		})
 	}
 }
+
+// TestClearLimitsByID clears the limits of a project that no directory
+// carries any more, as after a SetQuota cut short between the limits and
+// the ID: Projects must then no longer list it (XFS forgets a project
+// without limits or usage), while another project keeps its limits.
+func TestClearLimitsByID(t *testing.T) {
+	a, ida := volume(t, "xfs", fsquota.Limits{Bytes: 8 * MiB})
+	b, idb := volume(t, "xfs", fsquota.Limits{Bytes: 4 * MiB})
+	// Remove b without clearing its limits: what a crash leaves, limits
+	// that no directory names.
+	if err := os.Remove(b); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := fsquota.Projects(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, ok := ps[idb]; !ok || q.Limits.Bytes != 4*MiB {
+		t.Fatalf("before: project %d = %+v, %v; want its 4 MiB limit outliving its directory", idb, q, ok)
+	}
+	if err := fsquota.ClearLimits(a, idb); err != nil {
+		t.Fatal(err)
+	}
+	if err := fsquota.ClearLimits(a, idb); err != nil {
+		t.Fatalf("clearing again: %v", err)
+	}
+	ps, err = fsquota.Projects(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, ok := ps[idb]; ok {
+		t.Errorf("project %d still listed after ClearLimits: %+v", idb, q)
+	}
+	if q := ps[ida]; q.Limits.Bytes != 8*MiB {
+		t.Errorf("project %d = %+v; its 8 MiB limit must stay", ida, q)
+	}
+}

@@ -154,6 +154,22 @@ func (m *Manager) remove(id string, pid uint32, lookupPID bool) error {
 			pid = found
 		}
 	}
+	if pid != 0 && m.CapacityEnforced() {
+		// SetQuota sets the limits before it puts the ID on the
+		// directory; a crash in between leaves limits that no directory
+		// names, which ClearQuota above could not see. Clearing by ID is
+		// idempotent, so it is done whenever the ID is this volume's (or
+		// nobody's): another owner's limits are never touched.
+		claims, err := m.ProjectIDs.Claimed()
+		if err != nil {
+			return err
+		}
+		if owner, held := claims[pid]; !held || owner == id {
+			if err := fsquota.ClearLimits(m.Data.Volumes.FullPath(), pid); err != nil {
+				return err
+			}
+		}
+	}
 	if pid != 0 {
 		// The files charged to pid are gone, so the ID can be reused.
 		// A claim held by another owner is not ours: leave it.
