@@ -82,6 +82,10 @@ func TestFirstBootFormatsOnlyBlankDisks(t *testing.T) {
 		// (make test-unit, as root) and the node's boot test format disks.
 		ktest.SkipExpected(t, "needs mkfs.xfs and mkfs.ext4, which the kernel-test VM lacks; runs on the host")
 	}
+	// The node finds mkfs.xfs on its PATH (/sbin in the node image); a
+	// test runner's PATH may lack the sbin directories (Bazel's has only
+	// /bin:/usr/bin), so they are added here, as the node has them.
+	t.Setenv("PATH", os.Getenv("PATH")+":/usr/sbin:/sbin")
 	log := logtree.New().LeveledFor("test")
 	ctx := context.Background()
 	target := t.TempDir()
