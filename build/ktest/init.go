@@ -55,6 +55,9 @@ type Config struct {
 const (
 	resultPrefix  = "KTEST-RESULT"
 	packagePrefix = "KTEST-PACKAGE"
+	// RunningPrefix starts the line the guest prints before it runs a
+	// test binary; the host runner groups the console by it.
+	RunningPrefix = "ktest-init: running "
 )
 
 // ResultLine is the final line the guest prints: the exit status of the
@@ -154,7 +157,7 @@ func runTest(bin string, cfg Config, skipDir string) int {
 	cmd.Stderr = cmd.Stdout
 	cmd.Dir = "/tmp"
 	cmd.Env = append([]string{"PATH=/sbin:/bin", "HOME=/tmp", "TMPDIR=/tmp", envVM + "=1", envSkips + "=" + skips, "CI=" + os.Getenv("CI")}, cfg.Env...)
-	fmt.Printf("ktest-init: running %s %s\n", filepath.Base(bin), strings.Join(args, " "))
+	fmt.Printf("%s%s %s\n", RunningPrefix, filepath.Base(bin), strings.Join(args, " "))
 	if err := cmd.Start(); err != nil {
 		fmt.Printf("ktest-init: starting %s: %v\n", filepath.Base(bin), err)
 		return ExitNoTest

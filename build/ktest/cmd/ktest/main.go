@@ -373,7 +373,9 @@ func boot(o options, nonce, initrd string, disks []string) (int, error) {
 
 // resultWriter takes the console line by line (microvm writes each in one
 // call): it prints each with the time since boot, and collects the
-// guest's result and per-package lines.
+// guest's result and per-package lines. For a package that failed, the
+// summary repeats the output of its failed tests (see failures), because
+// the summary is what a CI log's tail shows.
 type resultWriter struct {
 	nonce      string
 	start      time.Time
@@ -381,6 +383,7 @@ type resultWriter struct {
 	code       int
 	haveResult bool
 	summary    []string
+	pkgLines   []string // the console since the current package started
 }
 
 func (r *resultWriter) Write(b []byte) (int, error) {
@@ -391,6 +394,10 @@ func (r *resultWriter) Write(b []byte) (int, error) {
 	if c, ok := ktest.ParseResult(line, r.nonce); ok {
 		r.code, r.haveResult = c, true
 	}
+	if strings.HasPrefix(line, ktest.RunningPrefix) {
+		r.pkgLines = r.pkgLines[:0]
+	}
+	r.pkgLines = append(r.pkgLines, line)
 	if name, c, ok := ktest.ParsePackage(line, r.nonce); ok {
 		verdict := "ok"
 		switch c {
@@ -401,6 +408,50 @@ func (r *resultWriter) Write(b []byte) (int, error) {
 			verdict = fmt.Sprintf("FAIL (exit %d)", c)
 		}
 		r.summary = append(r.summary, fmt.Sprintf("ktest: %-40s %s", name, verdict))
+		if c != 0 {
+			for _, l := range failures(r.pkgLines) {
+				r.summary = append(r.summary, "ktest:   | "+l)
+			}
+		}
 	}
 	return len(b), nil
+}
+
+// maxFailureLines bounds what failures repeats of one package.
+const maxFailureLines = 60
+
+// failures picks from a package's -test.v output what explains its
+// failure: the lines of each failed test, from its "=== RUN" to its
+// "--- FAIL", keeping each test's last lines when there are many. Output
+// with no "--- FAIL" (a panic, a timeout) is shown by its last lines.
+func failures(lines []string) []string {
+	start := map[string]int{}
+	var out []string
+	for i, l := range lines {
+		if name, ok := strings.CutPrefix(l, "=== RUN   "); ok {
+			start[strings.TrimSpace(name)] = i
+			continue
+		}
+		rest, ok := strings.CutPrefix(strings.TrimLeft(l, " "), "--- FAIL: ")
+		if !ok {
+			continue
+		}
+		name, _, _ := strings.Cut(rest, " ")
+		from, ok := start[name]
+		if !ok {
+			from = i
+		}
+		block := lines[from : i+1]
+		if len(block) > maxFailureLines/2 {
+			block = append([]string{"..."}, block[len(block)-maxFailureLines/2:]...)
+		}
+		out = append(out, block...)
+	}
+	if len(out) == 0 {
+		out = lines[max(0, len(lines)-maxFailureLines/2):]
+	}
+	if len(out) > maxFailureLines {
+		out = append([]string{"..."}, out[len(out)-maxFailureLines:]...)
+	}
+	return out
 }

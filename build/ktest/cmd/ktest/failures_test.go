@@ -1,0 +1,47 @@
+package main
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestFailuresRepeatsFailedTestsOnly(t *testing.T) {
+	out := strings.Split(`ktest-init: running x.test -test.v
+=== RUN   TestGood
+    good_test.go:1: fine
+--- PASS: TestGood (0.00s)
+=== RUN   TestBad
+    bad_test.go:9: the reason
+--- FAIL: TestBad (1.00s)
+=== RUN   TestParent
+=== RUN   TestParent/sub
+    p_test.go:3: sub broke
+    --- FAIL: TestParent/sub (0.00s)
+--- FAIL: TestParent (0.00s)
+FAIL`, "\n")
+	got := failures(out)
+	for _, want := range []string{"    bad_test.go:9: the reason", "--- FAIL: TestBad (1.00s)", "    p_test.go:3: sub broke"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("failures lacks %q; got:\n%s", want, strings.Join(got, "\n"))
+		}
+	}
+	if slices.Contains(got, "    good_test.go:1: fine") {
+		t.Errorf("failures repeats a passing test's output:\n%s", strings.Join(got, "\n"))
+	}
+}
+
+func TestFailuresShowsTheTailWithoutAFailLine(t *testing.T) {
+	var lines []string
+	for i := range 100 {
+		lines = append(lines, strings.Repeat("x", i))
+	}
+	lines = append(lines, "panic: test timed out after 10m0s")
+	got := failures(lines)
+	if len(got) == 0 || got[len(got)-1] != "panic: test timed out after 10m0s" {
+		t.Fatalf("failures without a --- FAIL line should end with the output's last line, got %q", got)
+	}
+	if len(got) > maxFailureLines {
+		t.Errorf("failures returned %d lines, over its bound of %d", len(got), maxFailureLines)
+	}
+}
