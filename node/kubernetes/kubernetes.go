@@ -6,7 +6,9 @@
 //	  cluster-objects   CSIDriver, default StorageClass, RBAC (then Done)
 //	  provisioner       PVC -> volume + PV; released PV -> delete
 //	  resizer           larger request of a bound PVC -> volume, PV, PVC grown
-//	  <extra>...        further children given the same clients
+//	  <extra>...        further children given the same clients; plinth-node
+//	                    adds the CSI plugin (csi), which runs its server and
+//	                    the volume health monitor (VolumeHealth)
 //
 // The clientset is built once here and shared: it is only a connection pool
 // and rate limiter, safe to share and cheap to keep. Informers, queues and
@@ -30,6 +32,7 @@ import (
 	"source.plinth.dev/node/kubernetes/provisioner"
 	"source.plinth.dev/node/kubernetes/resizer"
 	"source.plinth.dev/node/kubernetes/volume"
+	"source.plinth.dev/node/kubernetes/volumehealth"
 	"source.plinth.dev/pkg/supervisor"
 )
 
@@ -197,4 +200,25 @@ func (s *Service) Run(ctx context.Context) error {
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	<-ctx.Done()
 	return ctx.Err()
+}
+
+// VolumeHealth builds the runnable that watches the health of this node's
+// volumes through checker (the CSI plugin, volumehealth.CSI) and reports
+// changes as Events on their claims and PVs, every interval (zero: the
+// default).
+func VolumeHealth(c Clients, nodeName string, checker volumehealth.Checker, interval time.Duration) (supervisor.Runnable, error) {
+	m, err := volumehealth.New(volumehealth.Config{
+		Base: controller.Base{
+			Client:      c.Client,
+			EventClient: c.Events,
+			Driver:      names.DriverName,
+			NodeName:    nodeName,
+		},
+		Checker:  checker,
+		Interval: interval,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return m.Run, nil
 }

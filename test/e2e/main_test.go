@@ -17,10 +17,14 @@ var cluster = launch.NewShared(launch.Config{PlinthNode: plinthNode(), GVisorBin
 
 func TestMain(m *testing.M) { os.Exit(cluster.Run(m)) }
 
-// plinthNode runs the plinth-node binary that test-e2e.sh builds.
+// plinthNode runs the plinth-node binary that test-e2e.sh builds. It
+// checks the volumes' health every second, so that TestVolumeHealthEvents
+// sees damage reported quickly.
 func plinthNode() *launch.PlinthNode {
 	if bin := os.Getenv("PLINTH_NODE_BIN"); bin != "" {
-		return &launch.PlinthNode{Binary: bin}
+		return &launch.PlinthNode{Binary: bin, Args: func(p launch.Paths) []string {
+			return append(launch.PlinthNodeArgs(p), "--volume-health-interval=1s")
+		}}
 	}
 	return nil
 }

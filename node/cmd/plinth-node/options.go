@@ -15,6 +15,7 @@ import (
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/kubernetes"
 	"source.plinth.dev/node/kubernetes/provisioner"
+	"source.plinth.dev/node/kubernetes/volumehealth"
 )
 
 // options are plinth-node's command-line flags.
@@ -36,6 +37,8 @@ type options struct {
 	kubeAPIQPS        float64
 	kubeAPIBurst      int
 	orphanGracePeriod time.Duration
+	// volumeHealthInterval is how often the volumes' health is checked.
+	volumeHealthInterval time.Duration
 
 	// Test-only settings (testOnlyFlagPrefix): hidden from --help.
 	testOnlyNoOrphanRemoval bool
@@ -104,6 +107,8 @@ func (o *options) flagSet(out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", kubernetes.DefaultBurst, "burst of queries to the Kubernetes API above --kube-api-qps")
 	fs.DurationVar(&o.orphanGracePeriod, "orphan-grace-period", provisioner.DefaultOrphanGracePeriod,
 		"how long a volume must have had no PV and no claim before the provisioner removes it")
+	fs.DurationVar(&o.volumeHealthInterval, "volume-health-interval", volumehealth.DefaultInterval,
+		"how often the node checks its bound volumes (data present, quota in place, publications intact) and reports a change as an Event on the claim")
 	// The help shows the flags declared so far: the test-only ones follow.
 	help := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
 	fs.VisitAll(func(f *flag.Flag) {
@@ -132,8 +137,8 @@ func (o *options) complete() error {
 			return err
 		}
 	}
-	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst <= 0 || o.orphanGracePeriod <= 0 {
-		return errors.New("--kube-api-qps, --kube-api-burst and --orphan-grace-period must be positive")
+	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst <= 0 || o.orphanGracePeriod <= 0 || o.volumeHealthInterval <= 0 {
+		return errors.New("--kube-api-qps, --kube-api-burst, --orphan-grace-period and --volume-health-interval must be positive")
 	}
 	if o.verbosity < 0 {
 		return fmt.Errorf("-v %d: verbosity cannot be negative", o.verbosity)

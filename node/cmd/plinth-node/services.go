@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"source.plinth.dev/node/core"
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/kubernetes"
 	"source.plinth.dev/node/kubernetes/csi"
 	"source.plinth.dev/node/kubernetes/volume"
+	"source.plinth.dev/node/kubernetes/volumehealth"
 	"source.plinth.dev/pkg/supervisor"
 )
 
@@ -42,7 +44,7 @@ func services(o *options, tree *localstorage.Root, booted *bootedNode) ([]core.S
 			OrphanGracePeriod:       o.orphanGracePeriod,
 			TestOnlyNoOrphanRemoval: o.testOnlyNoOrphanRemoval,
 			Extra: map[string]func(kubernetes.Clients, *core.Env, *volume.Manager) supervisor.Runnable{
-				"csi": csiPlugin(registrar),
+				"csi": csiPlugin(registrar, o.volumeHealthInterval),
 			},
 		}))
 	}
@@ -51,10 +53,11 @@ func services(o *options, tree *localstorage.Root, booted *bootedNode) ([]core.S
 
 // csiPlugin is the CSI node plugin of a node: it serves the plugin socket
 // in the kubelet's plugins directory and registers it with the kubelet
-// through registrar. It needs no API clients: the kubelet is its only
-// caller.
-func csiPlugin(registrar *csi.Registrar) func(kubernetes.Clients, *core.Env, *volume.Manager) supervisor.Runnable {
-	return func(_ kubernetes.Clients, env *core.Env, vols *volume.Manager) supervisor.Runnable {
+// through registrar (child "server"; the kubelet is its only caller), and
+// watches the health of the node's volumes through it, reporting changes
+// as Events on their claims (child "volume-health") every healthInterval.
+func csiPlugin(registrar *csi.Registrar, healthInterval time.Duration) func(kubernetes.Clients, *core.Env, *volume.Manager) supervisor.Runnable {
+	return func(clients kubernetes.Clients, env *core.Env, vols *volume.Manager) supervisor.Runnable {
 		srv, err := csi.NewServer(csi.Config{
 			Volumes:   vols,
 			Kubelet:   &env.Root.Kubelet,
@@ -68,6 +71,20 @@ func csiPlugin(registrar *csi.Registrar) func(kubernetes.Clients, *core.Env, *vo
 			// checked before the tree started (by services and core.Root).
 			return func(context.Context) error { return err }
 		}
-		return srv.Run
+		health, err := kubernetes.VolumeHealth(clients, env.NodeName, volumehealth.CSI(srv), healthInterval)
+		if err != nil {
+			return func(context.Context) error { return err }
+		}
+		return func(ctx context.Context) error {
+			if err := supervisor.RunGroup(ctx, map[string]supervisor.Runnable{
+				"server":        srv.Run,
+				"volume-health": health,
+			}); err != nil {
+				return fmt.Errorf("starting the CSI plugin: %w", err)
+			}
+			supervisor.Signal(ctx, supervisor.SignalHealthy)
+			<-ctx.Done()
+			return ctx.Err()
+		}
 	}
 }

@@ -14,12 +14,18 @@ import (
 )
 
 // NodeGetVolumeHealth is CSI 1.13's successor of the volume condition: the
-// same findings, as health entries.
+// same findings, as health entries. Without a publish path it checks every
+// publication of the volume; the volume health monitor
+// (node/kubernetes/volumehealth) asks it that way.
 func (s *Server) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
 	id := req.GetVolumeId()
 	if err := checkVolumeID(id); err != nil {
 		return nil, err
 	}
+	// Under the volume's lock, so that a publication being made or
+	// removed right now is not mistaken for a broken one.
+	unlock := s.locks.Lock(volumeKey(id))
+	defer unlock()
 	st, err := s.cfg.Volumes.Stat(ctx, id)
 	if err != nil {
 		return nil, statusFromVolume(err)

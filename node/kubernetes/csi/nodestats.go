@@ -29,6 +29,10 @@ func (s *Server) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 	if path == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_path is required")
 	}
+	// Under the volume's lock, like NodeGetVolumeHealth: a publication
+	// half made is not a broken one.
+	unlock := s.locks.Lock(volumeKey(id))
+	defer unlock()
 	st, err := s.cfg.Volumes.Stat(ctx, id)
 	if err != nil {
 		return nil, statusFromVolume(err)

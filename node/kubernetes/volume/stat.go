@@ -44,6 +44,10 @@ func (m *Manager) Stat(ctx context.Context, id string) (Stats, error) {
 	if err := ValidateID(id); err != nil {
 		return Stats{}, fmt.Errorf("reading stats of volume: %w", err)
 	}
+	// Under the volume's lock: an expansion under way has an intent record
+	// too, and only an interrupted one makes the volume abnormal.
+	unlock := m.locks.Lock(id)
+	defer unlock()
 	in, err := m.readIntent(id)
 	if err != nil {
 		return Stats{}, fmt.Errorf("reading stats of volume %s: %w", id, err)

@@ -99,11 +99,7 @@ func (b *Base) Begin(ctx context.Context) (*Incarnation, error) {
 	inc.Recorder, inc.stopEvents = NewRecorder(ctx, b.EventClient, b.Driver, b.NodeName)
 	inc.Cluster = informers.NewSharedInformerFactoryWithOptions(b.Client, b.Resync,
 		informers.WithTransform(ownership.StripManagedFields))
-	inc.Node = informers.NewSharedInformerFactoryWithOptions(b.Client, b.Resync,
-		informers.WithTransform(ownership.StripManagedFields),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = labels.Set{ownership.LabelNode: ownership.NodeLabelValue(b.NodeName)}.String()
-		}))
+	inc.Node = b.NodeInformers()
 	inc.Claims = inc.Cluster.Core().V1().PersistentVolumeClaims().Informer()
 	if err := inc.Claims.SetTransform(ownership.ClaimTransform(b.Driver, b.NodeName)); err != nil {
 		inc.Stop()
@@ -111,6 +107,17 @@ func (b *Base) Begin(ctx context.Context) (*Incarnation, error) {
 	}
 	inc.Volumes = inc.Node.Core().V1().PersistentVolumes().Informer()
 	return inc, nil
+}
+
+// NodeInformers makes informers of this node's objects: those labelled
+// with ownership.LabelNode for this node, selected on the server so that
+// other nodes' objects never reach memory.
+func (b *Base) NodeInformers() informers.SharedInformerFactory {
+	return informers.NewSharedInformerFactoryWithOptions(b.Client, b.Resync,
+		informers.WithTransform(ownership.StripManagedFields),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.Set{ownership.LabelNode: ownership.NodeLabelValue(b.NodeName)}.String()
+		}))
 }
 
 // Sync starts every informer made from the factories and waits until

@@ -1,0 +1,217 @@
+// Package volumehealth watches the condition of this node's volumes and
+// tells their users: a Warning Event on the claim and its PV when a
+// volume turns abnormal (its directory or image gone, its quota missing,
+// its loop device detached or serving another file), and a Normal Event
+// when it is healthy again.
+//
+// The CSI plugin already finds these problems when asked
+// (NodeGetVolumeHealth, and the condition in NodeGetVolumeStats), but
+// nobody asks unless the kubelet's alpha CSIVolumeHealth gate is on, and
+// even then it reports on pods, not on the claim a user looks at. For a
+// node-local volume the node is the only place the damage can be seen, so
+// plinth-node looks itself, at an interval, and reports where `kubectl
+// describe pvc` shows it.
+package volumehealth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"source.plinth.dev/node/kubernetes/internal/controller"
+	"source.plinth.dev/pkg/logtree"
+	"source.plinth.dev/pkg/supervisor"
+)
+
+// Event reasons: the kubelet's own words for a volume condition (it uses
+// them on pods), so that alerts on either match both.
+const (
+	ReasonAbnormal = "VolumeConditionAbnormal"
+	ReasonNormal   = "VolumeConditionNormal"
+)
+
+// DefaultInterval is the default of Config.Interval: damage is reported
+// within a minute, and a node with a thousand volumes spends a few
+// milliseconds a second on the checks (each is a stat and a quotactl, plus
+// a look at the loop devices of its publications).
+const DefaultInterval = time.Minute
+
+// Condition is what a check found.
+type Condition struct {
+	Abnormal bool
+	// Message says what is wrong; empty for a healthy volume.
+	Message string
+}
+
+// Checker checks one volume of this node.
+type Checker interface {
+	Check(ctx context.Context, volumeID string) (Condition, error)
+}
+
+// CSI is a Checker that asks a CSI node plugin (NodeGetVolumeHealth, all
+// publications of the volume). A volume the plugin does not find is
+// abnormal: the monitor only asks about bound PVs, whose volume must
+// exist.
+func CSI(s csi.NodeServer) Checker { return csiChecker{s} }
+
+type csiChecker struct{ s csi.NodeServer }
+
+func (c csiChecker) Check(ctx context.Context, id string) (Condition, error) {
+	resp, err := c.s.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: id})
+	if status.Code(err) == codes.NotFound {
+		return Condition{Abnormal: true, Message: "the volume's data is gone: " + status.Convert(err).Message()}, nil
+	}
+	if err != nil {
+		return Condition{}, fmt.Errorf("checking volume %s: %w", id, err)
+	}
+	var msgs []string
+	for _, h := range resp.GetVolumeHealth().GetHealthStatuses() {
+		msgs = append(msgs, fmt.Sprintf("%s: %s", h.GetReason(), h.GetMessage()))
+	}
+	return Condition{Abnormal: len(msgs) > 0, Message: strings.Join(msgs, "; ")}, nil
+}
+
+// Config is what a Monitor needs: the fields every controller has (Client,
+// Driver and NodeName required), and the Checker.
+type Config struct {
+	controller.Base
+	Checker Checker
+	// Interval is the time between two checks of every volume.
+	Interval time.Duration
+}
+
+// Monitor is the volume health runnable: build it with New, then pass Run
+// to the supervisor.
+type Monitor struct {
+	Config
+}
+
+// New checks cfg and fills in its defaults.
+func New(cfg Config) (*Monitor, error) {
+	if err := cfg.Complete("volume health monitor"); err != nil {
+		return nil, err
+	}
+	if cfg.Checker == nil {
+		return nil, errors.New("creating volume health monitor: no checker")
+	}
+	cfg.Interval = controller.OrDefault(cfg.Interval, DefaultInterval)
+	return &Monitor{Config: cfg}, nil
+}
+
+// Run checks this node's bound volumes every Interval until ctx ends.
+// What it last found is kept in memory only: after a restart, a volume
+// still abnormal is reported once more, which the API server folds into
+// the earlier Event.
+func (m *Monitor) Run(ctx context.Context) error {
+	log := supervisor.Logger(ctx)
+	factory := m.NodeInformers()
+	volumes := factory.Core().V1().PersistentVolumes()
+	volumes.Informer() // registered before Start
+	recorder, stopEvents := controller.NewRecorder(ctx, m.EventClient, m.Driver, m.NodeName)
+	defer stopEvents()
+	ictx, cancel := context.WithCancel(ctx)
+	defer factory.Shutdown()
+	defer cancel()
+	factory.Start(ictx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return errors.Join(fmt.Errorf("syncing the cache of %v", typ), ctx.Err())
+		}
+	}
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	r := &round{Monitor: m, log: log, recorder: recorder, lister: volumes.Lister(), last: map[string]Condition{}}
+	tick := m.Clock.NewTicker(m.Interval)
+	defer tick.Stop()
+	for {
+		r.checkAll(ctx)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C():
+		}
+	}
+}
+
+// round is the state of one run of the monitor.
+type round struct {
+	*Monitor
+	log      logtree.LeveledLogger
+	recorder record.EventRecorder
+	lister   corelisters.PersistentVolumeLister
+	// last is the condition each PV's volume had at its last check.
+	last map[string]Condition
+}
+
+// checkAll checks every bound volume of this node and reports the changes.
+func (r *round) checkAll(ctx context.Context) {
+	pvs, err := r.lister.List(labels.Everything())
+	if err != nil {
+		r.log.Warningf("listing this node's PVs: %v", err)
+		return
+	}
+	seen := map[string]bool{}
+	for _, pv := range pvs {
+		if !r.watched(pv) {
+			continue
+		}
+		seen[pv.Name] = true
+		cond, err := r.Checker.Check(ctx, pv.Spec.CSI.VolumeHandle)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warningf("PV %s: %v", pv.Name, err)
+			}
+			continue
+		}
+		r.report(pv, cond)
+	}
+	for name := range r.last {
+		if !seen[name] {
+			delete(r.last, name)
+		}
+	}
+}
+
+// watched says whether pv is a volume of ours in use: bound to a claim.
+// Released volumes are on their way out and not checked.
+func (r *round) watched(pv *corev1.PersistentVolume) bool {
+	return pv.Spec.CSI != nil && pv.Spec.CSI.Driver == r.Driver &&
+		pv.Status.Phase == corev1.VolumeBound && pv.Spec.ClaimRef != nil &&
+		pv.DeletionTimestamp == nil
+}
+
+// report sends Events for a change of pv's condition: a volume seen
+// abnormal for the first time, or with a different problem, and one
+// healthy again.
+func (r *round) report(pv *corev1.PersistentVolume, cond Condition) {
+	prev, known := r.last[pv.Name]
+	r.last[pv.Name] = cond
+	claim := pv.Spec.ClaimRef
+	switch {
+	case cond.Abnormal && (!known || prev != cond):
+		r.log.Warningf("volume %s of claim %s/%s is abnormal: %s", pv.Spec.CSI.VolumeHandle, claim.Namespace, claim.Name, cond.Message)
+		for _, obj := range []*corev1.ObjectReference{claim, ref(pv)} {
+			r.recorder.Eventf(obj, corev1.EventTypeWarning, ReasonAbnormal,
+				"volume %s on node %s is abnormal: %s", pv.Spec.CSI.VolumeHandle, r.NodeName, cond.Message)
+		}
+	case !cond.Abnormal && known && prev.Abnormal:
+		r.log.Infof("volume %s of claim %s/%s is healthy again", pv.Spec.CSI.VolumeHandle, claim.Namespace, claim.Name)
+		for _, obj := range []*corev1.ObjectReference{claim, ref(pv)} {
+			r.recorder.Eventf(obj, corev1.EventTypeNormal, ReasonNormal,
+				"volume %s on node %s is healthy again", pv.Spec.CSI.VolumeHandle, r.NodeName)
+		}
+	}
+}
+
+func ref(pv *corev1.PersistentVolume) *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: "PersistentVolume", APIVersion: "v1", Name: pv.Name, UID: pv.UID}
+}
