@@ -122,26 +122,22 @@ var (
 // boot boots the image and waits for bootcheck to power the VM off.
 func boot(t *testing.T, kernel, image string) bootResult {
 	t.Helper()
-	kargs := []string{
-		"console=ttyS0", "loglevel=3", "panic=-1", "mitigations=off", "no_timer_check", "random.trust_cpu=on",
-		"i8042.noaux", "i8042.nomux", "i8042.nopnp", "i8042.dumbkbd",
-	}
-	if khz := microvm.HostTSCkHz(); khz > 0 {
-		// microvm has no timer to calibrate the TSC against; under TCG
-		// the guest reads the host's TSC.
-		kargs = append(kargs, "tsc_early_khz="+strconv.Itoa(khz))
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	// 1 GiB: the archive (compressed) and the unpacked root must fit at
-	// once while the kernel unpacks.
-	cmd := exec.CommandContext(ctx, "qemu-system-x86_64",
-		"-machine", "microvm", "-accel", "tcg", "-cpu", "max", "-m", "1G", "-smp", "2",
-		"-nographic", "-nodefaults", "-no-reboot", "-serial", "stdio",
-		"-kernel", kernel, "-initrd", image, "-append", strings.Join(kargs, " "))
-	cmd.Stdin = nil
+	var console bytes.Buffer // written by microvm's reader until qemu ends
 	start := time.Now()
-	out, err := cmd.CombinedOutput()
+	vm, err := microvm.Start(ctx, microvm.Config{
+		Kernel: kernel, Initrd: image, KernelArgs: []string{"loglevel=3"},
+		// 1 GiB: the archive (compressed) and the unpacked root must fit
+		// at once while the kernel unpacks.
+		Memory: "1G", CPUs: 2,
+		Console: &console,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = vm.Err() // bootcheck powers the VM off; ctx's end kills it
+	out := console.Bytes()
 	r := bootResult{console: string(out), wall: time.Since(start), ok: map[string]string{}, failed: map[string]string{}, initAt: -1}
 	if ctx.Err() != nil {
 		t.Fatalf("the VM did not power off within 5 minutes:\n%s", out)
@@ -151,7 +147,7 @@ func boot(t *testing.T, kernel, image string) bootResult {
 	}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
-		l := strings.TrimRight(sc.Text(), "\r")
+		l := sc.Text()
 		if m := okLine.FindStringSubmatch(l); m != nil {
 			r.ok[m[1]] = m[2]
 		} else if m := resultLine.FindStringSubmatch(l); m != nil {

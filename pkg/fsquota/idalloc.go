@@ -162,6 +162,21 @@ func (a *IDAllocator) Release(id uint32, owner string) error {
 	return nil
 }
 
+// Owner returns who holds id, if anyone. It reads that one claim, so it
+// is cheap enough for every request (unlike Lookup and Claimed, which list
+// the whole directory). A path at id's name that is not a claim (not a
+// symlink) is an error, not "unclaimed": Allocate could never take that ID.
+func (a *IDAllocator) Owner(id uint32) (owner string, held bool, err error) {
+	owner, err = os.Readlink(a.path(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("reading the claim of project ID %d: %w", id, err)
+	}
+	return owner, true, nil
+}
+
 // Lookup returns the ID held by owner, if any. It reads every claim, so it
 // is meant for recovery, not for every request.
 func (a *IDAllocator) Lookup(owner string) (id uint32, ok bool, err error) {

@@ -145,6 +145,53 @@ func TestIDAllocatorClaimReleaseLookup(t *testing.T) {
 	}
 }
 
+// TestIDAllocatorOwner checks Owner against what Claim, Allocate and
+// Release did, and that it agrees with the full listing.
+func TestIDAllocatorOwner(t *testing.T) {
+	dir := t.TempDir()
+	a := newAllocator(t, dir, 1, 100)
+	if err := a.Claim(7, "vol-a"); err != nil {
+		t.Fatal(err)
+	}
+	id, err := a.Allocate("vol-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := a.Claimed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []struct {
+		id    uint32
+		owner string
+	}{{7, "vol-a"}, {id, "vol-b"}} {
+		owner, held, err := a.Owner(want.id)
+		if err != nil || !held || owner != want.owner {
+			t.Errorf("Owner(%d) = %q, %v, %v; want %q", want.id, owner, held, err, want.owner)
+		}
+		if claims[want.id] != owner {
+			t.Errorf("Owner(%d) = %q but Claimed says %q", want.id, owner, claims[want.id])
+		}
+	}
+	if owner, held, err := a.Owner(99); err != nil || held || owner != "" {
+		t.Errorf("Owner(unclaimed 99) = %q, %v, %v; want not held", owner, held, err)
+	}
+	if err := a.Release(7, "vol-a"); err != nil {
+		t.Fatal(err)
+	}
+	if owner, held, err := a.Owner(7); err != nil || held {
+		t.Errorf("Owner(7) after Release = %q, %v, %v; want not held", owner, held, err)
+	}
+	// A regular file at an ID's name is no claim, but the ID is not free
+	// either (Allocate's symlink would fail): Owner reports an error.
+	if err := os.WriteFile(filepath.Join(dir, "50"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.Owner(50); err == nil {
+		t.Error("Owner(50) with a regular file at its claim path succeeded")
+	}
+}
+
 func TestIDAllocatorBadInput(t *testing.T) {
 	dir := t.TempDir()
 	for _, r := range [][2]uint32{{0, 10}, {5, 4}} {

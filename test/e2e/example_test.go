@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"source.plinth.dev/node/kubernetes/resizer"
+	"source.plinth.dev/test/e2e/await"
 	"source.plinth.dev/test/launch"
 )
 
@@ -46,7 +47,7 @@ func TestMakeRunExample(t *testing.T) {
 			"delete", "--ignore-not-found", "--grace-period=1", "-f", file).Run()
 	})
 	if err := waitPodRunning(ctx, c.Client, "default", "example", 2*time.Minute); err != nil {
-		t.Fatalf("%v; claim events: %s", err, podEvents(c.Client, "default", "example"))
+		t.Fatalf("%v; claim events: %s", err, await.Events(ctx, c.Client, "default", "example"))
 	}
 	t.Logf("example pod running %.1fs after kubectl apply", time.Since(start).Seconds())
 	if got := kubectl("get", "pvc", "example", "-o", "jsonpath={.status.phase}"); got != "Bound" {
@@ -55,7 +56,7 @@ func TestMakeRunExample(t *testing.T) {
 	waitLogs(t, c, "example", "/data")
 	pvName := kubectl("get", "pvc", "example", "-o", "jsonpath={.spec.volumeName}")
 	logFile := filepath.Join(c.DataDir, "volumes", pvName, "log")
-	waitFor(t, 30*time.Second, "the example's log file "+logFile, func() (bool, error) {
+	await.For(t, t.Context(), 30*time.Second, "the example's log file "+logFile, func() (bool, error) {
 		data, err := os.ReadFile(logFile)
 		if errors.Is(err, os.ErrNotExist) {
 			return false, nil
@@ -66,7 +67,7 @@ func TestMakeRunExample(t *testing.T) {
 	// The user grows the claim, as the README tells them to, and sees the
 	// new size in kubectl: the claim's capacity, the PV's, and an Event.
 	kubectl("patch", "pvc", "example", "-p", `{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}`)
-	waitFor(t, 30*time.Second, "the example claim's capacity to be 2Gi", func() (bool, error) {
+	await.For(t, t.Context(), 30*time.Second, "the example claim's capacity to be 2Gi", func() (bool, error) {
 		return kubectl("get", "pvc", "example", "-o", "jsonpath={.status.capacity.storage}") == "2Gi", nil
 	})
 	if got := kubectl("get", "pv", pvName, "-o", "jsonpath={.spec.capacity.storage}"); got != "2Gi" {
@@ -75,12 +76,12 @@ func TestMakeRunExample(t *testing.T) {
 	if got := kubectl("get", "pvc", "example", "-o", "jsonpath={.status.allocatedResourceStatuses}"); got != "" {
 		t.Errorf("example claim still has resize statuses %s", got)
 	}
-	waitFor(t, 30*time.Second, "Event "+resizer.ReasonResizeSuccess+" on the example claim", func() (bool, error) {
+	await.For(t, t.Context(), 30*time.Second, "Event "+resizer.ReasonResizeSuccess+" on the example claim", func() (bool, error) {
 		return hasEvent(ctx, c, "PersistentVolumeClaim", "example", corev1.EventTypeNormal, resizer.ReasonResizeSuccess)
 	})
 
 	kubectl("delete", "--grace-period=1", "-f", file)
-	waitFor(t, time.Minute, "PV "+pvName+" to be deleted", func() (bool, error) {
+	await.For(t, t.Context(), time.Minute, "PV "+pvName+" to be deleted", func() (bool, error) {
 		_, err := c.Client.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, nil

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"source.plinth.dev/test/e2e/await"
 	"source.plinth.dev/test/launch"
 )
 
@@ -118,7 +119,7 @@ func TestGVisorVolumes(t *testing.T) {
 		t.Errorf("read-only claim in pod %s: want EROFS; its log:\n%s", name, logs)
 	}
 	file := filepath.Join(c.DataDir, "volumes", pv.Name, "file")
-	waitFor(t, 30*time.Second, "the sandbox's file in "+file, func() (bool, error) {
+	await.For(t, t.Context(), 30*time.Second, "the sandbox's file in "+file, func() (bool, error) {
 		got, err := os.ReadFile(file)
 		if errors.Is(err, os.ErrNotExist) {
 			return false, nil

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"source.plinth.dev/test/e2e/await"
 	"source.plinth.dev/test/images"
 )
 
@@ -27,28 +27,14 @@ func waitPodRunning(ctx context.Context, cs kubernetes.Interface, ns, name strin
 			return nil
 		}
 		if err == nil && (pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded) {
-			return fmt.Errorf("pod %s/%s ended: %s %s", ns, name, pod.Status.Phase, podEvents(cs, ns, name))
+			return fmt.Errorf("pod %s/%s ended: %s %s", ns, name, pod.Status.Phase, await.Events(ctx, cs, ns, name))
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("pod %s/%s not running: %w; events: %s", ns, name, ctx.Err(), podEvents(cs, ns, name))
+			return fmt.Errorf("pod %s/%s not running: %w; events: %s", ns, name, ctx.Err(), await.Events(ctx, cs, ns, name))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-}
-
-func podEvents(cs kubernetes.Interface, ns, name string) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	evs, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
-	if err != nil {
-		return fmt.Sprintf("(listing events: %v)", err)
-	}
-	var out []string
-	for _, e := range evs.Items {
-		out = append(out, fmt.Sprintf("%s %s: %s", e.Type, e.Reason, e.Message))
-	}
-	return "[" + strings.Join(out, "; ") + "]"
 }
 
 // deletePod deletes a pod and waits until kubelet has finished with it.

@@ -21,6 +21,7 @@ import (
 	"source.plinth.dev/node/kubernetes/provisioner"
 	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/pkg/mountinfo"
+	"source.plinth.dev/test/e2e/await"
 	"source.plinth.dev/test/launch"
 )
 
@@ -50,7 +51,7 @@ func TestFilesystemVolume(t *testing.T) {
 	pv := runPod(t, c, writer, pvc)
 	dir := filepath.Join(c.DataDir, "volumes", pv.Name)
 	// The pod wrote through the CSI bind mount into the volume directory.
-	waitFor(t, 30*time.Second, "the pod's file in "+dir, func() (bool, error) {
+	await.For(t, t.Context(), 30*time.Second, "the pod's file in "+dir, func() (bool, error) {
 		got, err := os.ReadFile(filepath.Join(dir, "file"))
 		if errors.Is(err, os.ErrNotExist) {
 			return false, nil
@@ -66,7 +67,7 @@ func TestFilesystemVolume(t *testing.T) {
 	if c.QuotaEnforced {
 		reason, typ = provisioner.ReasonProvisioningSucceeded, corev1.EventTypeNormal
 	}
-	waitFor(t, 30*time.Second, typ+" Event "+reason+" on claim "+name, func() (bool, error) {
+	await.For(t, t.Context(), 30*time.Second, typ+" Event "+reason+" on claim "+name, func() (bool, error) {
 		return hasEvent(ctx, c, "PersistentVolumeClaim", name, typ, reason)
 	})
 
@@ -192,7 +193,7 @@ func growClaim(t *testing.T, c *launch.Cluster, name, size string) {
 		t.Fatalf("growing claim %s to %s: %v", name, size, err)
 	}
 	want := resource.MustParse(size)
-	waitFor(t, 30*time.Second, "claim "+name+" to have "+size, func() (bool, error) {
+	await.For(t, t.Context(), 30*time.Second, "claim "+name+" to have "+size, func() (bool, error) {
 		pvc, err := c.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -243,7 +244,7 @@ func runPod(t *testing.T, c *launch.Cluster, pod *corev1.Pod, pvc *corev1.Persis
 	}
 	t.Cleanup(func() { deletePod(t, c.Client, "default", pod.Name) })
 	if err := waitPodRunning(ctx, c.Client, "default", pod.Name, 2*time.Minute); err != nil {
-		t.Fatalf("%v; claim events: %s", err, podEvents(c.Client, "default", pvc.Name))
+		t.Fatalf("%v; claim events: %s", err, await.Events(ctx, c.Client, "default", pvc.Name))
 	}
 	t.Logf("pod %s with claim %s running %.1fs after creation", pod.Name, pvc.Name, time.Since(start).Seconds())
 	return boundPV(t, c, pvc.Name)
@@ -281,7 +282,7 @@ func deleteClaim(t *testing.T, c *launch.Cluster, pvc *corev1.PersistentVolumeCl
 		t.Fatalf("deleting claim %s: %v", pvc.Name, err)
 	}
 	start := time.Now()
-	waitFor(t, time.Minute, "PV "+pv.Name+" to be deleted", func() (bool, error) {
+	await.For(t, t.Context(), time.Minute, "PV "+pv.Name+" to be deleted", func() (bool, error) {
 		_, err := c.Client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, nil
@@ -290,36 +291,16 @@ func deleteClaim(t *testing.T, c *launch.Cluster, pvc *corev1.PersistentVolumeCl
 	})
 	t.Logf("PV %s deleted %.1fs after its claim", pv.Name, time.Since(start).Seconds())
 	// Deletion has its Event on the PV (searchable after the PV is gone).
-	waitFor(t, 30*time.Second, "Event "+provisioner.ReasonVolumeDeleted+" on PV "+pv.Name, func() (bool, error) {
+	await.For(t, t.Context(), 30*time.Second, "Event "+provisioner.ReasonVolumeDeleted+" on PV "+pv.Name, func() (bool, error) {
 		return hasEvent(ctx, c, "PersistentVolume", pv.Name, corev1.EventTypeNormal, provisioner.ReasonVolumeDeleted)
 	})
-}
-
-// waitFor polls cond every 200ms until it is true or timeout passes; the
-// last error, if any, is part of the failure.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for {
-		var ok bool
-		ok, err = cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("waiting %v for %s: gave up (last error: %v)", timeout, what, err)
 }
 
 // waitLogs waits until the pod's log contains want.
 func waitLogs(t *testing.T, c *launch.Cluster, pod, want string) {
 	t.Helper()
 	var logs []byte
-	waitFor(t, 30*time.Second, fmt.Sprintf("%q in the log of pod %s", want, pod), func() (bool, error) {
+	await.For(t, t.Context(), 30*time.Second, fmt.Sprintf("%q in the log of pod %s", want, pod), func() (bool, error) {
 		var err error
 		logs, err = c.Client.CoreV1().Pods("default").GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(context.Background())
 		if err == nil && !bytes.Contains(logs, []byte(want)) {
@@ -350,7 +331,7 @@ func waitCapacityMetric(t *testing.T, c *launch.Cluster, pv *corev1.PersistentVo
 	claim := pv.Spec.ClaimRef
 	want := pv.Spec.Capacity[corev1.ResourceStorage]
 	start := time.Now()
-	waitFor(t, time.Minute, metric+" of "+claim.Name, func() (bool, error) {
+	await.For(t, t.Context(), time.Minute, metric+" of "+claim.Name, func() (bool, error) {
 		v, ok, err := volumeMetric(context.Background(), c, metric, claim.Namespace, claim.Name)
 		if err != nil || !ok {
 			return false, err

@@ -19,6 +19,7 @@ import (
 
 	"source.plinth.dev/node/kubernetes/resizer"
 	"source.plinth.dev/pkg/mountinfo"
+	"source.plinth.dev/test/e2e/await"
 	"source.plinth.dev/test/e2e/workload"
 	"source.plinth.dev/test/launch"
 )
@@ -117,7 +118,7 @@ func testWorkload(t *testing.T, c *launch.Cluster, rt workload.Runtime) {
 			continue
 		}
 		image := filepath.Join(c.DataDir, "volumes", pvs[i].Name+".img")
-		waitFor(t, 30*time.Second, "no loop device over "+image+" once the pod is gone", func() (bool, error) {
+		await.For(t, t.Context(), 30*time.Second, "no loop device over "+image+" once the pod is gone", func() (bool, error) {
 			loops := loopsOver(t, image)
 			return len(loops) == 0, fmt.Errorf("bound: %v", loops)
 		})
@@ -196,7 +197,7 @@ func infeasibleResize(t *testing.T, c *launch.Cluster, claim string) int {
 	}
 	tooBig := fmt.Sprintf("%dGi", int64(st.Blocks)*st.Bsize>>30+1)
 	patchRequest(t, c, claim, tooBig)
-	waitFor(t, 30*time.Second, "claim "+claim+" to be ControllerResizeInfeasible at "+tooBig, func() (bool, error) {
+	await.For(t, t.Context(), 30*time.Second, "claim "+claim+" to be ControllerResizeInfeasible at "+tooBig, func() (bool, error) {
 		pvc, err := c.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, claim, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -204,13 +205,13 @@ func infeasibleResize(t *testing.T, c *launch.Cluster, claim string) int {
 		s := pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage]
 		return s == corev1.PersistentVolumeClaimControllerResizeInfeasible, fmt.Errorf("resize status %q", s)
 	})
-	waitFor(t, 30*time.Second, "Event "+resizer.ReasonResizeFailed+" on claim "+claim, func() (bool, error) {
+	await.For(t, t.Context(), 30*time.Second, "Event "+resizer.ReasonResizeFailed+" on claim "+claim, func() (bool, error) {
 		return hasEvent(ctx, c, "PersistentVolumeClaim", claim, corev1.EventTypeWarning, resizer.ReasonResizeFailed)
 	})
 
 	patchRequest(t, c, claim, workload.RecoverTo)
 	want := resource.MustParse(workload.RecoverTo)
-	waitFor(t, 30*time.Second, "claim "+claim+" to recover at "+workload.RecoverTo, func() (bool, error) {
+	await.For(t, t.Context(), 30*time.Second, "claim "+claim+" to recover at "+workload.RecoverTo, func() (bool, error) {
 		pvc, err := c.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, claim, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -264,7 +265,7 @@ func assertNothingLeft(t *testing.T, c *launch.Cluster, pod types.UID, pvs []*co
 		}
 	}
 	checks++
-	waitFor(t, time.Minute, "no mount or file naming the pod or its volumes", func() (bool, error) {
+	await.For(t, t.Context(), time.Minute, "no mount or file naming the pod or its volumes", func() (bool, error) {
 		left, err := leftovers(c, keys)
 		if err != nil {
 			return false, err

@@ -96,7 +96,7 @@ func setUp() (*world, error) {
 	if err != nil {
 		return nil, err
 	}
-	w.node, err = nodevm.New(ctx, nodevm.Config{
+	w.node, err = nodevm.New(nodevm.Config{
 		Dir: filepath.Join(workDir, "node"), Kernel: kernel, Image: image, ControlPlane: w.cp,
 		// Small: the infeasible resize must exceed it, and a sparse
 		// image costs nothing until written.

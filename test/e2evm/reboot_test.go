@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/test/e2e/await"
 	"source.plinth.dev/test/images"
 )
 
@@ -174,22 +175,8 @@ func waitLog(ctx context.Context, w *world, ns, pod, prefix string, timeout time
 		}
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("pod %s/%s logged no %q line: %w; last log or error: %s; events: %s", ns, pod, prefix, ctx.Err(), last, podEvents(w, ns, pod))
+			return "", fmt.Errorf("pod %s/%s logged no %q line: %w; last log or error: %s; events: %s", ns, pod, prefix, ctx.Err(), last, await.Events(ctx, w.cp.Client, ns, pod))
 		case <-time.After(2 * time.Second):
 		}
 	}
-}
-
-func podEvents(w *world, ns, name string) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	evs, err := w.cp.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
-	if err != nil {
-		return fmt.Sprintf("(listing events: %v)", err)
-	}
-	var out []string
-	for _, e := range evs.Items {
-		out = append(out, fmt.Sprintf("%s %s: %s", e.Type, e.Reason, e.Message))
-	}
-	return "[" + strings.Join(out, "; ") + "]"
 }

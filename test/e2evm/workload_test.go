@@ -2,6 +2,7 @@ package e2evm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"source.plinth.dev/node/kubernetes/resizer"
+	"source.plinth.dev/test/e2e/await"
 	"source.plinth.dev/test/e2e/workload"
 )
 
@@ -40,7 +42,7 @@ func TestWorkload(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := workload.WaitMarker(ctx, cs, ns, spec.Pod.Name, "[INIT-PASSED]", "[INIT-FAILED]", 5*time.Minute); err != nil {
-		t.Fatalf("%v\nevents: %s", err, podEvents(w, ns, spec.Pod.Name))
+		t.Fatalf("%v\nevents: %s", err, await.Events(ctx, cs, ns, spec.Pod.Name))
 	}
 	var pvs []string
 	for _, pvc := range spec.PVCs {
@@ -72,20 +74,20 @@ func TestWorkload(t *testing.T) {
 	// Infeasible: more than the whole data disk. Then recovery.
 	claim := spec.PVCs[0].Name
 	setRequest(t, w, ns, claim, "3Gi")
-	waitFor(t, ctx, time.Minute, "claim "+claim+" ControllerResizeInfeasible", func() (bool, string) {
+	await.For(t, ctx, time.Minute, "claim "+claim+" ControllerResizeInfeasible", func() (bool, error) {
 		pvc, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
 		if err != nil {
-			return false, err.Error()
+			return false, err
 		}
 		st := pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage]
-		return st == corev1.PersistentVolumeClaimControllerResizeInfeasible, fmt.Sprintf("resize status %q", st)
+		return st == corev1.PersistentVolumeClaimControllerResizeInfeasible, fmt.Errorf("resize status %q", st)
 	})
-	waitFor(t, ctx, time.Minute, "Event "+resizer.ReasonResizeFailed+" on "+claim, func() (bool, string) {
+	await.For(t, ctx, time.Minute, "Event "+resizer.ReasonResizeFailed+" on "+claim, func() (bool, error) {
 		evs, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + claim + ",reason=" + resizer.ReasonResizeFailed})
 		if err != nil {
-			return false, err.Error()
+			return false, err
 		}
-		return len(evs.Items) > 0, "no such Event"
+		return len(evs.Items) > 0, errors.New("no such Event")
 	})
 	setRequest(t, w, ns, claim, workload.RecoverTo)
 	waitCapacity(t, w, ns, claim, workload.RecoverTo)
@@ -100,12 +102,12 @@ func TestWorkload(t *testing.T) {
 		}
 	}
 	for _, pv := range pvs {
-		waitFor(t, ctx, 2*time.Minute, "PV "+pv+" deleted", func() (bool, string) {
+		await.For(t, ctx, 2*time.Minute, "PV "+pv+" deleted", func() (bool, error) {
 			_, err := cs.CoreV1().PersistentVolumes().Get(ctx, pv, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
-				return true, ""
+				return true, nil
 			}
-			return false, fmt.Sprintf("still there (%v)", err)
+			return false, fmt.Errorf("still there (%v)", err)
 		})
 	}
 	t.Logf("VM node, quotas enforced: %d checks passed in the pod, %.1fs", passed, time.Since(start).Seconds())
@@ -123,30 +125,13 @@ func waitCapacity(t *testing.T, w *world, ns, claim, size string) {
 	t.Helper()
 	want := resource.MustParse(size)
 	ctx := context.Background()
-	waitFor(t, ctx, time.Minute, "claim "+claim+" at "+size, func() (bool, string) {
+	await.For(t, ctx, time.Minute, "claim "+claim+" at "+size, func() (bool, error) {
 		pvc, err := w.cp.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
 		if err != nil {
-			return false, err.Error()
+			return false, err
 		}
 		got := pvc.Status.Capacity[corev1.ResourceStorage]
 		_, resizing := pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage]
-		return got.Cmp(want) == 0 && !resizing, fmt.Sprintf("capacity %s, resize statuses %v", got.String(), pvc.Status.AllocatedResourceStatuses)
+		return got.Cmp(want) == 0 && !resizing, fmt.Errorf("capacity %s, resize statuses %v", got.String(), pvc.Status.AllocatedResourceStatuses)
 	})
-}
-
-// waitFor polls cond until it holds; on timeout the test fails with what
-// cond said last.
-func waitFor(t *testing.T, ctx context.Context, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("waiting %v for %s: %s", timeout, what, why)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
 }

@@ -3,123 +3,23 @@ package launch
 import (
 	"encoding/base64"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"text/template"
 
+	"source.plinth.dev/node/core/nodeconfig"
 	"source.plinth.dev/node/kubernetes/containerd"
-	"source.plinth.dev/test/images"
+	"source.plinth.dev/node/kubernetes/kubelet"
 	"source.plinth.dev/test/launch/host"
 )
 
 // The configuration files of the components, written into the work
 // directory. Each setting that differs from upstream defaults says why.
-
-var containerdConfig = template.Must(template.New("containerd").Parse(`version = 2
-root = "{{.Root}}"
-state = "{{.State}}"
-# Plugins that would write outside the work directory (opt: /opt/containerd)
-# or that a node never uses.
-disabled_plugins = [
-  "io.containerd.internal.v1.opt",
-  "io.containerd.internal.v1.tracing",
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.tracing.processor.v1.otlp",
-]
-
-[grpc]
-  address = "{{.Socket}}"
-
-[ttrpc]
-  address = ""
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{{.SandboxImage}}"
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  # Hosts that drop CAP_SYS_RESOURCE (like some sandboxes) cannot lower
-  # oom_score_adj below the runtime's own; clamp instead of failing every
-  # pod sandbox with "can't get final child's PID from pipe".
-  restrict_oom_score_adj = true
-  # Test pods need no AppArmor profile, and loading containerd's default one
-  # needs apparmor_parser, which a minimal host may lack.
-  disable_apparmor = true
-  # A block volume's device node in a container belongs to the pod's
-  # runAsUser/runAsGroup, as on a node: without this it is root's (0660),
-  # and a pod running as a non-root user cannot open its own block claim.
-  device_ownership_from_security_context = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        # kubelet uses the cgroupfs driver; both must agree.
-        SystemdCgroup = false
-{{- if .RunscConfig}}
-    # gVisor (see gvisor.go). containerd finds containerd-shim-runsc-v1 on
-    # its PATH; the options hand the shim its configuration file.
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{{.RunscHandler}}]
-      runtime_type = "io.containerd.runsc.v1"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{{.RunscHandler}}.options]
-        TypeUrl = "io.containerd.runsc.v1.options"
-        ConfigPath = "{{.RunscConfig}}"
-{{- end}}
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{{.CNIBin}}"
-    conf_dir = "{{.CNIConf}}"
-`))
-
-// The kubelet's configuration. Notes on the less obvious settings:
-//   - failCgroupV1: false keeps the kubelet running on cgroup v1 hosts.
-//   - podLogsDir and volumePluginDir keep pod logs and the flexvolume
-//     directory inside the work directory instead of /var/log/pods and
-//     /usr/libexec/kubernetes.
-//   - low eviction thresholds: a busy developer disk must not evict the
-//     test pods.
-//   - nodeStatusUpdateFrequency: 1s gets the node Ready a few seconds
-//     sooner; status is only written when it changes.
-//   - volumeStatsAggPeriod: 5s instead of 1m: kubelet_volume_stats_* of a
-//     new PVC appear within seconds (tests and users of make run look for
-//     them); plinth-node answers NodeGetVolumeStats from the quota, so the
-//     shorter period costs next to nothing.
-var kubeletConfig = template.Must(template.New("kubelet").Parse(`apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-address: {{.NodeIP}}
-port: {{.Port}}
-readOnlyPort: 0
-healthzPort: 0
-authentication:
-  anonymous: {enabled: false}
-  webhook: {enabled: true}
-  x509: {clientCAFile: {{.CAFile}}}
-authorization: {mode: Webhook}
-tlsCertFile: {{.CertFile}}
-tlsPrivateKeyFile: {{.KeyFile}}
-cgroupDriver: cgroupfs
-failCgroupV1: false
-failSwapOn: false
-containerRuntimeEndpoint: unix://{{.Containerd}}
-imageServiceEndpoint: unix://{{.Containerd}}
-podLogsDir: {{.PodLogs}}
-volumePluginDir: {{.VolumePlugins}}
-resolvConf: /etc/resolv.conf
-serializeImagePulls: false
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-evictionHard:
-  memory.available: "50Mi"
-  nodefs.available: "1%"
-  nodefs.inodesFree: "1%"
-  imagefs.available: "1%"
-nodeStatusUpdateFrequency: 1s
-volumeStatsAggPeriod: 5s
-shutdownGracePeriod: 0s
-`))
+// containerd's and the kubelet's are a node's, rendered by the node's own
+// packages (containerdConfig, kubeletConfig) with what a host needs
+// differently.
 
 // writeTemplate renders t with data into path.
 func writeTemplate(path string, t *template.Template, data any) error {
@@ -133,50 +33,28 @@ func writeTemplate(path string, t *template.Template, data any) error {
 	return nil
 }
 
-// writeConfigs writes every component's configuration file.
-func (c *Cluster) writeConfigs() error {
-	if err := writeTemplate(c.containerdConfigPath(), containerdConfig, map[string]string{
-		"Root":         filepath.Join(c.DataDir, "containerd"),
-		"State":        filepath.Join(c.Dir, "run", "containerd"),
-		"Socket":       c.ContainerdSocket,
-		"SandboxImage": images.PauseRef,
-		"CNIBin":       c.cniBinDir,
-		"CNIConf":      filepath.Join(c.Dir, "cni", "net.d"),
-		"RunscHandler": GVisorHandler,
-		"RunscConfig":  c.runscConfigPath(),
-	}); err != nil {
-		return err
-	}
-	if err := c.writeRunscConfig(); err != nil {
-		return err
-	}
-	// The pod network is a Plinth node's, written by the node's own code.
-	cd := containerd.Config{CNIConfDir: filepath.Join(c.Dir, "cni", "net.d")}
-	if err := cd.WriteCNIConfig(containerd.CNI{
-		Bridge:  host.BridgeName,
-		IPAMDir: filepath.Join(c.Dir, "cni", "ipam"),
-		PodCIDR: podCIDR,
-	}); err != nil {
-		return err
-	}
-	kubeletServing := c.pki.Get("kubelet-serving")
-	if err := writeTemplate(filepath.Join(c.Dir, "kubelet.yaml"), kubeletConfig, map[string]any{
-		"NodeIP":        c.NodeIP,
-		"Port":          c.kubeletPort,
-		"CAFile":        c.pki.CA.CertPath,
-		"CertFile":      kubeletServing.CertPath,
-		"KeyFile":       kubeletServing.KeyPath,
-		"Containerd":    c.ContainerdSocket,
-		"PodLogs":       filepath.Join(c.DataDir, "pod-logs"),
-		"VolumePlugins": filepath.Join(c.DataDir, "kubelet-volume-plugins"),
-	}); err != nil {
-		return err
+// writeConfigs writes the configuration files of the control plane and,
+// with a node, its pod network. containerd's and the kubelet's are written
+// when they start (startContainerd, startKubelet): their directories are on
+// the data filesystem, which is mounted only then.
+func (c *Cluster) writeConfigs(node bool) error {
+	if node {
+		if err := c.writeRunscConfig(); err != nil {
+			return err
+		}
+		// The pod network is a Plinth node's, written by the node's own code.
+		if err := c.containerdConfig().WriteCNIConfig(containerd.CNI{
+			Bridge:  host.BridgeName,
+			IPAMDir: filepath.Join(c.Dir, "cni", "ipam"),
+			PodCIDR: podCIDR,
+		}); err != nil {
+			return err
+		}
 	}
 	for _, kc := range []struct{ file, cert string }{
 		{c.Kubeconfig, "admin"},
 		{c.kubeconfigPath("controller-manager"), "controller-manager"},
 		{c.kubeconfigPath("scheduler"), "scheduler"},
-		{c.kubeconfigPath("kubelet"), "kubelet"},
 		{c.NodeKubeconfig, "plinth-node"},
 	} {
 		if err := c.writeKubeconfig(kc.file, kc.cert); err != nil {
@@ -247,4 +125,55 @@ func (c *Cluster) kubeconfigPath(name string) string {
 
 func (c *Cluster) containerdConfigPath() string {
 	return filepath.Join(c.Dir, "containerd.toml")
+}
+
+// containerdConfig is the host node's containerd: a node's configuration
+// with its files in the work directory, pivot_root (the host has a real
+// root), a clamped oom_score_adj and, with gVisor, the runsc runtime.
+func (c *Cluster) containerdConfig() containerd.Config {
+	cfg := containerd.Config{
+		ConfigFile:          c.containerdConfigPath(),
+		Root:                filepath.Join(c.DataDir, "containerd"),
+		State:               filepath.Join(c.Dir, "run", "containerd"),
+		Socket:              c.ContainerdSocket,
+		CNIBinDir:           c.cniBinDir,
+		CNIConfDir:          filepath.Join(c.Dir, "cni", "net.d"),
+		RestrictOOMScoreAdj: true,
+	}
+	if p := c.runscConfigPath(); p != "" {
+		cfg.Runsc = &containerd.Runsc{Handler: GVisorHandler, ConfigPath: p}
+	}
+	return cfg
+}
+
+// kubeletConfig is the host node's kubelet: a node's configuration serving
+// on the node IP with the cluster's certificates, without the local health
+// endpoint (the host may run other kubelets) or cluster DNS, its pod logs
+// on the data filesystem.
+func (c *Cluster) kubeletConfig() (kubelet.Config, error) {
+	ip, err := netip.ParseAddr(c.NodeIP)
+	if err != nil {
+		return kubelet.Config{}, fmt.Errorf("kubelet configuration: node IP: %w", err)
+	}
+	kc, err := c.kubeconfig(c.APIServerURL, "kubelet")
+	if err != nil {
+		return kubelet.Config{}, err
+	}
+	serving := c.pki.Get("kubelet-serving")
+	key, err := serving.KeyPEM()
+	if err != nil {
+		return kubelet.Config{}, fmt.Errorf("kubelet configuration: %w", err)
+	}
+	return kubelet.Config{
+		RootDir:          c.KubeletRootDir,
+		ConfigDir:        filepath.Join(c.Dir, "kubelet"),
+		PodLogsDir:       filepath.Join(c.DataDir, "pod-logs"),
+		Node:             nodeconfig.Node{NodeName: c.NodeName, NodeIP: ip, KubeletPort: c.kubeletPort},
+		Kubeconfig:       kc,
+		ContainerdSocket: c.ContainerdSocket,
+		ServingCert:      serving.CertPEM(),
+		ServingKey:       key,
+		Address:          ip,
+		NoHealthz:        true,
+	}, nil
 }

@@ -192,7 +192,7 @@ func (c *Cluster) initPaths(ctx context.Context, node bool) error {
 	if err != nil {
 		return err
 	}
-	if err := c.writeConfigs(); err != nil {
+	if err := c.writeConfigs(node); err != nil {
 		return err
 	}
 	c.RESTConfig = &rest.Config{
@@ -402,19 +402,24 @@ func (c *Cluster) startScheduler() error {
 }
 
 func (c *Cluster) startContainerd() error {
-	return c.run("containerd", "/usr/bin/containerd", []string{"--config=" + c.containerdConfigPath()}, []string{c.containerdPATH()})
+	cfg := c.containerdConfig()
+	if err := cfg.WriteConfig(); err != nil {
+		return err
+	}
+	return c.run("containerd", "/usr/bin/containerd", []string{"--config=" + cfg.ConfigFile}, []string{c.containerdPATH()})
 }
 
 func (c *Cluster) startKubelet() error {
-	return c.run("kubelet", filepath.Join(c.BinDir, "kubelet"), []string{
-		"--config=" + filepath.Join(c.Dir, "kubelet.yaml"),
-		"--kubeconfig=" + c.kubeconfigPath("kubelet"),
-		"--root-dir=" + c.KubeletRootDir,
-		"--cert-dir=" + filepath.Join(c.Dir, "run", "kubelet-pki"),
-		"--hostname-override=" + c.NodeName,
-		"--node-ip=" + c.NodeIP,
-		"--v=2",
-	}, []string{"PATH=" + c.KubeletPATH})
+	cfg, err := c.kubeletConfig()
+	if err != nil {
+		return err
+	}
+	args, err := cfg.WriteFiles()
+	if err != nil {
+		return err
+	}
+	args = append(args, "--cert-dir="+filepath.Join(c.Dir, "run", "kubelet-pki"), "--v=2")
+	return c.run("kubelet", filepath.Join(c.BinDir, "kubelet"), args, []string{"PATH=" + c.KubeletPATH})
 }
 
 func (c *Cluster) startPlinthNode() error {

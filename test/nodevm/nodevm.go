@@ -105,8 +105,10 @@ type Node struct {
 const LockPath = "/run/plinth-nodevm.lock"
 
 // New prepares a node: the work directory, the node's credentials and its
-// configuration disk. It does not boot.
-func New(ctx context.Context, cfg Config) (_ *Node, err error) {
+// configuration disk. It takes no context: it only writes local files (the
+// credentials are issued by the control plane's local CA, no request), and
+// every step that waits (Boot, WaitReady, Stop) takes one.
+func New(cfg Config) (_ *Node, err error) {
 	if cfg.Dir == "" || cfg.Kernel == "" || cfg.Image == "" || cfg.ControlPlane == nil {
 		return nil, errors.New("nodevm: Dir, Kernel, Image and ControlPlane are required")
 	}

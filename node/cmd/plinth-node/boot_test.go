@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -177,124 +174,59 @@ func writeInitrd(work, bin, modDir string) (string, error) {
 	return p, f.Close()
 }
 
-// vm is a booted VM whose console the test reads.
+// vm is a booted VM whose console the test reads: every line since the
+// boot, in order (microvm's WaitLine only sees lines printed after it is
+// called, and a test expects a sequence that may already have begun).
 type vm struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	mu     sync.Mutex
-	log    strings.Builder
-	lines  chan string
-	exited chan error
+	*microvm.VM
+	mu    sync.Mutex
+	log   strings.Builder
+	lines chan string
+}
+
+// Write is the VM's console; microvm writes one line per call.
+func (v *vm) Write(p []byte) (int, error) {
+	v.mu.Lock()
+	v.log.Write(p)
+	v.mu.Unlock()
+	select {
+	case v.lines <- strings.TrimSuffix(string(p), "\n"):
+	default: // a console that outran the test; the log still has it
+	}
+	return len(p), nil
 }
 
 // boot starts the VM with the given kernel command-line settings and
 // arguments for init (the words after "--").
 func boot(t *testing.T, e bootEnv, settings []string, initArgs ...string) *vm {
 	t.Helper()
-	return bootVM(t, vmConfig{kernel: e.kernel, initrd: e.initrd, memory: "512M", cpus: 1, disks: []string{e.disk}, snapshot: true}, settings, initArgs...)
+	return bootVM(t, microvm.Config{Kernel: e.kernel, Initrd: e.initrd, Memory: "512M", CPUs: 1,
+		Disks: []microvm.Disk{{Path: e.disk, Snapshot: true}}}, settings, initArgs...)
 }
 
-// vmConfig is the machine bootVM starts.
-type vmConfig struct {
-	kernel, initrd string
-	memory         string
-	cpus           int
-	// disks are virtio-blk devices, raw images; with snapshot their
-	// writes are discarded.
-	disks    []string
-	snapshot bool
-	// net adds a virtio-net device on qemu's user network (slirp:
-	// guest 10.0.2.15/24, gateway 10.0.2.2).
-	net bool
-}
-
-// bootVM starts a VM of c with the given kernel command-line settings and
-// arguments for init.
-func bootVM(t *testing.T, c vmConfig, settings []string, initArgs ...string) *vm {
+// bootVM starts the VM c with the given kernel command-line settings and
+// arguments for init; c's console is the test's.
+func bootVM(t *testing.T, c microvm.Config, settings []string, initArgs ...string) *vm {
 	t.Helper()
-	kargs := append([]string{
-		"console=ttyS0", "loglevel=3", "panic=-1", "mitigations=off", "no_timer_check", "random.trust_cpu=on",
-		"i8042.noaux", "i8042.nomux", "i8042.nopnp", "i8042.dumbkbd",
-	}, settings...)
-	// microvm lacks the timers the kernel calibrates the TSC with; under
-	// TCG the guest reads the host's TSC, so pass its rate.
-	if khz := microvm.HostTSCkHz(); khz > 0 {
-		kargs = append(kargs, "tsc_early_khz="+strconv.Itoa(khz))
-	}
-	if len(initArgs) > 0 {
-		kargs = append(append(kargs, "--"), initArgs...)
-	}
-	args := []string{
-		"-machine", "microvm", "-accel", "tcg", "-cpu", "max", "-m", c.memory, "-smp", strconv.Itoa(c.cpus),
-		// mon:stdio multiplexes qemu's monitor on the console, so that
-		// "Ctrl-a b" on stdin sends a serial break (see sysrq).
-		"-nographic", "-nodefaults", "-no-reboot", "-serial", "mon:stdio",
-		"-kernel", c.kernel, "-initrd", c.initrd, "-append", strings.Join(kargs, " "),
-	}
-	if c.snapshot {
-		args = append(args, "-snapshot")
-	}
-	for i, d := range c.disks {
-		id := fmt.Sprintf("d%d", i)
-		args = append(args, "-drive", "id="+id+",file="+d+",if=none,format=raw,cache=unsafe", "-device", "virtio-blk-device,drive="+id)
-	}
-	if c.net {
-		args = append(args, "-netdev", "user,id=n0", "-device", "virtio-net-device,netdev=n0")
-	}
-	cmd := exec.Command("qemu-system-x86_64", args...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
+	v := &vm{lines: make(chan string, 1<<16)}
+	// loglevel=3 keeps the console to what the tests read; a setting may
+	// raise it (the last loglevel wins).
+	c.KernelArgs = append([]string{"loglevel=3"}, settings...)
+	c.InitArgs = initArgs
+	c.Console = v
+	var err error
+	if v.VM, err = microvm.Start(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = cmd.Stdout
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := &vm{cmd: cmd, stdin: in, lines: make(chan string, 1<<16), exited: make(chan error, 1)}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			l := strings.TrimRight(sc.Text(), "\r")
-			v.mu.Lock()
-			v.log.WriteString(l + "\n")
-			v.mu.Unlock()
-			select {
-			case v.lines <- l:
-			default:
-			}
-		}
-		// Closing lines after the last one lets expect read everything
-		// the VM printed before it ended.
-		close(v.lines)
-		v.exited <- cmd.Wait()
-	}()
 	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-v.exited
+		if err := v.Kill(); err != nil {
+			t.Error(err)
+		}
 		if t.Failed() || testing.Verbose() {
 			t.Logf("VM console:\n%s", v.console())
 		}
 	})
 	return v
-}
-
-// sysrq sends the magic SysRq key to the guest kernel: a serial break
-// (qemu's "Ctrl-a b") followed by the key. It needs sysrq_always_enabled
-// on the kernel command line.
-func (v *vm) sysrq(t *testing.T, key byte) {
-	t.Helper()
-	if _, err := v.stdin.Write([]byte{0x01, 'b'}); err != nil {
-		t.Fatal(err)
-	}
-	// The kernel takes the key that follows the break as the command.
-	time.Sleep(200 * time.Millisecond)
-	if _, err := v.stdin.Write([]byte{key}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func (v *vm) console() string {
@@ -317,11 +249,17 @@ func (v *vm) expectWithin(t *testing.T, limit time.Duration, want ...string) {
 	for _, w := range want {
 		for found := false; !found; {
 			select {
-			case l, ok := <-v.lines:
-				if !ok {
+			case l := <-v.lines:
+				found = strings.Contains(l, w)
+			case <-v.Done():
+				// Every line was written before qemu's end was seen:
+				// read what is left before giving up.
+				select {
+				case l := <-v.lines:
+					found = strings.Contains(l, w)
+				default:
 					t.Fatalf("VM ended before the console showed %q", w)
 				}
-				found = strings.Contains(l, w)
 			case <-timeout:
 				t.Fatalf("console did not show %q within %s", w, limit)
 			}
@@ -349,15 +287,12 @@ func TestBootFailurePowersOff(t *testing.T) {
 	// machine off (plinth.onfailure=poweroff), ending qemu by itself.
 	v := boot(t, e, []string{"plinth.onfailure=poweroff", "plinth.haltdelay=0s", "plinth.hostname=boot-fail"}, "--no-such-flag")
 	v.expect(t, "powering off in 0s: node process failed: exit status 2", "reboot: Power down")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	select {
-	case err := <-v.exited:
-		v.exited <- err
-		if err != nil {
+	case <-v.Done():
+		if err := v.Err(); err != nil {
 			t.Errorf("qemu exited with %v after the guest powered off", err)
 		}
-	case <-ctx.Done():
+	case <-time.After(2 * time.Minute):
 		t.Fatal("the VM did not power off")
 	}
 	if strings.Contains(v.console(), "Kernel panic") {
@@ -374,11 +309,12 @@ func TestBootCleanShutdownPowersOff(t *testing.T) {
 	// signal a service manager would send, must stop cleanly and exit 0,
 	// and init must then power off (not reboot, which with -no-reboot
 	// would also end qemu but is reported differently).
-	v.sysrq(t, 'e')
+	if err := v.SysRq('e'); err != nil {
+		t.Fatal(err)
+	}
 	v.expect(t, "shutting down", "stopped cleanly", "powering off in 0s: node process exited cleanly", "XFS (vda): Unmounting Filesystem", "reboot: Power down")
 	select {
-	case err := <-v.exited:
-		v.exited <- err
+	case <-v.Done():
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the VM did not power off")
 	}

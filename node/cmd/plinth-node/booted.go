@@ -125,6 +125,8 @@ func (b *bootedNode) kubeletService() core.Service {
 		Socket:     containerdSocket,
 		CNIBinDir:  cniBinDir,
 		CNIConfDir: filepath.Join(eph, "cni", "net.d"),
+		// The root filesystem is the initramfs.
+		NoPivotRoot: true,
 	}
 	node := kubelet.Node{
 		Containerd: cd,

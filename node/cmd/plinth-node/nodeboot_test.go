@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"source.plinth.dev/build/microvm"
 	"source.plinth.dev/build/nodeimage"
 	"source.plinth.dev/node/core/nodeconfig"
 	"source.plinth.dev/pkg/loop"
@@ -196,7 +197,7 @@ func TestBootNodeRunsPod(t *testing.T) {
 		t.Logf("node initrd: %d MiB", st.Size()>>20)
 	}
 	start := time.Now()
-	v := bootVM(t, vmConfig{kernel: e.kernel, initrd: initrd, memory: "3G", cpus: 2, disks: []string{data, cfgDisk}, net: true},
+	v := bootVM(t, microvm.Config{Kernel: e.kernel, Initrd: initrd, Memory: "3G", CPUs: 2, Disks: []microvm.Disk{{Path: data}, {Path: cfgDisk}}, Network: true},
 		[]string{"plinth.data=/dev/vda", "plinth.config=/dev/vdb", "plinth.onfailure=poweroff", "plinth.haltdelay=0s"})
 	mark := func(what string, want ...string) {
 		t.Helper()
@@ -233,7 +234,7 @@ func TestBootFormatsBlankDataDisk(t *testing.T) {
 	dir := t.TempDir()
 	cfgDisk := writeConfigDisk(t, dir, nodeconfig.Config{Node: testNode()})
 	data := dataDisk(t, dir, nil)
-	v := bootVM(t, vmConfig{kernel: e.kernel, initrd: initrd, memory: "3G", cpus: 2, disks: []string{data, cfgDisk}, net: true},
+	v := bootVM(t, microvm.Config{Kernel: e.kernel, Initrd: initrd, Memory: "3G", CPUs: 2, Disks: []microvm.Disk{{Path: data}, {Path: cfgDisk}}, Network: true},
 		[]string{"plinth.data=/dev/vda", "plinth.config=/dev/vdb", "plinth.onfailure=poweroff", "plinth.haltdelay=0s"})
 	v.expectWithin(t, 3*time.Minute, "data partition /dev/vda is blank", "mounted data partition /dev/vda", "project quotas enforced", "containerd is ready")
 }

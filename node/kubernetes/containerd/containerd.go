@@ -6,13 +6,18 @@
 //   - the root (images, snapshots) is on the data partition, the only
 //     disk; the state (sockets, shim bundles) is on /run, which ends with
 //     the boot like the containers it describes;
-//   - runc runs with NoPivotRoot: a node's root filesystem is the
-//     initramfs (rootfs), which cannot be pivoted away from, so runc
-//     must switch a container's root with MS_MOVE and chroot instead;
+//   - runc runs with NoPivotRoot (Config.NoPivotRoot, which the node
+//     sets): a node's root filesystem is the initramfs (rootfs), which
+//     cannot be pivoted away from, so runc must switch a container's root
+//     with MS_MOVE and chroot instead;
 //   - cgroupfs (SystemdCgroup = false): there is no systemd, and the
 //     kubelet uses the same driver;
 //   - no registry is ever reached: every image a node runs is imported
 //     from the node image (ImportImages), the sandbox image included.
+//
+// test/launch's host cluster writes its containerd configuration with
+// WriteConfig too, so there is one template; the fields after CNIConfDir
+// are what a host needs differently.
 package containerd
 
 import (
@@ -61,6 +66,30 @@ type Config struct {
 	// configuration (see WriteCNIConfig).
 	CNIBinDir  string
 	CNIConfDir string
+
+	// The settings below differ between a node and the host cluster of
+	// test/launch, which renders its containerd configuration here too.
+
+	// NoPivotRoot makes runc switch a container's root with MS_MOVE and
+	// chroot: a node's root filesystem is the initramfs (rootfs), which
+	// pivot_root cannot leave. A host with a real root keeps pivot_root.
+	NoPivotRoot bool
+	// RestrictOOMScoreAdj clamps a container's oom_score_adj to
+	// containerd's own instead of failing the pod sandbox ("can't get final
+	// child's PID from pipe"): hosts that drop CAP_SYS_RESOURCE (some
+	// sandboxes) cannot lower it. A node has the capability.
+	RestrictOOMScoreAdj bool
+	// Runsc, when set, adds gVisor as a runtime.
+	Runsc *Runsc
+}
+
+// Runsc is gVisor's runtime in containerd. containerd finds
+// containerd-shim-runsc-v1 on its PATH.
+type Runsc struct {
+	// Handler is the runtime's name, which a RuntimeClass's handler names.
+	Handler string
+	// ConfigPath is the shim's configuration file (runsc's path and flags).
+	ConfigPath string
 }
 
 func (c Config) binary() string { return orDefault(c.Binary, "containerd") }
@@ -73,7 +102,7 @@ func orDefault(s, d string) string {
 	return s
 }
 
-var configTemplate = template.Must(template.New("containerd").Parse(`# Written by plinth-node on every start; edits are lost.
+var configTemplate = template.Must(template.New("containerd").Parse(`# Written on every start; edits are lost.
 version = 2
 root = "{{.Root}}"
 state = "{{.State}}"
@@ -94,7 +123,11 @@ disabled_plugins = [
   sandbox_image = "{{.SandboxImage}}"
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
-  # No AppArmor on the node (nor apparmor_parser in the image).
+{{- if .RestrictOOMScoreAdj}}
+  restrict_oom_score_adj = true
+{{- end}}
+  # No AppArmor on the node (nor apparmor_parser in the image), and test
+  # pods on a host need no profile.
   disable_apparmor = true
   # A block volume's device node in a container belongs to the pod's
   # runAsUser/runAsGroup: otherwise it is root's (0660), and a pod running
@@ -106,9 +139,19 @@ disabled_plugins = [
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        # The kubelet uses the cgroupfs driver; both must agree.
         SystemdCgroup = false
+{{- if .NoPivotRoot}}
         # The root filesystem is the initramfs: pivot_root cannot leave it.
         NoPivotRoot = true
+{{- end}}
+{{- with .Runsc}}
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{{.Handler}}]
+      runtime_type = "io.containerd.runsc.v1"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{{.Handler}}.options]
+        TypeUrl = "io.containerd.runsc.v1.options"
+        ConfigPath = "{{.ConfigPath}}"
+{{- end}}
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{{.CNIBinDir}}"
     conf_dir = "{{.CNIConfDir}}"

@@ -17,13 +17,19 @@ func TestSandboxImageIsShipped(t *testing.T) {
 	}
 }
 
-func TestWriteConfigs(t *testing.T) {
+// testConfig places containerd's files in a fresh directory.
+func testConfig(t *testing.T) Config {
 	dir := t.TempDir()
-	c := Config{
+	return Config{
 		ConfigFile: filepath.Join(dir, "run/containerd/config.toml"), Root: filepath.Join(dir, "data/containerd"),
 		State: filepath.Join(dir, "run/containerd"), Socket: filepath.Join(dir, "run/containerd/containerd.sock"),
 		CNIBinDir: "/usr/lib/cni", CNIConfDir: filepath.Join(dir, "cni/net.d"),
 	}
+}
+
+func TestWriteConfigs(t *testing.T) {
+	c := testConfig(t)
+	c.NoPivotRoot = true // as the node sets it
 	if err := c.WriteConfig(); err != nil {
 		t.Fatal(err)
 	}
@@ -31,6 +37,11 @@ func TestWriteConfigs(t *testing.T) {
 	for _, want := range []string{`root = "` + c.Root + `"`, "NoPivotRoot = true", "SystemdCgroup = false", `snapshotter = "overlayfs"`, `sandbox_image = "plinth.local/pause:1"`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("containerd config lacks %q:\n%s", want, b)
+		}
+	}
+	for _, unwanted := range []string{"restrict_oom_score_adj", "runsc"} {
+		if strings.Contains(string(b), unwanted) {
+			t.Errorf("a node's containerd config has %q:\n%s", unwanted, b)
 		}
 	}
 	if err := c.WriteCNIConfig(CNI{Bridge: "plinth0", PodCIDR: "10.244.0.0/24", IPAMDir: "/run/cni"}); err != nil {
@@ -51,5 +62,30 @@ func TestWriteConfigs(t *testing.T) {
 	}
 	if p := conf.Plugins; len(p) != 1 || p[0].Type != "bridge" || p[0].IPMasq || p[0].IPAM.Ranges[0][0].Subnet != "10.244.0.0/24" {
 		t.Errorf("CNI config: %+v", conf)
+	}
+}
+
+// TestWriteHostConfig: the host cluster's settings (test/launch) appear in
+// the same template, and the node's NoPivotRoot does not.
+func TestWriteHostConfig(t *testing.T) {
+	c := testConfig(t)
+	c.RestrictOOMScoreAdj = true
+	c.Runsc = &Runsc{Handler: "runsc", ConfigPath: "/work/runsc.toml"}
+	if err := c.WriteConfig(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(c.ConfigFile)
+	for _, want := range []string{
+		"restrict_oom_score_adj = true",
+		`[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]`,
+		`runtime_type = "io.containerd.runsc.v1"`,
+		`ConfigPath = "` + c.Runsc.ConfigPath + `"`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("host containerd config lacks %q:\n%s", want, b)
+		}
+	}
+	if strings.Contains(string(b), "NoPivotRoot") {
+		t.Errorf("host containerd config has NoPivotRoot:\n%s", b)
 	}
 }

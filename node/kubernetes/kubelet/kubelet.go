@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,6 +70,20 @@ type Config struct {
 	// ServingCert and ServingKey are the kubelet's serving certificate
 	// and key (PEM); nil makes the kubelet serve a self-signed one.
 	ServingCert, ServingKey []byte
+
+	// The settings below differ between a node and the host cluster of
+	// test/launch, which renders its kubelet configuration here too.
+
+	// Address is where the kubelet serves; the zero Addr means every
+	// address, which a VM node needs (the host forwards the node IP's port
+	// to eth0's address). A host cluster's kubelet serves on its node IP
+	// only, beside whatever else the host runs.
+	Address netip.Addr
+	// NoHealthz turns the local health endpoint (127.0.0.1:10248, see
+	// Healthz) off. A host cluster's kubelet shares the host's loopback
+	// with other kubelets, whose port it must not take; test/launch waits
+	// for the Node to be Ready instead. Node.Runnable needs the endpoint.
+	NoHealthz bool
 }
 
 // ManifestsDir is where the kubelet reads static pods from.
@@ -80,25 +95,40 @@ func (c Config) clientCAFile() string   { return filepath.Join(c.ConfigDir, "cli
 func (c Config) certFile() string       { return filepath.Join(c.ConfigDir, "serving.crt") }
 func (c Config) keyFile() string        { return filepath.Join(c.ConfigDir, "serving.key") }
 
-// The kubelet's configuration. The settings that differ from the
-// kubelet's defaults mirror the host cluster's kubelet of test/launch and
-// say why where the node differs from it:
-//   - address 0.0.0.0: the host forwards the node IP's port into the guest
-//     to eth0's address, so the kubelet must listen on both.
+// The kubelet's configuration, the node's and test/launch's host
+// cluster's (see the fields after ServingKey). The settings that differ
+// from the kubelet's defaults:
+//   - address 0.0.0.0 unless Address is set: the host forwards the node
+//     IP's port into the guest to eth0's address, so the kubelet must
+//     listen on both.
 //   - tlsCertFile only if the configuration disk has one (an API server
 //     that verifies kubelets needs it); otherwise the kubelet makes its own
 //     self-signed serving certificate in its root.
 //   - standalone (no kubeconfig): webhook authentication and authorization
 //     need an API server, so access is anonymous and allowed; the port is
 //     reachable only from the host.
-var configTemplate = template.Must(template.New("kubelet").Parse(`# Written by plinth-node on every start; edits are lost.
+//   - failCgroupV1: false keeps the kubelet running on a cgroup v1 host
+//     (the node's kernel mounts v2; there it changes nothing).
+//   - low eviction thresholds: a small data disk (or a busy developer
+//     disk under a host cluster) must not evict the pods.
+//   - nodeStatusUpdateFrequency: 1s gets the node Ready a few seconds
+//     sooner; status is only written when it changes.
+//   - volumeStatsAggPeriod: 5s instead of 1m: kubelet_volume_stats_* of a
+//     new claim appear within seconds; plinth-node answers
+//     NodeGetVolumeStats from the quota, so the shorter period costs next
+//     to nothing.
+var configTemplate = template.Must(template.New("kubelet").Parse(`# Written on every start; edits are lost.
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 0.0.0.0
+address: {{.Address}}
 port: {{.Node.KubeletPort}}
 readOnlyPort: 0
+{{- if .NoHealthz}}
+healthzPort: 0
+{{- else}}
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
+{{- end}}
 {{- if .Standalone}}
 authentication:
   anonymous: {enabled: true}
@@ -116,6 +146,7 @@ tlsCertFile: {{.CertFile}}
 tlsPrivateKeyFile: {{.KeyFile}}
 {{- end}}
 cgroupDriver: cgroupfs
+failCgroupV1: false
 failSwapOn: false
 containerRuntimeEndpoint: unix://{{.ContainerdSocket}}
 imageServiceEndpoint: unix://{{.ContainerdSocket}}
@@ -126,7 +157,9 @@ resolvConf: /etc/resolv.conf
 {{- if .Node.ClusterDNS.IsValid}}
 clusterDNS: [{{.Node.ClusterDNS}}]
 {{- end}}
+{{- if .Node.ClusterDomain}}
 clusterDomain: {{.Node.ClusterDomain}}
+{{- end}}
 serializeImagePulls: false
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
@@ -170,8 +203,14 @@ func (c Config) WriteFiles() ([]string, error) {
 			return nil, fmt.Errorf("writing kubelet configuration: %w", err)
 		}
 	}
+	address := "0.0.0.0"
+	if c.Address.IsValid() {
+		address = c.Address.String()
+	}
 	var b strings.Builder
 	if err := configTemplate.Execute(&b, map[string]any{
+		"Address":          address,
+		"NoHealthz":        c.NoHealthz,
 		"Node":             c.Node,
 		"Standalone":       standalone,
 		"ClientCAFile":     c.clientCAFile(),

@@ -48,7 +48,8 @@ func TestStandaloneConfig(t *testing.T) {
 		t.Errorf("a serving certificate configured without one given:\n%s", cfg)
 	}
 	for _, want := range []string{"port: 10250", "mode: AlwaysAllow", "anonymous: {enabled: true}", "clusterDNS: [10.96.0.10]",
-		"clusterDomain: cluster.local", "cgroupDriver: cgroupfs", "staticPodPath: " + c.ManifestsDir(), "unix:///run/containerd/containerd.sock"} {
+		"clusterDomain: cluster.local", "cgroupDriver: cgroupfs", "staticPodPath: " + c.ManifestsDir(), "unix:///run/containerd/containerd.sock",
+		"address: 0.0.0.0", "healthzPort: 10248"} {
 		if !strings.Contains(string(cfg), want) {
 			t.Errorf("config lacks %q:\n%s", want, cfg)
 		}
@@ -106,5 +107,29 @@ func TestKubeconfigWithoutCA(t *testing.T) {
 	_, err := testConfig(t, []byte(kc)).WriteFiles()
 	if err == nil || !strings.Contains(err.Error(), "no embedded CA") {
 		t.Fatalf("err = %v, want one about the missing CA", err)
+	}
+}
+
+// TestHostClusterConfig: test/launch's host cluster renders its kubelet
+// configuration here too, serving on its node IP, without the local health
+// endpoint, and without cluster DNS.
+func TestHostClusterConfig(t *testing.T) {
+	c := testConfig(t, kubeconfig(testCA))
+	c.Node.ClusterDNS, c.Node.ClusterDomain = netip.Addr{}, ""
+	c.Address = netip.MustParseAddr("10.1.2.3")
+	c.NoHealthz = true
+	if _, err := c.WriteFiles(); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := os.ReadFile(c.configFile())
+	for _, want := range []string{"address: 10.1.2.3\n", "healthzPort: 0\n", "mode: Webhook"} {
+		if !strings.Contains(string(cfg), want) {
+			t.Errorf("config lacks %q:\n%s", want, cfg)
+		}
+	}
+	for _, unwanted := range []string{"healthzBindAddress", "clusterDNS", "clusterDomain", "0.0.0.0"} {
+		if strings.Contains(string(cfg), unwanted) {
+			t.Errorf("config has %q:\n%s", unwanted, cfg)
+		}
 	}
 }

@@ -160,11 +160,11 @@ func (m *Manager) remove(id string, pid uint32, lookupPID bool) error {
 		// names, which ClearQuota above could not see. Clearing by ID is
 		// idempotent, so it is done whenever the ID is this volume's (or
 		// nobody's): another owner's limits are never touched.
-		claims, err := m.ProjectIDs.Claimed()
+		owner, held, err := m.ProjectIDs.Owner(pid)
 		if err != nil {
 			return err
 		}
-		if owner, held := claims[pid]; !held || owner == id {
+		if !held || owner == id {
 			if err := fsquota.ClearLimits(m.Data.Volumes.FullPath(), pid); err != nil {
 				return err
 			}

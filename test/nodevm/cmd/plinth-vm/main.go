@@ -74,7 +74,7 @@ func run(dir, bin, kernel, image string, fresh, console bool) error {
 	if console {
 		out = os.Stderr
 	}
-	node, err := nodevm.New(ctx, nodevm.Config{Dir: nodeDir, Kernel: kernel, Image: image, ControlPlane: cp, Console: out})
+	node, err := nodevm.New(nodevm.Config{Dir: nodeDir, Kernel: kernel, Image: image, ControlPlane: cp, Console: out})
 	if err != nil {
 		return err
 	}
