@@ -13,6 +13,7 @@ import (
 
 	"source.plinth.dev/node/kubernetes/volumehealth"
 	"source.plinth.dev/pkg/loop"
+	"source.plinth.dev/test/e2e/await"
 )
 
 // TestVolumeHealthEvents damages volumes on the node under a running pod,
@@ -75,7 +76,7 @@ func TestVolumeHealthEvents(t *testing.T) {
 
 	for claim, want := range map[string]string{fsName: "data is gone", blkName: "loop device"} {
 		var msgs []string
-		waitFor(t, 30*time.Second, volumehealth.ReasonAbnormal+" Event on claim "+claim, func() (bool, error) {
+		await.For(t, ctx, 30*time.Second, volumehealth.ReasonAbnormal+" Event on claim "+claim, func() (bool, error) {
 			msgs = abnormalEvents(t, ctx, claim)
 			return len(msgs) > 0, nil
 		})
