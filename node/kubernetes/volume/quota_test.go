@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -176,6 +177,22 @@ func TestStatReportsLostQuotaAndStrayClaimsAreReleased(t *testing.T) {
 			st, err := m.Stat(ctx, "lost")
 			if err != nil || !st.Abnormal {
 				t.Errorf("Stat of a volume whose quota was removed = %+v, %v; want abnormal", st, err)
+			}
+			// A quota changed by hand (xfs_quota's bhard only) is
+			// abnormal too.
+			if _, err := m.Create(ctx, "changed", Filesystem, MiB); err != nil {
+				t.Fatal(err)
+			}
+			_, dir, _ = m.Locate(ctx, "changed")
+			q, err := fsquota.GetQuota(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := fsquota.SetQuota(dir, q.ProjectID, fsquota.Limits{Bytes: 64 * MiB, Inodes: q.Limits.Inodes}); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := m.Stat(ctx, "changed"); err != nil || !st.Abnormal || !strings.Contains(st.Message, "changed outside Plinth") {
+				t.Errorf("Stat of a volume whose quota was raised by hand = %+v, %v; want abnormal, saying so", st, err)
 			}
 			// A claim whose volume is gone (crash between rmdir and
 			// release) is released by Recover; live claims stay.

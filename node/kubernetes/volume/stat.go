@@ -87,6 +87,14 @@ func (m *Manager) statFilesystem(id, path string) (Stats, error) {
 		st.Inodes = int64(q.Limits.Inodes)
 		st.InodesUsed = int64(q.UsedInodes)
 		st.InodesFree = max(st.Inodes-st.InodesUsed, 0)
+		// Create and Expand always set both limits, the inodes from the
+		// bytes (InodeLimit); a pair that does not match was set by
+		// someone else, and the size Plinth promised is not what holds.
+		if want := InodeLimit(st.CapacityBytes); q.Limits.Inodes != want {
+			st.Abnormal = true
+			st.Message = fmt.Sprintf("the project quota was changed outside Plinth: %d bytes and %d inodes, where Plinth sets %d inodes for that size",
+				q.Limits.Bytes, q.Limits.Inodes, want)
+		}
 		return st, nil
 	}
 	recorded, rerr := recordedCapacity(path)
