@@ -194,6 +194,18 @@ func TestStatReportsLostQuotaAndStrayClaimsAreReleased(t *testing.T) {
 			if st, err := m.Stat(ctx, "changed"); err != nil || !st.Abnormal || !strings.Contains(st.Message, "changed outside Plinth") {
 				t.Errorf("Stat of a volume whose quota was raised by hand = %+v, %v; want abnormal, saying so", st, err)
 			}
+			// So is a directory moved to another volume's project ID,
+			// with that project's (consistent) limits.
+			if _, err := m.Create(ctx, "moved", Filesystem, MiB); err != nil {
+				t.Fatal(err)
+			}
+			_, moved, _ := m.Locate(ctx, "moved")
+			if err := fsquota.SetQuota(moved, q.ProjectID, fsquota.Limits{Bytes: MiB, Inodes: InodeLimit(MiB)}); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := m.Stat(ctx, "moved"); err != nil || !st.Abnormal || !strings.Contains(st.Message, "volume changed") {
+				t.Errorf("Stat of a volume moved to another's project ID = %+v, %v; want abnormal, naming the owner", st, err)
+			}
 			// A claim whose volume is gone (crash between rmdir and
 			// release) is released by Recover; live claims stay.
 			if _, err := m.Create(ctx, "live", Filesystem, MiB); err != nil {

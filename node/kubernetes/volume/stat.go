@@ -90,6 +90,19 @@ func (m *Manager) statFilesystem(id, path string) (Stats, error) {
 		// Create and Expand always set both limits, the inodes from the
 		// bytes (InodeLimit); a pair that does not match was set by
 		// someone else, and the size Plinth promised is not what holds.
+		// The directory must carry the project ID claimed for it: one
+		// changed by hand (chattr -p) counts its usage under another
+		// project's limits, or none.
+		if m.ProjectIDs != nil {
+			if owner, held, err := m.ProjectIDs.Owner(q.ProjectID); err == nil && owner != id {
+				st.Abnormal = true
+				st.Message = fmt.Sprintf("the directory carries project ID %d, which is not this volume's", q.ProjectID)
+				if held {
+					st.Message += " (it belongs to volume " + owner + ")"
+				}
+				return st, nil
+			}
+		}
 		if want := InodeLimit(st.CapacityBytes); q.Limits.Inodes != want {
 			st.Abnormal = true
 			st.Message = fmt.Sprintf("the project quota was changed outside Plinth: %d bytes and %d inodes, where Plinth sets %d inodes for that size",
