@@ -6,6 +6,7 @@
 //	  cluster-objects   CSIDriver, default StorageClass, RBAC (then Done)
 //	  provisioner       PVC -> volume + PV; released PV -> delete
 //	  resizer           larger request of a bound PVC -> volume, PV, PVC grown
+//	  node-removal      claims of a node removed for good -> Event; released PVs deleted
 //	  <extra>...        further children given the same clients; plinth-node
 //	                    adds the CSI plugin (csi), which runs its server and
 //	                    the volume health monitor (VolumeHealth)
@@ -29,6 +30,7 @@ import (
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/internal/controller"
 	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/node/kubernetes/noderemoval"
 	"source.plinth.dev/node/kubernetes/provisioner"
 	"source.plinth.dev/node/kubernetes/resizer"
 	"source.plinth.dev/node/kubernetes/volume"
@@ -78,6 +80,9 @@ type Service struct {
 	// TestOnlyNoOrphanRemoval is passed to the provisioner: only tests set
 	// it (see provisioner.Config).
 	TestOnlyNoOrphanRemoval bool
+	// RemovedNodeGracePeriod is passed to the node-removal controller;
+	// zero means its default.
+	RemovedNodeGracePeriod time.Duration
 	// Extra are further children (the CSI plugin) started with
 	// the same clients.
 	Extra map[string]Child
@@ -173,6 +178,10 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	removal, err := noderemoval.New(noderemoval.Config{Base: base, GracePeriod: s.RemovedNodeGracePeriod})
+	if err != nil {
+		return err
+	}
 	children := map[string]supervisor.Runnable{
 		"cluster-objects": func(ctx context.Context) error {
 			// Failing here (API server not up yet, no rights) is retried by
@@ -184,8 +193,9 @@ func (s *Service) Run(ctx context.Context) error {
 			supervisor.Signal(ctx, supervisor.SignalDone)
 			return nil
 		},
-		"provisioner": prov.Run,
-		"resizer":     resize.Run,
+		"provisioner":  prov.Run,
+		"resizer":      resize.Run,
+		"node-removal": removal.Run,
 	}
 	for name, child := range s.Extra {
 		if _, taken := children[name]; taken {

@@ -22,6 +22,8 @@ type Options struct {
 	OrphanGracePeriod time.Duration
 	// TestOnlyNoOrphanRemoval is for tests only (see provisioner.Config).
 	TestOnlyNoOrphanRemoval bool
+	// RemovedNodeGracePeriod: see Service.
+	RemovedNodeGracePeriod time.Duration
 	// Extra are further children; they are given the shared clients, the
 	// node's Env and the node's one volume manager.
 	Extra map[string]func(Clients, *core.Env, *volume.Manager) supervisor.Runnable
@@ -50,6 +52,7 @@ func NodeService(o Options) core.Service {
 				Volumes:                 vols,
 				OrphanGracePeriod:       o.OrphanGracePeriod,
 				TestOnlyNoOrphanRemoval: o.TestOnlyNoOrphanRemoval,
+				RemovedNodeGracePeriod:  o.RemovedNodeGracePeriod,
 				Extra:                   map[string]Child{},
 			}
 			for name, mk := range o.Extra {

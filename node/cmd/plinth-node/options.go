@@ -14,6 +14,7 @@ import (
 	"source.plinth.dev/node/core"
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/kubernetes"
+	"source.plinth.dev/node/kubernetes/noderemoval"
 	"source.plinth.dev/node/kubernetes/provisioner"
 	"source.plinth.dev/node/kubernetes/volumehealth"
 )
@@ -39,6 +40,9 @@ type options struct {
 	orphanGracePeriod time.Duration
 	// volumeHealthInterval is how often the volumes' health is checked.
 	volumeHealthInterval time.Duration
+	// removedNodeGracePeriod is how long a node's Node object must be gone
+	// before its claims are told the node was removed.
+	removedNodeGracePeriod time.Duration
 
 	// Test-only settings (testOnlyFlagPrefix): hidden from --help.
 	testOnlyNoOrphanRemoval bool
@@ -107,6 +111,8 @@ func (o *options) flagSet(out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", kubernetes.DefaultBurst, "burst of queries to the Kubernetes API above --kube-api-qps")
 	fs.DurationVar(&o.orphanGracePeriod, "orphan-grace-period", provisioner.DefaultOrphanGracePeriod,
 		"how long a volume must have had no PV and no claim before the provisioner removes it")
+	fs.DurationVar(&o.removedNodeGracePeriod, "removed-node-grace-period", noderemoval.DefaultGracePeriod,
+		"how long a node with Plinth volumes must have no Node object before its claims get a NodeRemoved Event and its released PVs are deleted (one surviving node acts)")
 	fs.DurationVar(&o.volumeHealthInterval, "volume-health-interval", volumehealth.DefaultInterval,
 		"how often the node checks its bound volumes (data present, quota in place, publications intact) and reports a change as an Event on the claim")
 	// The help shows the flags declared so far: the test-only ones follow.
@@ -137,8 +143,8 @@ func (o *options) complete() error {
 			return err
 		}
 	}
-	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst <= 0 || o.orphanGracePeriod <= 0 || o.volumeHealthInterval <= 0 {
-		return errors.New("--kube-api-qps, --kube-api-burst, --orphan-grace-period and --volume-health-interval must be positive")
+	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst <= 0 || o.orphanGracePeriod <= 0 || o.volumeHealthInterval <= 0 || o.removedNodeGracePeriod <= 0 {
+		return errors.New("--kube-api-qps, --kube-api-burst, --orphan-grace-period, --removed-node-grace-period and --volume-health-interval must be positive")
 	}
 	if o.verbosity < 0 {
 		return fmt.Errorf("-v %d: verbosity cannot be negative", o.verbosity)

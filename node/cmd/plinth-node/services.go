@@ -43,6 +43,7 @@ func services(o *options, tree *localstorage.Root, booted *bootedNode) ([]core.S
 			Burst:                   o.kubeAPIBurst,
 			OrphanGracePeriod:       o.orphanGracePeriod,
 			TestOnlyNoOrphanRemoval: o.testOnlyNoOrphanRemoval,
+			RemovedNodeGracePeriod:  o.removedNodeGracePeriod,
 			Extra: map[string]func(kubernetes.Clients, *core.Env, *volume.Manager) supervisor.Runnable{
 				"csi": csiPlugin(registrar, o.volumeHealthInterval),
 			},

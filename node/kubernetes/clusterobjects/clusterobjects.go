@@ -96,6 +96,8 @@ func StorageClass() *storagev1.StorageClass {
 //   - resizer: patch PVs and claim status; read a claim and its PV again
 //     after a write conflict;
 //   - both: create Events, and patch them when they repeat;
+//   - node removal: watch CSINodes (which nodes run the driver), read
+//     Nodes, list and delete PVs of removed nodes (noderemoval);
 //   - Ensure: read the CSIDriver, StorageClass and its own ClusterRole and
 //     binding, so a node finds them in place without write access. Create
 //     is deliberately missing: it cannot be limited to names, and a node
@@ -115,6 +117,7 @@ func ClusterRole() *rbacv1.ClusterRole {
 			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csidrivers"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csinodes"}, Verbs: []string{"list", "watch"}},
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"},
 				ResourceNames: []string{ClusterRoleName}, Verbs: []string{"get"}},
 		},

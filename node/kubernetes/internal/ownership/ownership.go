@@ -12,6 +12,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"regexp"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -155,6 +156,18 @@ func NodeLabelValue(nodeName string) string {
 	sum := sha256.Sum256([]byte(nodeName))
 	return "h-" + hex.EncodeToString(sum[:])[:40]
 }
+
+// NodeNameOfLabel is the node name a LabelNode value stands for, when it
+// is the name itself; for a hashed one (see NodeLabelValue) the name
+// cannot be known from the label, and ok is false.
+func NodeNameOfLabel(v string) (name string, ok bool) {
+	if v == "" || hashedLabel.MatchString(v) {
+		return "", false
+	}
+	return v, true
+}
+
+var hashedLabel = regexp.MustCompile(`^h-[0-9a-f]{40}$`)
 
 // NodeHostname returns the kubernetes.io/hostname label of node nodeName,
 // which is what the node affinity of its PVs names. A node whose kubelet

@@ -111,3 +111,13 @@ func TestNodeLabelValue(t *testing.T) {
 		t.Errorf("long name label %q not short, stable and distinct", v)
 	}
 }
+
+func TestNodeNameOfLabel(t *testing.T) {
+	if n, ok := NodeNameOfLabel(NodeLabelValue("node-a")); !ok || n != "node-a" {
+		t.Errorf("NodeNameOfLabel of a short name's label = %q, %v", n, ok)
+	}
+	long := strings.Repeat("n", 100)
+	if n, ok := NodeNameOfLabel(NodeLabelValue(long)); ok {
+		t.Errorf("NodeNameOfLabel of a hashed label = %q, want not ok", n)
+	}
+}

@@ -1,0 +1,171 @@
+package noderemoval
+
+// Controller tests against a real etcd + kube-apiserver +
+// kube-controller-manager (controllertest): a provisioner of node "gone"
+// makes and binds real volumes, the node then stops and its Node object is
+// deleted, and the controller under test runs as a surviving node.
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"source.plinth.dev/node/kubernetes/internal/controllertest"
+	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/node/kubernetes/provisioner"
+	"source.plinth.dev/pkg/supervisor"
+)
+
+func TestMain(m *testing.M) { controllertest.Main(m) }
+
+func TestActorIsTheLowestName(t *testing.T) {
+	if a := actor([]string{"node-b", "node-a", "node-c"}); a != "node-a" {
+		t.Errorf("actor = %s, want node-a", a)
+	}
+}
+
+// TestRemovedNodeClaims: while the gone node's Node object exists, nothing
+// happens; once it has been deleted for the grace period, its bound claim
+// gets a Warning NodeRemoved naming the node, and its released Delete PV is
+// deleted, while a Retain PV and the survivor's own claim are untouched. A
+// lower-named node running the driver takes the job over.
+func TestRemovedNodeClaims(t *testing.T) {
+	e := controllertest.NewEnv(t, true)
+	ctx := context.Background()
+	gone := e.Node + "-gone"
+	createNode(t, e, gone)
+	createNode(t, e, e.Node)
+	e.CreateClass(e.Class+"-retain", corev1.PersistentVolumeReclaimRetain, nil)
+
+	// The gone node's volumes, and one of the survivor's.
+	stopGone := startProvisioner(t, e, gone, t.TempDir())
+	startProvisioner(t, e, e.Node, e.Dir)
+	bound := e.CreateClaim(controllertest.Claim{Name: "bound", Node: gone})
+	released := e.CreateClaim(controllertest.Claim{Name: "released", Node: gone})
+	retained := e.CreateClaim(controllertest.Claim{Name: "retained", Node: gone, Class: e.Class + "-retain"})
+	mine := e.CreateClaim(controllertest.Claim{Name: "mine"})
+	for _, c := range []string{"bound", "released", "retained", "mine"} {
+		e.WaitBound(c)
+	}
+	// The node dies; its claims "released" and "retained" are deleted
+	// meanwhile, so their PVs are Released with nobody to delete them.
+	stopGone()
+	for _, c := range []string{"released", "retained"} {
+		if err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Delete(ctx, c, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	controllertest.Eventually(t, 30*time.Second, "the PVs of the deleted claims Released", func() (bool, error) {
+		for _, c := range []*corev1.PersistentVolumeClaim{released, retained} {
+			pv, err := e.Client.CoreV1().PersistentVolumes().Get(ctx, ownership.VolumeIDFor(c.UID), metav1.GetOptions{})
+			if err != nil || pv.Status.Phase != corev1.VolumeReleased {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+
+	c, err := New(Config{Base: e.Base(e.Node), GracePeriod: 2 * time.Second, Interval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	supervisor.TestHarness(t, c.Run)
+	// The Node object is still there: nothing happens.
+	time.Sleep(3 * time.Second)
+	if evs := eventsOf(e, bound, ReasonNodeRemoved); len(evs) > 0 {
+		t.Fatalf("claim of a node that still has its Node object got %s: %q", ReasonNodeRemoved, evs)
+	}
+	if _, err := e.Client.CoreV1().PersistentVolumes().Get(ctx, ownership.VolumeIDFor(released.UID), metav1.GetOptions{}); err != nil {
+		t.Fatalf("released PV of a node that still exists: %v", err)
+	}
+
+	if err := e.Client.CoreV1().Nodes().Delete(ctx, gone, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	ev := e.WaitEvent(bound.UID, ReasonNodeRemoved, gone)
+	if ev.Type != corev1.EventTypeWarning {
+		t.Errorf("%s Event is of type %s, want Warning", ReasonNodeRemoved, ev.Type)
+	}
+	t.Logf("claim %s: %s %.1fs after its node's deletion (grace 2s): %s", bound.Name, ReasonNodeRemoved, time.Since(deleted).Seconds(), ev.Message)
+	if took := time.Since(deleted); took < 2*time.Second {
+		t.Errorf("%s came %s after the Node's deletion, before the grace period of 2s", ReasonNodeRemoved, took)
+	}
+	controllertest.Eventually(t, 30*time.Second, "the released Delete PV of the removed node deleted", func() (bool, error) {
+		_, err := e.Client.CoreV1().PersistentVolumes().Get(ctx, ownership.VolumeIDFor(released.UID), metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	time.Sleep(time.Second) // a few more looks
+	for _, c := range []*corev1.PersistentVolumeClaim{retained, bound} {
+		if _, err := e.Client.CoreV1().PersistentVolumes().Get(ctx, ownership.VolumeIDFor(c.UID), metav1.GetOptions{}); err != nil {
+			t.Errorf("PV of claim %s: %v, want it kept", c.Name, err)
+		}
+	}
+	if evs := eventsOf(e, mine, ReasonNodeRemoved); len(evs) > 0 {
+		t.Errorf("the survivor's own claim got %s: %q", ReasonNodeRemoved, evs)
+	}
+	if n := len(eventsOf(e, bound, ReasonNodeRemoved)); n != 1 {
+		t.Errorf("claim %s has %d %s Events, want 1 (one actor, once)", bound.Name, n, ReasonNodeRemoved)
+	}
+
+	// A node of lower name that runs the driver is the actor from now on:
+	// a second removed node's claim is left to it.
+	if _, err := e.Client.StorageV1().CSINodes().Create(ctx, &storagev1.CSINode{
+		ObjectMeta: metav1.ObjectMeta{Name: "a-" + e.Node},
+		Spec:       storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: names.DriverName, NodeID: "a-" + e.Node}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Client.StorageV1().CSINodes().Delete(ctx, "a-"+e.Node, metav1.DeleteOptions{}) })
+	gone2 := e.Node + "-gone2"
+	createNode(t, e, gone2)
+	stop2 := startProvisioner(t, e, gone2, t.TempDir())
+	other := e.CreateClaim(controllertest.Claim{Name: "other", Node: gone2})
+	e.WaitBound("other")
+	stop2()
+	if err := e.Client.CoreV1().Nodes().Delete(ctx, gone2, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * time.Second)
+	if evs := eventsOf(e, other, ReasonNodeRemoved); len(evs) > 0 {
+		t.Errorf("a node that is not the actor reported a removed node: %q", evs)
+	}
+}
+
+func createNode(t *testing.T, e *controllertest.Env, name string) {
+	t.Helper()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{names.TopologyKeyHostname: name}}}
+	if _, err := e.Client.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+}
+
+// startProvisioner runs a provisioner for node over the data directory dir
+// until the test ends or stop is called.
+func startProvisioner(t *testing.T, e *controllertest.Env, node, dir string) (stop func()) {
+	t.Helper()
+	p, err := provisioner.New(provisioner.Config{Base: e.Base(node), Volumes: controllertest.NewVolumes(t, dir, true), OrphanGracePeriod: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, _ = supervisor.TestHarness(t, p.Run)
+	return stop
+}
+
+// eventsOf returns the messages of claim's Events of reason.
+func eventsOf(e *controllertest.Env, claim *corev1.PersistentVolumeClaim, reason string) []string {
+	var out []string
+	for _, ev := range e.Events(claim.UID) {
+		if ev.Reason == reason {
+			out = append(out, ev.Message)
+		}
+	}
+	return out
+}
