@@ -200,6 +200,9 @@ func TestStatReportsLostQuotaAndStrayClaimsAreReleased(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, moved, _ := m.Locate(ctx, "moved")
+			if err := fsquota.ClearQuota(moved); err != nil {
+				t.Fatal(err)
+			}
 			if err := fsquota.SetQuota(moved, q.ProjectID, fsquota.Limits{Bytes: MiB, Inodes: InodeLimit(MiB)}); err != nil {
 				t.Fatal(err)
 			}

@@ -26,6 +26,15 @@ FAIL`, "\n")
 			t.Errorf("failures lacks %q; got:\n%s", want, strings.Join(got, "\n"))
 		}
 	}
+	n := 0
+	for _, l := range got {
+		if l == "    p_test.go:3: sub broke" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("a subtest's line appears %d times, want once:\n%s", n, strings.Join(got, "\n"))
+	}
 	if slices.Contains(got, "    good_test.go:1: fine") {
 		t.Errorf("failures repeats a passing test's output:\n%s", strings.Join(got, "\n"))
 	}

@@ -422,11 +422,13 @@ const maxFailureLines = 60
 
 // failures picks from a package's -test.v output what explains its
 // failure: the lines of each failed test, from its "=== RUN" to its
-// "--- FAIL", keeping each test's last lines when there are many. Output
+// "--- FAIL", each line once (a parent's block holds its subtests'),
+// keeping each test's last lines when there are many. Output
 // with no "--- FAIL" (a panic, a timeout) is shown by its last lines.
 func failures(lines []string) []string {
 	start := map[string]int{}
 	var out []string
+	shown := map[int]bool{} // a parent's block holds its subtests' blocks
 	for i, l := range lines {
 		if name, ok := strings.CutPrefix(l, "=== RUN   "); ok {
 			start[strings.TrimSpace(name)] = i
@@ -441,11 +443,13 @@ func failures(lines []string) []string {
 		if !ok {
 			from = i
 		}
-		block := lines[from : i+1]
-		if len(block) > maxFailureLines/2 {
-			block = append([]string{"..."}, block[len(block)-maxFailureLines/2:]...)
+		from = max(from, i+1-maxFailureLines/2)
+		for j := from; j <= i; j++ {
+			if !shown[j] {
+				shown[j] = true
+				out = append(out, lines[j])
+			}
 		}
-		out = append(out, block...)
 	}
 	if len(out) == 0 {
 		out = lines[max(0, len(lines)-maxFailureLines/2):]
