@@ -74,18 +74,11 @@ for p in "${pkgs[@]}"; do
 		vm_args+=(-test-arg "$name=-test.run=${vm_tests[$p]}")
 	fi
 done
-# What controller tests need in the VM: the control plane's binaries (with
-# their shared libraries; ktest's -with) and a static plinth-node.
-# Not below /tmp ($work): the VM mounts a tmpfs there.
-k8s=$(third_party/kubernetes/build.sh)
-cache=${PLINTH_CACHE:-$HOME/.cache/plinth}
-mkdir -p "$cache"
-nodebin=$(mktemp -d "$cache/ktest-plinth-node.XXXXXX")
+# What controller tests need in the VM: the control plane's binaries and
+# a static plinth-node (shared with bench.sh).
+. build/scripts/ktest-controlplane.sh
+nodebin=
 trap 'rm -rf "$work" "$nodebin"' EXIT
-CGO_ENABLED=0 go build -o "$nodebin/plinth-node" ./node/cmd/plinth-node
-for b in etcd kube-apiserver kube-controller-manager; do
-	vm_args+=(-with "$k8s/$b")
-done
-vm_args+=(-with "$nodebin/plinth-node" -env "PLINTH_K8S_BIN=$k8s" -env "PLINTH_NODE_BIN=$nodebin/plinth-node")
+ktest_controlplane vm_args nodebin
 echo "test-kernel: VM run ($(basename "$modules"))" >&2
-"$work/ktest" -kernel "$kernel/vmlinux" -modules "$modules" -m 3G "${vm_args[@]}" "${tests[@]}" -- "$@"
+"$work/ktest" -kernel "$kernel/vmlinux" -modules "$modules" "${vm_args[@]}" "${tests[@]}" -- "$@"
