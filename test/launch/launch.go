@@ -313,12 +313,8 @@ func (c *Cluster) waitFor(ctx context.Context, what string, interval time.Durati
 // PID returns the process ID of a running component ("kubelet",
 // "containerd", "kube-apiserver", ...), or 0 if there is none.
 func (c *Cluster) PID(component string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, p := range c.procs {
-		if p.name == component && !p.exited() {
-			return p.cmd.Process.Pid
-		}
+	if p := c.running(component); p != nil {
+		return p.cmd.Process.Pid
 	}
 	return 0
 }
