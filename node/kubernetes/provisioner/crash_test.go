@@ -233,7 +233,7 @@ func runCrashSchedule(t *testing.T, e *env, p *controllertest.NodeProcess, ops i
 		krnd := rand.New(rand.NewPCG(seed, 7))
 		var logStart int64 // where the current start's log begins
 		for {
-			if ktest.InVM() && !waitProvisioning(p.Log, logStart, stopKiller) {
+			if ktest.InVM() && !p.WaitLogged(provisionerStarted, logStart, startTimeout, stopKiller) {
 				t.Errorf("plinth-node start %d: its provisioner did not start within %s", r.kills+1, startTimeout)
 			}
 			life := time.Duration(20+krnd.IntN(300)) * time.Millisecond
@@ -257,9 +257,7 @@ func runCrashSchedule(t *testing.T, e *env, p *controllertest.NodeProcess, ops i
 					return
 				}
 			}
-			if st, err := os.Stat(p.Log); err == nil {
-				logStart = st.Size()
-			}
+			logStart = p.LogSize()
 			if err := p.StartErr(); err != nil {
 				t.Errorf("restarting plinth-node: %v", err)
 				return

@@ -4,8 +4,6 @@ package provisioner
 // provisioner runs, and what the restarts repaired.
 
 import (
-	"io"
-	"os"
 	"regexp"
 	"testing"
 	"time"
@@ -13,34 +11,12 @@ import (
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 )
 
-// startTimeout bounds how long waitProvisioning waits for a start.
+// startTimeout bounds how long a crash test waits for a start.
 const startTimeout = 2 * time.Minute
 
 // provisionerStarted is the line a start's provisioner logs once its
 // informers are synced and its workers begin (run.go).
 var provisionerStarted = regexp.MustCompile(`\] provisioner for driver \S+ on node \S+ \(hostname [^)]*\) started`)
-
-// waitProvisioning waits until the log, from offset off, shows that the
-// provisioner runs, and reports whether it did before startTimeout (or
-// stop).
-func waitProvisioning(log string, off int64, stop <-chan struct{}) bool {
-	deadline := time.Now().Add(startTimeout)
-	for time.Now().Before(deadline) {
-		if f, err := os.Open(log); err == nil {
-			b, _ := io.ReadAll(io.NewSectionReader(f, off, 1<<30))
-			f.Close()
-			if provisionerStarted.Match(b) {
-				return true
-			}
-		}
-		select {
-		case <-stop:
-			return true
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return false
-}
 
 // recoveryLog is what plinth-node's log says its restarts repaired, and
 // where its kills cut it short.

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"source.plinth.dev/build/ktest"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,7 +26,10 @@ import (
 	"source.plinth.dev/pkg/supervisor"
 )
 
-func TestMain(m *testing.M) { controllertest.Main(m) }
+// TestMain runs the tests and stops the control plane; through ktest.Main
+// `make test-kernel` also runs the crash test in the VM, with quotas
+// enforced (build/scripts/test-kernel.sh).
+func TestMain(m *testing.M) { ktest.Main(controllertest.Tests(m)) }
 
 // env is a test's world (see controllertest.Env) with the resizer's own
 // helpers.

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"source.plinth.dev/build/ktest"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -64,13 +67,21 @@ func TestResizeCrashSafety(t *testing.T) {
 	var killerDone sync.WaitGroup
 	killerDone.Go(func() {
 		krnd := rand.New(rand.NewPCG(seed, 7))
+		var logStart int64 // where the current start's log begins
 		for {
+			// Under TCG (the kernel-test VM) a start takes longer than
+			// any of these lives: there a life is counted from the
+			// moment the start's resizer runs.
+			if ktest.InVM() && !p.WaitLogged(resizerStarted, logStart, 2*time.Minute, stopKiller) {
+				t.Errorf("plinth-node start %d: its resizer did not start within 2m", kills+1)
+			}
 			select {
 			case <-stopKiller:
 				return
 			case <-time.After(time.Duration(50+krnd.IntN(400)) * time.Millisecond):
 			}
 			p.Kill(syscall.SIGKILL)
+			logStart = p.LogSize()
 			kills++
 			list, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).List(context.Background(), metav1.ListOptions{})
 			if err == nil {
@@ -142,6 +153,10 @@ func TestResizeCrashSafety(t *testing.T) {
 		}
 	}
 }
+
+// resizerStarted is the line a start's resizer logs once its informers
+// are synced and its workers begin (run.go).
+var resizerStarted = regexp.MustCompile(`\] resizer for driver \S+ on node \S+ \(hostname [^)]*\) started`)
 
 // requestRetrying is request, retried while plinth-node restarts or the
 // claim changes under the patch.

@@ -2,9 +2,11 @@ package controllertest
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -208,3 +210,39 @@ func NodeCalls(t testing.TB, node string) []launch.AuditEvent {
 // whose Extra is EveryOtherStart has the tight budget, so that a killer
 // can treat those starts differently.
 func TightStart(n int) bool { return n%2 == 0 }
+
+// LogSize is the current length of the process's log: where the lines of
+// a start that follows begin.
+func (p *NodeProcess) LogSize() int64 {
+	st, err := os.Stat(p.Log)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// WaitLogged waits until the log, from offset off, has a line matching re,
+// and reports whether it came within timeout (or stop was closed first,
+// which also counts as true: the caller is ending).
+//
+// The crash tests use it under TCG, where a start takes longer than the
+// random life a kill gives it: a life is counted from the moment the
+// controller under test runs.
+func (p *NodeProcess) WaitLogged(re *regexp.Regexp, off int64, timeout time.Duration, stop <-chan struct{}) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if f, err := os.Open(p.Log); err == nil {
+			b, _ := io.ReadAll(io.NewSectionReader(f, off, 1<<30))
+			f.Close()
+			if re.Match(b) {
+				return true
+			}
+		}
+		select {
+		case <-stop:
+			return true
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return false
+}
