@@ -8,6 +8,7 @@ import (
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/kubernetes"
 	"source.plinth.dev/node/kubernetes/csi"
+	"source.plinth.dev/node/kubernetes/metrics"
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/supervisor"
 )
@@ -25,7 +26,10 @@ import (
 // rather than a service of its own because the Manager's per-volume locks
 // only work within one Manager: the provisioner deleting a volume and the
 // CSI plugin publishing it must serialise on the same lock.
-func services(o *options, tree *localstorage.Root, booted *bootedNode) ([]core.Service, error) {
+//
+// m is the node's metrics (nil without --metrics-address), handed to the
+// Kubernetes service and the CSI plugin.
+func services(o *options, tree *localstorage.Root, booted *bootedNode, m *metrics.Metrics) ([]core.Service, error) {
 	var svcs []core.Service
 	if booted != nil {
 		svcs = append(svcs, booted.kubeletService())
@@ -42,8 +46,9 @@ func services(o *options, tree *localstorage.Root, booted *bootedNode) ([]core.S
 			OrphanGracePeriod:       o.orphanGracePeriod,
 			TestOnlyNoOrphanRemoval: o.testOnlyNoOrphanRemoval,
 			Extra: map[string]func(kubernetes.Clients, *core.Env, *volume.Manager) supervisor.Runnable{
-				"csi": csiPlugin(registrar),
+				"csi": csiPlugin(registrar, m),
 			},
+			Metrics: m,
 		}))
 	}
 	return svcs, nil
@@ -53,7 +58,7 @@ func services(o *options, tree *localstorage.Root, booted *bootedNode) ([]core.S
 // in the kubelet's plugins directory and registers it with the kubelet
 // through registrar. It needs no API clients: the kubelet is its only
 // caller.
-func csiPlugin(registrar *csi.Registrar) func(kubernetes.Clients, *core.Env, *volume.Manager) supervisor.Runnable {
+func csiPlugin(registrar *csi.Registrar, m *metrics.Metrics) func(kubernetes.Clients, *core.Env, *volume.Manager) supervisor.Runnable {
 	return func(_ kubernetes.Clients, env *core.Env, vols *volume.Manager) supervisor.Runnable {
 		srv, err := csi.NewServer(csi.Config{
 			Volumes:   vols,
@@ -61,6 +66,7 @@ func csiPlugin(registrar *csi.Registrar) func(kubernetes.Clients, *core.Env, *vo
 			State:     &env.Root.Ephemeral.CSI,
 			NodeName:  env.NodeName,
 			Registrar: registrar,
+			Metrics:   m,
 		})
 		if err != nil {
 			// The volume manager exists only once the tree runs, so the
