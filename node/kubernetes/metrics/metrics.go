@@ -136,7 +136,8 @@ func (m *Metrics) WatchVolumes(vols *volume.Manager) (unregister func(), err err
 // label.
 const (
 	ReasonCanceled = "Canceled"
-	// ReasonInfeasible: the node cannot do it as asked (no room).
+	// ReasonInfeasible: the node cannot do it as asked (no room, no
+	// quotas, a conflicting volume; see volume.Infeasible).
 	ReasonInfeasible = "Infeasible"
 	// ReasonInvalid: the request itself is wrong (a bad claim or class,
 	// a PV the API server refuses); an update of the object is needed.
@@ -157,10 +158,10 @@ func Reason(err error) string {
 		return ""
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return ReasonCanceled
-	case volume.Infeasible(err):
-		return ReasonInfeasible
 	case errors.Is(err, volume.ErrInvalid):
 		return ReasonInvalid
+	case volume.Infeasible(err):
+		return ReasonInfeasible
 	case errors.As(err, &api):
 		return ReasonAPI
 	}
