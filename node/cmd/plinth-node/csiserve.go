@@ -209,8 +209,11 @@ func csiServe(ctx context.Context, args []string) error {
 		<-ctx.Done()
 		return ctx.Err()
 	}, append(ep.supervisorOptions(), supervisor.WithLogTree(lt))...)
-	served := ep.serve(ctx, sup, lt.LeveledFor("main"))
-	defer func() { <-served }()
+	// The endpoint stops with the process, also when the tree ends by
+	// itself (ctx still live).
+	serveCtx, stopServing := context.WithCancel(ctx)
+	served := ep.serve(serveCtx, sup, lt.LeveledFor("main"))
+	defer func() { stopServing(); <-served }()
 	<-ctx.Done()
 	// The supervisor stops the tree when ctx ends; give it time to finish
 	// in-flight calls (a half-done mount is never left behind).

@@ -79,8 +79,11 @@ func runNode(ctx context.Context, o *options, out io.Writer) error {
 		coreCfg.NodeName, tree.FullPath(), tree.Data.FullPath(), tree.Ephemeral.FullPath(), tree.Kubelet.FullPath())
 
 	s := supervisor.New(ctx, root, append(ep.supervisorOptions(), supervisor.WithLogTree(lt))...)
-	served := ep.serve(ctx, s, log)
-	defer func() { <-served }()
+	// The endpoint stops with the process, also when the tree ends by
+	// itself (ctx still live).
+	serveCtx, stopServing := context.WithCancel(ctx)
+	served := ep.serve(serveCtx, s, log)
+	defer func() { stopServing(); <-served }()
 	select {
 	case <-s.Done():
 		// Only a root that signalled Done ends the tree on its own; ours
