@@ -225,3 +225,48 @@ func TestScrapeCost(t *testing.T) {
 	t.Logf("one scrape with %d volumes: %v on average over %d, %d bytes, %d families",
 		vols, (total / scrapes).Round(time.Microsecond), scrapes, s.Bytes, len(s.Families))
 }
+
+// TestNodeHealthAndRestarts runs the node tree with a Kubernetes service
+// that cannot start (its kubeconfig does not exist) and checks what the
+// endpoint says: alive (/healthz 200), not ready (/readyz 503 naming the
+// service), and the service's restarts counted.
+func TestNodeHealthAndRestarts(t *testing.T) {
+	dir := t.TempDir()
+	n := startNode(t, "--root", filepath.Join(dir, "node"), "--node-name", "health-1",
+		"--kubeconfig", filepath.Join(dir, "missing.kubeconfig"), "--allow-unenforced-capacity",
+		"--metrics-address", "127.0.0.1:0")
+	n.waitLine(t, "serving metrics and health on http://")
+	m := regexp.MustCompile(`serving metrics and health on (http://[0-9.:]+)`).FindStringSubmatch(n.output())
+	if m == nil {
+		t.Fatalf("no endpoint address in the log:\n%s", n.output())
+	}
+	url := m[1]
+	t.Cleanup(func() {
+		_ = n.cmd.Process.Signal(unix.SIGTERM)
+		if err := n.wait(t); err != nil {
+			t.Errorf("plinth-node exited with %v after SIGTERM:\n%s", err, n.output())
+		}
+	})
+	const dn = "root.kubernetes"
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s, err := metricstest.Get(url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Families.Value("plinth_supervisor_restarts_total", "runnable", dn) >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no two restarts of %s counted within 20s:\n%s", dn, n.output())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if code, body := get(t, url+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz: %d %s, want 200 (the tree runs; only a service is in backoff)", code, body)
+	}
+	code, body := get(t, url+"/readyz")
+	if code != http.StatusServiceUnavailable || !regexp.MustCompile(regexp.QuoteMeta(dn)+` \((backoff|starting)`).MatchString(body) {
+		t.Errorf("/readyz: %d %q, want 503 naming %s", code, body, dn)
+	}
+}
