@@ -29,6 +29,7 @@ import (
 
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/internal/controller"
+	"source.plinth.dev/node/kubernetes/metrics"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/noderemoval"
 	"source.plinth.dev/node/kubernetes/provisioner"
@@ -86,6 +87,9 @@ type Service struct {
 	// Extra are further children (the CSI plugin) started with
 	// the same clients.
 	Extra map[string]Child
+	// Metrics, if set, receives the controllers' counts and reports on
+	// Volumes while the Service runs.
+	Metrics *metrics.Metrics
 }
 
 // RESTConfig loads the client configuration with the Service's rate limits.
@@ -159,11 +163,17 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	unwatch, err := s.Metrics.WatchVolumes(s.Volumes)
+	if err != nil {
+		return err
+	}
+	defer unwatch()
 	base := controller.Base{
 		Client:      clients.Client,
 		EventClient: clients.Events,
 		Driver:      names.DriverName,
 		NodeName:    s.NodeName,
+		Metrics:     s.Metrics,
 	}
 	prov, err := provisioner.New(provisioner.Config{
 		Base:                    base,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"source.plinth.dev/node/core"
+	"source.plinth.dev/node/kubernetes/metrics"
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/supervisor"
 )
@@ -27,6 +28,8 @@ type Options struct {
 	// Extra are further children; they are given the shared clients, the
 	// node's Env and the node's one volume manager.
 	Extra map[string]func(Clients, *core.Env, *volume.Manager) supervisor.Runnable
+	// Metrics is the node's metrics (nil: none); see Service.Metrics.
+	Metrics *metrics.Metrics
 }
 
 // NodeService is the entry plinth-node adds to its services. Each time the
@@ -54,6 +57,7 @@ func NodeService(o Options) core.Service {
 				TestOnlyNoOrphanRemoval: o.TestOnlyNoOrphanRemoval,
 				RemovedNodeGracePeriod:  o.RemovedNodeGracePeriod,
 				Extra:                   map[string]Child{},
+				Metrics:                 o.Metrics,
 			}
 			for name, mk := range o.Extra {
 				s.Extra[name] = func(c Clients) supervisor.Runnable { return mk(c, env, vols) }

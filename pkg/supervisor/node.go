@@ -169,6 +169,9 @@ func (s *Supervisor) handle(ev any) {
 		n.timer = nil
 		n.restarts++
 		n.logger.Infof("restarting (restart #%d)", n.restarts)
+		if s.restartHook != nil {
+			s.restartHook(string(n.dn))
+		}
 		s.start(n)
 	case runRequest:
 		ev.reply <- s.handleRun(ev)

@@ -93,6 +93,7 @@ type Supervisor struct {
 	backoffMax     time.Duration
 	backoffReset   time.Duration
 	jitter         bool
+	restartHook    func(dn string)
 
 	// events carries everything that changes the tree to the processor.
 	events chan any
@@ -128,6 +129,16 @@ func WithBackoff(initial, limit time.Duration) Option {
 		s.backoffMax = max(limit, s.backoffInitial)
 		s.jitter = false
 	}
+}
+
+// WithRestartHook makes the supervisor call hook with a runnable's name in
+// the tree (its DN, e.g. "root.kubernetes.provisioner") each time it
+// restarts that runnable, for metrics. The hook runs on the supervisor's
+// own goroutine, so it must return at once and never call the
+// supervisor. A hook rather than a counter of our own keeps this package
+// free of any metrics library; Status reports the same counts on demand.
+func WithRestartHook(hook func(dn string)) Option {
+	return func(s *Supervisor) { s.restartHook = hook }
 }
 
 // WithBackoffReset sets how long a runnable must have been healthy

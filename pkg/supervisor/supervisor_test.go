@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -563,5 +564,36 @@ func TestForeignContextPanics(t *testing.T) {
 			}()
 			f()
 		}()
+	}
+}
+
+// TestRestartHook checks that the hook hears of each restart, by the
+// runnable's DN, as often as Status counts them.
+func TestRestartHook(t *testing.T) {
+	var mu sync.Mutex
+	heard := map[string]int{}
+	hook := func(dn string) { mu.Lock(); heard[dn]++; mu.Unlock() }
+	var starts atomic.Int32
+	steady := make(chan struct{})
+	cancel, _ := TestHarness(t, func(ctx context.Context) error {
+		if err := Run(ctx, "flaky", func(ctx context.Context) error {
+			if starts.Add(1) <= 3 {
+				return errors.New("flaky")
+			}
+			close(steady)
+			<-ctx.Done()
+			return nil
+		}); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return nil
+	}, WithBackoff(time.Millisecond, time.Millisecond), WithRestartHook(hook))
+	recv(t, steady, "flaky child to run after three failures")
+	cancel()
+	mu.Lock()
+	defer mu.Unlock()
+	if want := map[string]int{"root.runnable.flaky": 3}; !maps.Equal(heard, want) {
+		t.Errorf("hook heard %v, want %v", heard, want)
 	}
 }

@@ -74,6 +74,7 @@ func testWorkload(t *testing.T, c *launch.Cluster, rt workload.Runtime) {
 	if rt.SkipBlock != "" {
 		t.Logf("runtime %s: no block claims: %s", rt.Name, rt.SkipBlock)
 	}
+	ops := scrapeOps(t, c)
 	pvcs := make([]*corev1.PersistentVolumeClaim, len(claims))
 	for i, wc := range claims {
 		pvcs[i] = createClaim(t, c, spec.PVCs[i].Name, wc.Mode, workload.Size)
@@ -128,6 +129,10 @@ func testWorkload(t *testing.T, c *launch.Cluster, rt workload.Runtime) {
 		deleteClaim(t, c, pvcs[i], pvs[i])
 	}
 	suite += assertNothingLeft(t, c, live.UID, pvs)
+	// Each claim was provisioned, published into the pod, grown,
+	// unpublished and deleted: plinth-node's endpoint counts each.
+	n := len(claims)
+	suite += checkOpsSince(t, c, ops, map[string]int{"provision": n, "publish": n, "resize": n, "unpublish": n, "delete": n})
 	t.Logf("runtime %s: %d checks in the pod, %d by the suite, %.1fs", rt.Name, inPod, suite, time.Since(start).Seconds())
 }
 

@@ -124,6 +124,9 @@ type Paths struct {
 	NodeIP   string
 	// APIServerURL is the apiserver's https URL.
 	APIServerURL string
+	// PlinthNodeMetrics is the host:port of plinth-node's metrics and
+	// health endpoint (--metrics-address; /metrics, /healthz, /readyz).
+	PlinthNodeMetrics string
 }
 
 // Cluster is a running cluster. Stop it exactly once.

@@ -62,6 +62,9 @@ func PlinthNodeArgs(p Paths) []string {
 		"--node-name=" + p.NodeName,
 		"--kubeconfig=" + p.NodeKubeconfig,
 	}
+	if p.PlinthNodeMetrics != "" {
+		args = append(args, "--metrics-address="+p.PlinthNodeMetrics)
+	}
 	if !p.QuotaEnforced {
 		args = append(args, "--allow-unenforced-capacity")
 	}

@@ -140,13 +140,14 @@ func (c *Cluster) initPaths(ctx context.Context, node bool) error {
 			return fmt.Errorf("CNI plugins: %w (install containernetworking-plugins)", err)
 		}
 	}
-	ports, err := freePorts(4)
+	ports, err := freePorts(5)
 	if err != nil {
 		return err
 	}
 	c.etcdURL = "http://127.0.0.1:" + strconv.Itoa(ports[0])
 	c.etcdPeerURL = "http://127.0.0.1:" + strconv.Itoa(ports[1])
 	c.apiPort, c.kubeletPort = ports[2], ports[3]
+	c.PlinthNodeMetrics = "127.0.0.1:" + strconv.Itoa(ports[4])
 	c.APIServerURL = "https://127.0.0.1:" + strconv.Itoa(c.apiPort)
 
 	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")

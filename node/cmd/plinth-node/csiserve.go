@@ -137,6 +137,15 @@ func csiServe(ctx context.Context, args []string) error {
 
 	lt := logtree.New(logtree.WithSink(os.Stderr))
 	lt.SetVerbosity("", o.verbosity)
+	ep, err := openEndpoint(o.metricsAddress)
+	if err != nil {
+		return err
+	}
+	unwatch, err := ep.Metrics().WatchVolumes(vols)
+	if err != nil {
+		return err
+	}
+	defer unwatch()
 	// Built before the tree starts: a wiring mistake ends csi-serve here
 	// instead of failing every restart of the runnables.
 	srv, err := csi.NewServer(csi.Config{
@@ -145,6 +154,7 @@ func csiServe(ctx context.Context, args []string) error {
 		State:      &root.Ephemeral.CSI,
 		NodeName:   o.nodeName,
 		Controller: ctrl != "",
+		Metrics:    ep.Metrics(),
 	})
 	if err != nil {
 		return err
@@ -198,7 +208,12 @@ func csiServe(ctx context.Context, args []string) error {
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
 		<-ctx.Done()
 		return ctx.Err()
-	}, supervisor.WithLogTree(lt))
+	}, append(ep.supervisorOptions(), supervisor.WithLogTree(lt))...)
+	// The endpoint stops with the process, also when the tree ends by
+	// itself (ctx still live).
+	serveCtx, stopServing := context.WithCancel(ctx)
+	served := ep.serve(serveCtx, sup, lt.LeveledFor("main"))
+	defer func() { stopServing(); <-served }()
 	<-ctx.Done()
 	// The supervisor stops the tree when ctx ends; give it time to finish
 	// in-flight calls (a half-done mount is never left behind).

@@ -62,7 +62,11 @@ func runNode(ctx context.Context, o *options, out io.Writer) error {
 		}
 		booted.apply(&coreCfg)
 	}
-	svcs, err := services(o, tree, booted)
+	ep, err := openEndpoint(o.metricsAddress)
+	if err != nil {
+		return err
+	}
+	svcs, err := services(o, tree, booted, ep.Metrics())
 	if err != nil {
 		return err
 	}
@@ -74,7 +78,12 @@ func runNode(ctx context.Context, o *options, out io.Writer) error {
 	log.Infof("plinth-node starting: node %s, root %s, data %s, ephemeral %s, kubelet %s",
 		coreCfg.NodeName, tree.FullPath(), tree.Data.FullPath(), tree.Ephemeral.FullPath(), tree.Kubelet.FullPath())
 
-	s := supervisor.New(ctx, root, supervisor.WithLogTree(lt))
+	s := supervisor.New(ctx, root, append(ep.supervisorOptions(), supervisor.WithLogTree(lt))...)
+	// The endpoint stops with the process, also when the tree ends by
+	// itself (ctx still live).
+	serveCtx, stopServing := context.WithCancel(ctx)
+	served := ep.serve(serveCtx, s, log)
+	defer func() { stopServing(); <-served }()
 	select {
 	case <-s.Done():
 		// Only a root that signalled Done ends the tree on its own; ours

@@ -168,6 +168,7 @@ type commonOptions struct {
 	nodeName                string
 	allowUnenforcedCapacity bool
 	verbosity               int
+	metricsAddress          string
 }
 
 // dirDefaults complete the help of the directory flags for one mode: what
@@ -185,6 +186,7 @@ func (c *commonOptions) declare(fs *flag.FlagSet, d dirDefaults) {
 	fs.StringVar(&c.nodeName, "node-name", "", "this node's Kubernetes node name, also its CSI node ID and topology value (default: the host name, lower-cased)")
 	fs.BoolVar(&c.allowUnenforcedCapacity, strings.TrimPrefix(core.AllowUnenforcedCapacityFlag, "--"), false,
 		"provision filesystem volumes even if the data filesystem cannot enforce their size (development hosts without project quotas; logs a loud warning)")
+	fs.StringVar(&c.metricsAddress, "metrics-address", "", "serve Prometheus metrics (/metrics) and health (/healthz, /readyz) over HTTP on this host:port (empty: no endpoint)")
 	fs.IntVar(&c.verbosity, "v", 0, "log verbosity: V(n) debug messages with n <= this level are logged (1 logs every successful CSI call)")
 }
 

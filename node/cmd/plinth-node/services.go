@@ -9,6 +9,7 @@ import (
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/kubernetes"
 	"source.plinth.dev/node/kubernetes/csi"
+	"source.plinth.dev/node/kubernetes/metrics"
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/node/kubernetes/volumehealth"
 	"source.plinth.dev/pkg/supervisor"
@@ -27,7 +28,10 @@ import (
 // rather than a service of its own because the Manager's per-volume locks
 // only work within one Manager: the provisioner deleting a volume and the
 // CSI plugin publishing it must serialise on the same lock.
-func services(o *options, tree *localstorage.Root, booted *bootedNode) ([]core.Service, error) {
+//
+// m is the node's metrics (nil without --metrics-address), handed to the
+// Kubernetes service and the CSI plugin.
+func services(o *options, tree *localstorage.Root, booted *bootedNode, m *metrics.Metrics) ([]core.Service, error) {
 	var svcs []core.Service
 	if booted != nil {
 		svcs = append(svcs, booted.kubeletService())
@@ -45,8 +49,9 @@ func services(o *options, tree *localstorage.Root, booted *bootedNode) ([]core.S
 			TestOnlyNoOrphanRemoval: o.testOnlyNoOrphanRemoval,
 			RemovedNodeGracePeriod:  o.removedNodeGracePeriod,
 			Extra: map[string]func(kubernetes.Clients, *core.Env, *volume.Manager) supervisor.Runnable{
-				"csi": csiPlugin(registrar, o.volumeHealthInterval),
+				"csi": csiPlugin(registrar, o.volumeHealthInterval, m),
 			},
+			Metrics: m,
 		}))
 	}
 	return svcs, nil
@@ -57,7 +62,8 @@ func services(o *options, tree *localstorage.Root, booted *bootedNode) ([]core.S
 // through registrar (child "server"; the kubelet is its only caller), and
 // watches the health of the node's volumes through it, reporting changes
 // as Events on their claims (child "volume-health") every healthInterval.
-func csiPlugin(registrar *csi.Registrar, healthInterval time.Duration) func(kubernetes.Clients, *core.Env, *volume.Manager) supervisor.Runnable {
+// Its calls are counted in m.
+func csiPlugin(registrar *csi.Registrar, healthInterval time.Duration, m *metrics.Metrics) func(kubernetes.Clients, *core.Env, *volume.Manager) supervisor.Runnable {
 	return func(clients kubernetes.Clients, env *core.Env, vols *volume.Manager) supervisor.Runnable {
 		srv, err := csi.NewServer(csi.Config{
 			Volumes:   vols,
@@ -65,6 +71,7 @@ func csiPlugin(registrar *csi.Registrar, healthInterval time.Duration) func(kube
 			State:     &env.Root.Ephemeral.CSI,
 			NodeName:  env.NodeName,
 			Registrar: registrar,
+			Metrics:   m,
 		})
 		if err != nil {
 			// The volume manager exists only once the tree runs, so the

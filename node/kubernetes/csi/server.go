@@ -33,6 +33,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/node/kubernetes/metrics"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/keymutex"
@@ -64,6 +65,9 @@ type Config struct {
 	// CSI socket listens, so the kubelet never learns of a socket that
 	// does not answer yet.
 	Registrar *Registrar
+	// Metrics, if set, counts and times the calls that do volume work
+	// (see callOperation).
+	Metrics *metrics.Metrics
 }
 
 // Server implements the CSI Identity, Node and (optionally) Controller
@@ -170,6 +174,13 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 			err = status.Errorf(codes.Internal, "%s panicked: %v", info.FullMethod, r)
 		}
 		method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
+		if op, ok := callOperation(method); ok {
+			code := ""
+			if err != nil {
+				code = status.Code(err).String()
+			}
+			s.cfg.Metrics.Observe(op, start, code)
+		}
 		if err != nil {
 			s.log.Warningf("%s failed after %v: %v", method, time.Since(start).Round(time.Microsecond), err)
 		} else if v := s.log.V(1); v.Enabled() {
@@ -177,6 +188,27 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		}
 	}()
 	return handler(ctx, req)
+}
+
+// callOperation maps the CSI methods that do volume work to the operation
+// they are counted as in the metrics. Other calls (Probe, capabilities,
+// GetPluginInfo) are cheap questions and not counted.
+func callOperation(method string) (metrics.Operation, bool) {
+	switch method {
+	case "CreateVolume":
+		return metrics.Provision, true
+	case "DeleteVolume":
+		return metrics.Delete, true
+	case "ControllerExpandVolume", "NodeExpandVolume":
+		return metrics.Resize, true
+	case "NodePublishVolume":
+		return metrics.Publish, true
+	case "NodeUnpublishVolume":
+		return metrics.Unpublish, true
+	case "NodeGetVolumeStats":
+		return metrics.Stats, true
+	}
+	return "", false
 }
 
 // Listen opens a unix socket at path, replacing a stale socket left by an

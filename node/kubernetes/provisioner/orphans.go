@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/node/kubernetes/metrics"
 	"source.plinth.dev/node/kubernetes/volume"
 )
 
@@ -250,7 +251,10 @@ func (r *run) removeOrphan(ctx context.Context, id string, age time.Duration) er
 		r.reportKept(id, why)
 		return nil
 	}
-	if err := r.Volumes.Delete(ctx, id); err != nil {
+	start := time.Now()
+	err = r.Volumes.Delete(ctx, id)
+	r.Metrics.Observe(metrics.Delete, start, metrics.Reason(err))
+	if err != nil {
 		return fmt.Errorf("deleting volume: %w", err)
 	}
 	r.forgetCandidate(id)

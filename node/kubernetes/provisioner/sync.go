@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/node/kubernetes/metrics"
 	"source.plinth.dev/node/kubernetes/volume"
 )
 
@@ -37,12 +39,19 @@ func (r *run) syncClaim(ctx context.Context, key string) error {
 	if r.provisioned(pvc, id) {
 		return nil
 	}
+	// An attempt, counted from here: whatever happens next is this
+	// node trying to provision the claim.
+	start, reason := time.Now(), ""
+	defer func() { r.Metrics.Observe(metrics.Provision, start, reason) }()
 	req, err := r.resolveRequest(pvc)
 	if req == nil {
+		// The claim or its class cannot be served as they are.
+		reason = metrics.ReasonInvalid
 		return err
 	}
 	info, err := r.ensureVolume(ctx, pvc, req)
 	if err != nil {
+		reason = metrics.Reason(err)
 		return err
 	}
 	// The volume may be slightly larger than asked (sizes are rounded up
@@ -50,6 +59,10 @@ func (r *run) syncClaim(ctx context.Context, key string) error {
 	req.size = *resource.NewQuantity(info.CapacityBytes, resource.BinarySI)
 	pv, err := r.ensurePV(ctx, pvc, req)
 	if pv == nil {
+		reason = metrics.Reason(err)
+		if err == nil {
+			reason = metrics.ReasonInvalid // the API server refused the PV
+		}
 		return err
 	}
 	r.reportProvisioned(ctx, pvc, req, pv)
@@ -226,7 +239,10 @@ func (r *run) syncVolume(ctx context.Context, name string) error {
 	if ref := live.Spec.ClaimRef; ref != nil {
 		claim = fmt.Sprintf("%s/%s (uid %s)", ref.Namespace, ref.Name, ref.UID)
 	}
-	if err := r.Volumes.Delete(ctx, name); err != nil {
+	start := time.Now()
+	err = r.Volumes.Delete(ctx, name)
+	r.Metrics.Observe(metrics.Delete, start, metrics.Reason(err))
+	if err != nil {
 		r.recorder.Eventf(live, corev1.EventTypeWarning, ReasonVolumeDeleteFailed, "deleting volume data: %v", err)
 		return fmt.Errorf("deleting volume %s: %w", name, err)
 	}

@@ -132,7 +132,7 @@ func unitRun(t *testing.T, client *fake.Clientset) (*run, *fakeVolumes, string) 
 		classes:    storagelisters.NewStorageClassLister(classes),
 		volumes:    controller.NewOwnWrites[*corev1.PersistentVolume](pvs, clock.RealClock{}, time.Minute),
 		recorder:   record.NewFakeRecorder(10),
-		claimQ:     controller.NewBackoffQueue("test", clock.RealClock{}, time.Second, time.Second),
+		claimQ:     controller.NewBackoffQueue("test", clock.RealClock{}, time.Second, time.Second, nil),
 	}
 	return r, vols, pvc.Namespace + "/" + pvc.Name
 }

@@ -48,7 +48,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		clock:      c.Clock,
 		hostname:   inc.Hostname,
 		recorder:   inc.Recorder,
-		queue:      controller.NewBackoffQueue("plinth-resizer", c.Clock, c.RetryBase, c.RetryMax),
+		queue:      controller.NewBackoffQueue("plinth-resizer", c.Clock, c.RetryBase, c.RetryMax, c.Metrics.WorkqueueProvider()),
 		claims:     controller.NewOwnWrites[*corev1.PersistentVolumeClaim](inc.Claims.GetStore(), c.Clock, ownWritesTTL),
 		volumes:    controller.NewOwnWrites[*corev1.PersistentVolume](inc.Volumes.GetStore(), c.Clock, ownWritesTTL),
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/node/kubernetes/metrics"
 	"source.plinth.dev/node/kubernetes/volume"
 )
 
@@ -51,19 +53,28 @@ func (r *run) resize(ctx context.Context, key string) error {
 	if !p.grow {
 		return nil
 	}
+	// An attempt, counted from here. An infeasible resize is a failure
+	// (Infeasible) although the key is not retried.
+	start, reason := time.Now(), ""
+	defer func() { r.Metrics.Observe(metrics.Resize, start, reason) }()
 	pvc, err := r.startResize(ctx, pvc, pv, p)
 	if err != nil {
+		reason = metrics.Reason(err)
 		return err
 	}
 	info, err := r.Volumes.Expand(ctx, pv.Name, p.target.Value())
 	if err != nil {
+		reason = metrics.Reason(err)
 		return r.failResize(ctx, pvc, pv, p, err)
 	}
 	capacity := *resource.NewQuantity(info.CapacityBytes, resource.BinarySI)
 	if err := r.recordVolumeSize(ctx, pv, capacity); err != nil {
+		reason = metrics.Reason(err)
 		return err
 	}
-	return r.finishResize(ctx, pvc, pv, capacity)
+	err = r.finishResize(ctx, pvc, pv, capacity)
+	reason = metrics.Reason(err)
+	return err
 }
 
 // resolve returns our bound claim with key and its PV, or ok=false when

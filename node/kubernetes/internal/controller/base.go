@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/node/kubernetes/metrics"
 	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/supervisor"
 )
@@ -46,6 +47,9 @@ type Base struct {
 	RetryBase, RetryMax time.Duration
 	// Clock is for tests; defaults to the real clock.
 	Clock clock.WithTicker
+	// Metrics, if set, counts the controller's operations and its work
+	// queues.
+	Metrics *metrics.Metrics
 }
 
 // Complete checks the required fields and fills in the defaults; what

@@ -28,12 +28,14 @@ type BackoffQueue struct {
 }
 
 // NewBackoffQueue builds a queue named name (used in metrics and logs) whose
-// retries back off exponentially from base to max per key.
-func NewBackoffQueue(name string, clk clock.WithTicker, base, maxDelay time.Duration) *BackoffQueue {
+// retries back off exponentially from base to max per key. mp receives
+// the queue's metrics (nil: none; see metrics.Metrics.WorkqueueProvider).
+func NewBackoffQueue(name string, clk clock.WithTicker, base, maxDelay time.Duration, mp workqueue.MetricsProvider) *BackoffQueue {
 	return &BackoffQueue{
 		queue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{
-			Name:  name,
-			Clock: clk,
+			Name:            name,
+			Clock:           clk,
+			MetricsProvider: mp,
 		}),
 		limiter:   workqueue.NewTypedItemExponentialFailureRateLimiter[string](base, maxDelay),
 		clock:     clk,

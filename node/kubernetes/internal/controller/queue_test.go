@@ -42,7 +42,7 @@ func within(ch <-chan string, d time.Duration) string {
 // it processed before its backoff expires.
 func TestBackoffNotBypassedByUpdates(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	q := NewBackoffQueue("test", clk, time.Second, time.Minute)
+	q := NewBackoffQueue("test", clk, time.Second, time.Minute, nil)
 	defer q.ShutDown()
 	keys := consumer(q)
 
@@ -88,7 +88,7 @@ func TestBackoffNotBypassedByUpdates(t *testing.T) {
 
 func TestBackoffGrowsAndCaps(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	q := NewBackoffQueue("test", clk, time.Second, 4*time.Second)
+	q := NewBackoffQueue("test", clk, time.Second, 4*time.Second, nil)
 	defer q.ShutDown()
 	keys := consumer(q)
 	// Each failure doubles the delay before the next attempt, up to 4 s.

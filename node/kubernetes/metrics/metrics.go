@@ -1,0 +1,172 @@
+// Package metrics defines every Prometheus metric plinth-node exports, in
+// one place, so that an operator reading this file knows the whole
+// vocabulary and a reviewer sees at once what each number counts.
+//
+// There are no package-level collectors and nothing is registered with
+// client_golang's default registry: New registers the metrics with the
+// registry its caller passes (node/cmd/plinth-node makes one per process)
+// and returns them as a value that the node hands down to its parts. A nil
+// *Metrics is valid everywhere and records nothing, so code paths and tests
+// without an endpoint need no special case.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"source.plinth.dev/node/kubernetes/volume"
+)
+
+// Namespace prefixes every metric name.
+const Namespace = "plinth"
+
+// Operation names a kind of volume work; it is the "operation" label.
+type Operation string
+
+// The operations counted. A CSI call and a controller's attempt at the
+// same work count under the same name: provision is both the standalone
+// plugin's CreateVolume and the provisioner creating a claim's volume and
+// PV.
+const (
+	Provision Operation = "provision"
+	Delete    Operation = "delete"
+	Resize    Operation = "resize"
+	Publish   Operation = "publish"
+	Unpublish Operation = "unpublish"
+	Stats     Operation = "stats"
+)
+
+// Metrics are plinth-node's metrics, registered with one registry.
+type Metrics struct {
+	// operationSeconds counts every attempt at an operation (its _count)
+	// and how long it took, failed attempts included.
+	operationSeconds *prometheus.HistogramVec
+	// operationErrors counts failed attempts by operation and code: the
+	// gRPC code name for CSI calls (e.g. "NotFound"), a reason for
+	// controller work (see Reason).
+	operationErrors *prometheus.CounterVec
+	// restarts counts restarts of each supervised runnable, by its name
+	// in the tree (e.g. "root.kubernetes.provisioner").
+	restarts *prometheus.CounterVec
+	queues   queueMetrics
+
+	// reg is where New registered the metrics, and where WatchVolumes
+	// registers a volume collector.
+	reg prometheus.Registerer
+}
+
+// New creates the metrics and registers them with reg.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		operationSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace,
+			Name:      "operation_duration_seconds",
+			Help:      "Duration of volume operations (provision, delete, resize, publish, unpublish, stats), failed ones included; _count is the number of attempts.",
+			// 1 ms to about a minute: a publish takes milliseconds, a
+			// provision behind a busy API server seconds.
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
+		}, []string{"operation"}),
+		operationErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "operation_errors_total",
+			Help:      "Failed volume operations, by gRPC code (CSI calls) or reason (controller work).",
+		}, []string{"operation", "code"}),
+		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "supervisor_restarts_total",
+			Help:      "Restarts of each supervised runnable after it failed, by its name in the supervision tree.",
+		}, []string{"runnable"}),
+		queues: newQueueMetrics(),
+		reg:    reg,
+	}
+	cs := []prometheus.Collector{m.operationSeconds, m.operationErrors, m.restarts}
+	cs = append(cs, m.queues.collectors()...)
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Observe records one attempt at op that began at start; code is "" for a
+// success, else the gRPC code name or reason of the failure.
+func (m *Metrics) Observe(op Operation, start time.Time, code string) {
+	if m == nil {
+		return
+	}
+	m.operationSeconds.WithLabelValues(string(op)).Observe(time.Since(start).Seconds())
+	if code != "" {
+		m.operationErrors.WithLabelValues(string(op), code).Inc()
+	}
+}
+
+// Restarted counts a restart of the runnable named dn. It is the
+// supervisor's restart hook (supervisor.WithRestartHook).
+func (m *Metrics) Restarted(dn string) {
+	if m == nil {
+		return
+	}
+	m.restarts.WithLabelValues(dn).Inc()
+}
+
+// WatchVolumes registers a VolumeCollector over vols and returns the
+// function that unregisters it. The node builds a new volume manager each
+// time its Kubernetes service starts; each registers its collector for as
+// long as it is the node's. A nil Metrics watches nothing.
+func (m *Metrics) WatchVolumes(vols *volume.Manager) (unregister func(), err error) {
+	if m == nil {
+		return func() {}, nil
+	}
+	c := NewVolumeCollector(vols)
+	if err := m.reg.Register(c); err != nil {
+		return nil, fmt.Errorf("registering volume metrics: %w", err)
+	}
+	return func() { m.reg.Unregister(c) }, nil
+}
+
+// Reasons of failed controller work (the "code" label). Each is a
+// CamelCase word, like the gRPC codes that CSI calls report in the same
+// label.
+const (
+	ReasonCanceled = "Canceled"
+	// ReasonInfeasible: the node cannot do it as asked (no room, no
+	// quotas, a conflicting volume; see volume.Infeasible).
+	ReasonInfeasible = "Infeasible"
+	// ReasonInvalid: the request itself is wrong (a bad claim or class,
+	// a PV the API server refuses); an update of the object is needed.
+	ReasonInvalid = "Invalid"
+	// ReasonAPI: a call to the API server failed.
+	ReasonAPI = "APIError"
+	// ReasonVolume: the volume layer failed otherwise.
+	ReasonVolume = "VolumeError"
+)
+
+// Reason classifies err from controller work for the "code" label: ""
+// for nil, a gRPC code name for an error carrying one, else one of the
+// Reason constants.
+func Reason(err error) string {
+	var api apierrors.APIStatus
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return ReasonCanceled
+	case errors.Is(err, volume.ErrInvalid):
+		return ReasonInvalid
+	case volume.Infeasible(err):
+		return ReasonInfeasible
+	case errors.As(err, &api):
+		return ReasonAPI
+	}
+	if s, ok := status.FromError(err); ok {
+		return s.Code().String()
+	}
+	return ReasonVolume
+}
