@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/pkg/fsquota"
 )
 
@@ -60,6 +61,23 @@ func ParseOvercommit(s string) (Overcommit, error) {
 		return 0, fmt.Errorf("%w: over-commit ratio %q is not a number from 1 (no over-commit) to %g", ErrInvalid, s, float64(MaxOvercommit))
 	}
 	return Overcommit(f), nil
+}
+
+// OvercommitParameter is the over-commit ratio that the parameters of a
+// StorageClass (or of a CSI CreateVolume call) set with
+// names.ParameterOvercommit: NoOvercommit without it. The provisioner's
+// admission of a claim and the capacity published for the class read it
+// here, so they cannot disagree on it.
+func OvercommitParameter(params map[string]string) (Overcommit, error) {
+	v, ok := params[names.ParameterOvercommit]
+	if !ok {
+		return NoOvercommit, nil
+	}
+	r, err := ParseOvercommit(v)
+	if err != nil {
+		return 0, fmt.Errorf("parameter %s: %w", names.ParameterOvercommit, err)
+	}
+	return r, nil
 }
 
 // WithOvercommit lets Create over-commit the room promised to filesystem
