@@ -6,6 +6,7 @@
 //	  cluster-objects   CSIDriver, default StorageClass, RBAC (then Done)
 //	  provisioner       PVC -> volume + PV; released PV -> delete
 //	  resizer           larger request of a bound PVC -> volume, PV, PVC grown
+//	  capacity          free space per StorageClass -> CSIStorageCapacity
 //	  <extra>...        further children given the same clients
 //
 // The clientset is built once here and shared: it is only a connection pool
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"source.plinth.dev/node/kubernetes/capacity"
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/internal/controller"
 	"source.plinth.dev/node/kubernetes/names"
@@ -72,6 +74,9 @@ type Service struct {
 	Volumes *volume.Manager
 	// OrphanGracePeriod is passed to the provisioner; zero means its default.
 	OrphanGracePeriod time.Duration
+	// CapacityNamespace is passed to the capacity publisher; empty means
+	// its default.
+	CapacityNamespace string
 	// TestOnlyNoOrphanRemoval is passed to the provisioner: only tests set
 	// it (see provisioner.Config).
 	TestOnlyNoOrphanRemoval bool
@@ -170,6 +175,10 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	publisher, err := capacity.New(capacity.Config{Base: base, Volumes: s.Volumes, Namespace: s.CapacityNamespace})
+	if err != nil {
+		return err
+	}
 	children := map[string]supervisor.Runnable{
 		"cluster-objects": func(ctx context.Context) error {
 			// Failing here (API server not up yet, no rights) is retried by
@@ -183,6 +192,7 @@ func (s *Service) Run(ctx context.Context) error {
 		},
 		"provisioner": prov.Run,
 		"resizer":     resize.Run,
+		"capacity":    publisher.Run,
 	}
 	for name, child := range s.Extra {
 		if _, taken := children[name]; taken {

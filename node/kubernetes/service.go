@@ -20,6 +20,9 @@ type Options struct {
 	QPS               float32
 	Burst             int
 	OrphanGracePeriod time.Duration
+	// CapacityNamespace holds the node's CSIStorageCapacity objects
+	// (capacity.DefaultNamespace when empty).
+	CapacityNamespace string
 	// TestOnlyNoOrphanRemoval is for tests only (see provisioner.Config).
 	TestOnlyNoOrphanRemoval bool
 	// Extra are further children; they are given the shared clients, the
@@ -49,6 +52,7 @@ func NodeService(o Options) core.Service {
 				NodeName:                env.NodeName,
 				Volumes:                 vols,
 				OrphanGracePeriod:       o.OrphanGracePeriod,
+				CapacityNamespace:       o.CapacityNamespace,
 				TestOnlyNoOrphanRemoval: o.TestOnlyNoOrphanRemoval,
 				Extra:                   map[string]Child{},
 			}

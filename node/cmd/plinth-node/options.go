@@ -14,6 +14,7 @@ import (
 	"source.plinth.dev/node/core"
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/kubernetes"
+	"source.plinth.dev/node/kubernetes/capacity"
 	"source.plinth.dev/node/kubernetes/provisioner"
 )
 
@@ -36,6 +37,7 @@ type options struct {
 	kubeAPIQPS        float64
 	kubeAPIBurst      int
 	orphanGracePeriod time.Duration
+	capacityNamespace string
 
 	// Test-only settings (testOnlyFlagPrefix): hidden from --help.
 	testOnlyNoOrphanRemoval bool
@@ -104,6 +106,8 @@ func (o *options) flagSet(out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", kubernetes.DefaultBurst, "burst of queries to the Kubernetes API above --kube-api-qps")
 	fs.DurationVar(&o.orphanGracePeriod, "orphan-grace-period", provisioner.DefaultOrphanGracePeriod,
 		"how long a volume must have had no PV and no claim before the provisioner removes it")
+	fs.StringVar(&o.capacityNamespace, "capacity-namespace", capacity.DefaultNamespace,
+		"namespace of the CSIStorageCapacity objects that tell the scheduler how much this node can still hold")
 	// The help shows the flags declared so far: the test-only ones follow.
 	help := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
 	fs.VisitAll(func(f *flag.Flag) {

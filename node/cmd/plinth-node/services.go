@@ -40,6 +40,7 @@ func services(o *options, tree *localstorage.Root, booted *bootedNode) ([]core.S
 			QPS:                     float32(o.kubeAPIQPS),
 			Burst:                   o.kubeAPIBurst,
 			OrphanGracePeriod:       o.orphanGracePeriod,
+			CapacityNamespace:       o.capacityNamespace,
 			TestOnlyNoOrphanRemoval: o.testOnlyNoOrphanRemoval,
 			Extra: map[string]func(kubernetes.Clients, *core.Env, *volume.Manager) supervisor.Runnable{
 				"csi": csiPlugin(registrar),
