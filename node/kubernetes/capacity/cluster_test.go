@@ -19,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"source.plinth.dev/build/ktest"
@@ -51,7 +50,7 @@ func startNode(t *testing.T, e *controllertest.Env, name, host string, size int6
 	ne.Node = name
 	ne.Dir = volumetest.Tmpfs(t, size)
 	ne.Vols = controllertest.NewVolumes(t, ne.Dir, true)
-	n := &node{env: &ne, obj: createNode(t, e, name, host)}
+	n := &node{env: &ne, obj: e.CreateNode(name, host)}
 	n.proc = ne.NodeProcess(t)
 	n.proc.Start()
 	t.Cleanup(func() {
@@ -61,27 +60,6 @@ func startNode(t *testing.T, e *controllertest.Env, name, host string, size int6
 		}
 	})
 	return n
-}
-
-// createNode makes a Ready Node object with room for pods, as a kubelet
-// would register it.
-func createNode(t *testing.T, e *controllertest.Env, name, host string) *corev1.Node {
-	t.Helper()
-	n := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{names.TopologyKeyHostname: host}},
-		Status: corev1.NodeStatus{
-			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
-				LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
-			Capacity:    corev1.ResourceList{corev1.ResourcePods: resource.MustParse("110"), corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi")},
-			Allocatable: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("110"), corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi")},
-		},
-	}
-	made, err := e.Client.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating Node %s: %v", name, err)
-	}
-	t.Cleanup(func() { _ = e.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	return made
 }
 
 // published returns the capacity published for class on node, and whether

@@ -404,6 +404,30 @@ func ListIDs(t testing.TB, m *volume.Manager) []string {
 	return ids
 }
 
+// CreateNode registers a Ready Node object named name, with hostname
+// label host and room for pods, as a kubelet would, and deletes it when
+// the test ends. It stands in for a kubelet where only the object matters:
+// what owns a node's capacity objects, what the scheduler places pods on.
+func (e *Env) CreateNode(name, host string) *corev1.Node {
+	e.T.Helper()
+	room := corev1.ResourceList{corev1.ResourcePods: resource.MustParse("110"), corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi")}
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{names.TopologyKeyHostname: host}},
+		Status: corev1.NodeStatus{
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+				LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
+			Capacity:    room,
+			Allocatable: room,
+		},
+	}
+	made, err := e.Client.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{})
+	if err != nil {
+		e.T.Fatalf("creating Node %s: %v", name, err)
+	}
+	e.T.Cleanup(func() { _ = e.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	return made
+}
+
 // NoPV asserts that no PV exists for the claim.
 func (e *Env) NoPV(uid types.UID) {
 	e.T.Helper()
