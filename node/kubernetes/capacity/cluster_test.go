@@ -10,6 +10,7 @@ package capacity_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"syscall"
@@ -167,10 +168,27 @@ func TestCapacityFollowsVolumes(t *testing.T) {
 	time.Sleep(2 * capacity.DefaultMinInterval)
 	waitCapacity(t, n, e.Class, available(t, n, volume.NoOvercommit))
 
-	// Deleting the claim releases the PV; the volume goes, and its space
-	// is published again.
-	if err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Delete(ctx, "blk", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+	// The provisioner admits by the same figure: a claim placed here on
+	// stale figures (pinned to the node, as the scheduler does) that asks
+	// for more is refused with an Event and gets no volume; one that asks
+	// for exactly the published capacity is provisioned.
+	obj, _ = published(t, e, e.Node, e.Class)
+	left := obj.Capacity.Value()
+	tooBig := e.CreateClaim(controllertest.Claim{Name: "too-big", Size: fmt.Sprint(left + 1*MiB), Mode: corev1.PersistentVolumeBlock})
+	e.WaitEvent(tooBig.UID, "ProvisioningFailed", "not enough space for volume")
+	e.NoPV(tooBig.UID)
+	if ids := e.VolumeIDs(); len(ids) != 1 {
+		t.Errorf("volumes after a refused claim: %v, want only the first claim's", ids)
+	}
+	e.CreateClaim(controllertest.Claim{Name: "exact", Size: fmt.Sprint(left), Mode: corev1.PersistentVolumeBlock})
+	e.WaitBound("exact")
+
+	// Deleting the claims releases the PVs; the volumes go, and their
+	// space is published again.
+	for _, name := range []string{"blk", "too-big", "exact"} {
+		if err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	waitCapacity(t, n, e.Class, empty)
 
