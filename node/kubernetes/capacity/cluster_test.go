@@ -11,6 +11,7 @@ package capacity_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -22,7 +23,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/node/kubernetes/capacity"
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/names"
@@ -30,7 +30,9 @@ import (
 	"source.plinth.dev/node/kubernetes/volume/volumetest"
 )
 
-func TestMain(m *testing.M) { ktest.Main(controllertest.Tests(m, controllertest.WithScheduler())) }
+// TestMain is not ktest.Main: nothing here needs the kernel VM's quotas
+// (the data directories are tmpfs), and the VM has no kube-scheduler.
+func TestMain(m *testing.M) { os.Exit(controllertest.Tests(m, controllertest.WithScheduler()).Run()) }
 
 const MiB = 1 << 20
 
