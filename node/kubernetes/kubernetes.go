@@ -6,6 +6,7 @@
 //	  cluster-objects   CSIDriver, default StorageClass, RBAC (then Done)
 //	  provisioner       PVC -> volume + PV; released PV -> delete
 //	  resizer           larger request of a bound PVC -> volume, PV, PVC grown
+//	  capacity          free space per StorageClass -> CSIStorageCapacity
 //	  node-removal      claims of a node removed for good -> Event; released PVs deleted
 //	  <extra>...        further children given the same clients; plinth-node
 //	                    adds the CSI plugin (csi), which runs its server and
@@ -27,6 +28,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"source.plinth.dev/node/kubernetes/capacity"
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/internal/controller"
 	"source.plinth.dev/node/kubernetes/metrics"
@@ -78,6 +80,9 @@ type Service struct {
 	Volumes *volume.Manager
 	// OrphanGracePeriod is passed to the provisioner; zero means its default.
 	OrphanGracePeriod time.Duration
+	// CapacityNamespace is passed to the capacity publisher; empty means
+	// its default.
+	CapacityNamespace string
 	// TestOnlyNoOrphanRemoval is passed to the provisioner: only tests set
 	// it (see provisioner.Config).
 	TestOnlyNoOrphanRemoval bool
@@ -192,6 +197,10 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	publisher, err := capacity.New(capacity.Config{Base: base, Volumes: s.Volumes, Namespace: s.CapacityNamespace})
+	if err != nil {
+		return err
+	}
 	children := map[string]supervisor.Runnable{
 		"cluster-objects": func(ctx context.Context) error {
 			// Failing here (API server not up yet, no rights) is retried by
@@ -205,6 +214,7 @@ func (s *Service) Run(ctx context.Context) error {
 		},
 		"provisioner":  prov.Run,
 		"resizer":      resize.Run,
+		"capacity":     publisher.Run,
 		"node-removal": removal.Run,
 	}
 	for name, child := range s.Extra {

@@ -21,6 +21,9 @@ type Options struct {
 	QPS               float32
 	Burst             int
 	OrphanGracePeriod time.Duration
+	// CapacityNamespace holds the node's CSIStorageCapacity objects
+	// (capacity.DefaultNamespace when empty).
+	CapacityNamespace string
 	// TestOnlyNoOrphanRemoval is for tests only (see provisioner.Config).
 	TestOnlyNoOrphanRemoval bool
 	// RemovedNodeGracePeriod: see Service.
@@ -54,6 +57,7 @@ func NodeService(o Options) core.Service {
 				NodeName:                env.NodeName,
 				Volumes:                 vols,
 				OrphanGracePeriod:       o.OrphanGracePeriod,
+				CapacityNamespace:       o.CapacityNamespace,
 				TestOnlyNoOrphanRemoval: o.TestOnlyNoOrphanRemoval,
 				RemovedNodeGracePeriod:  o.RemovedNodeGracePeriod,
 				Extra:                   map[string]Child{},

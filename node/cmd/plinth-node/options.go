@@ -14,6 +14,7 @@ import (
 	"source.plinth.dev/node/core"
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/kubernetes"
+	"source.plinth.dev/node/kubernetes/capacity"
 	"source.plinth.dev/node/kubernetes/noderemoval"
 	"source.plinth.dev/node/kubernetes/provisioner"
 	"source.plinth.dev/node/kubernetes/volumehealth"
@@ -43,6 +44,7 @@ type options struct {
 	// removedNodeGracePeriod is how long a node's Node object must be gone
 	// before its claims are told the node was removed.
 	removedNodeGracePeriod time.Duration
+	capacityNamespace      string
 
 	// Test-only settings (testOnlyFlagPrefix): hidden from --help.
 	testOnlyNoOrphanRemoval bool
@@ -115,6 +117,8 @@ func (o *options) flagSet(out io.Writer) *flag.FlagSet {
 		"how long a node with Plinth volumes must have no Node object before its claims get a NodeRemoved Event and its released PVs are deleted (one surviving node acts)")
 	fs.DurationVar(&o.volumeHealthInterval, "volume-health-interval", volumehealth.DefaultInterval,
 		"how often the node checks its bound volumes (data present, quota in place, publications intact) and reports a change as an Event on the claim")
+	fs.StringVar(&o.capacityNamespace, "capacity-namespace", capacity.DefaultNamespace,
+		"namespace of the CSIStorageCapacity objects that tell the scheduler how much this node can still hold")
 	// The help shows the flags declared so far: the test-only ones follow.
 	help := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
 	fs.VisitAll(func(f *flag.Flag) {

@@ -46,6 +46,7 @@ func services(o *options, tree *localstorage.Root, booted *bootedNode, m *metric
 			QPS:                     float32(o.kubeAPIQPS),
 			Burst:                   o.kubeAPIBurst,
 			OrphanGracePeriod:       o.orphanGracePeriod,
+			CapacityNamespace:       o.capacityNamespace,
 			TestOnlyNoOrphanRemoval: o.testOnlyNoOrphanRemoval,
 			RemovedNodeGracePeriod:  o.removedNodeGracePeriod,
 			Extra: map[string]func(kubernetes.Clients, *core.Env, *volume.Manager) supervisor.Runnable{

@@ -49,9 +49,12 @@ const (
 //
 // No attach step (volumes are local), persistent volumes only, and
 // fsGroupPolicy File: the kubelet applies a pod's fsGroup to the volume,
-// which is what users of a directory-backed volume expect.
+// which is what users of a directory-backed volume expect. storageCapacity
+// is on: each node publishes CSIStorageCapacity objects for its classes
+// (package capacity), and the scheduler places a pod whose claim waits for
+// its first consumer only on a node that has room for it.
 func CSIDriver() *storagev1.CSIDriver {
-	attach, podInfo := false, false
+	attach, podInfo, capacity := false, false, true
 	policy := storagev1.FileFSGroupPolicy
 	return &storagev1.CSIDriver{
 		ObjectMeta: metav1.ObjectMeta{Name: names.DriverName, Labels: map[string]string{labelManagedBy: managedBy}},
@@ -60,6 +63,7 @@ func CSIDriver() *storagev1.CSIDriver {
 			PodInfoOnMount:       &podInfo,
 			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent},
 			FSGroupPolicy:        &policy,
+			StorageCapacity:      &capacity,
 		},
 	}
 }
@@ -98,6 +102,8 @@ func StorageClass() *storagev1.StorageClass {
 //   - both: create Events, and patch them when they repeat;
 //   - node removal: watch CSINodes (which nodes run the driver), read
 //     Nodes, list and delete PVs of removed nodes (noderemoval);
+//   - capacity: watch, create, update and delete the CSIStorageCapacity
+//     objects of its node (the Node read above gives their owner);
 //   - Ensure: read the CSIDriver, StorageClass and its own ClusterRole and
 //     binding, so a node finds them in place without write access. Create
 //     is deliberately missing: it cannot be limited to names, and a node
@@ -118,6 +124,7 @@ func ClusterRole() *rbacv1.ClusterRole {
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csidrivers"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csinodes"}, Verbs: []string{"list", "watch"}},
+			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csistoragecapacities"}, Verbs: []string{"list", "watch", "create", "update", "delete"}},
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"},
 				ResourceNames: []string{ClusterRoleName}, Verbs: []string{"get"}},
 		},
@@ -176,6 +183,13 @@ func ensureCSIDriver(ctx context.Context, client kubernetes.Interface, log logtr
 		!reflect.DeepEqual(have.Spec.VolumeLifecycleModes, want.Spec.VolumeLifecycleModes) {
 		log.Warningf("CSIDriver %s exists with a different spec (attachRequired %v, fsGroupPolicy %v, modes %v); leaving it as it is",
 			want.Name, deref(have.Spec.AttachRequired), deref(have.Spec.FSGroupPolicy), have.Spec.VolumeLifecycleModes)
+	}
+	// storageCapacity may be changed, but only by whoever may write
+	// CSIDrivers (the node may not): an object made by an older Plinth
+	// leaves the scheduler blind to capacity until an administrator turns
+	// it on.
+	if have.Spec.StorageCapacity == nil || !*have.Spec.StorageCapacity {
+		log.Warningf("CSIDriver %s has storageCapacity off: the scheduler ignores the capacity the nodes publish and may place pods where their volumes do not fit; set spec.storageCapacity to true", want.Name)
 	}
 	return nil
 }

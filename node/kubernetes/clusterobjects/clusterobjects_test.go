@@ -74,7 +74,7 @@ func TestEnsure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *d.Spec.AttachRequired || *d.Spec.FSGroupPolicy != "File" || !reflect.DeepEqual(d.Spec.VolumeLifecycleModes, clusterobjects.CSIDriver().Spec.VolumeLifecycleModes) {
+	if *d.Spec.AttachRequired || *d.Spec.FSGroupPolicy != "File" || d.Spec.StorageCapacity == nil || !*d.Spec.StorageCapacity || !reflect.DeepEqual(d.Spec.VolumeLifecycleModes, clusterobjects.CSIDriver().Spec.VolumeLifecycleModes) {
 		t.Errorf("CSIDriver spec %+v", d.Spec)
 	}
 	sc, err := c.StorageV1().StorageClasses().Get(ctx, names.StorageClassName, metav1.GetOptions{})

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
+	"source.plinth.dev/node/kubernetes/capacity"
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
@@ -67,6 +68,9 @@ func TestNodeRoleIsWhatTheNodeUses(t *testing.T) {
 	if err := e.Vols.SetReclaimPolicy(ctx, kept, volume.ReclaimRetain); err != nil {
 		t.Fatal(err)
 	}
+	// A Node object owns the node's capacity objects: without one the
+	// node publishes none.
+	e.CreateNode(e.Node, e.Node)
 	kubelet := filepath.Join(t.TempDir(), "kubelet")
 	p := e.NodeProcess(t, "--orphan-grace-period=2s", "--kubelet-dir="+kubelet)
 	p.Start()
@@ -145,6 +149,14 @@ func TestNodeRoleIsWhatTheNodeUses(t *testing.T) {
 	e.WaitEvent(types.UID(e.Node), "OrphanedVolumeDeleted", orphan)
 	e.WaitEvent(types.UID(e.Node), "OrphanedVolumeRetained", kept)
 	e.WaitEvent(types.UID(e.Node), "OrphanedVolumeRetained", keepPV)
+	// A class that goes takes its capacity object with it.
+	if err := e.Client.StorageV1().StorageClasses().Delete(ctx, late, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	controllertest.Eventually(t, 30*time.Second, "the capacity of the deleted class removed", func() (bool, error) {
+		_, err := e.Client.StorageV1().CSIStorageCapacities(capacity.DefaultNamespace).Get(ctx, capacity.ObjectName(e.Node, late), metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
 	// Stop the node, so that its watches end and are logged as answered.
 	p.Kill(syscall.SIGTERM)
 

@@ -48,18 +48,18 @@ const parameterPrefix = "csi.storage.k8s.io/"
 // checkParameters reads the parameters of a request for a volume of the
 // given mode: what Create is to be given, and the volume context that
 // describes the volume made. Besides the CO's own, it accepts only
-// rootDirMode, as a StorageClass does for the provisioner (see there); a
-// block volume, which has no directory, ignores it.
+// rootDirMode and overcommit, as a StorageClass does for the provisioner
+// (see there); a block volume, which has no directory, ignores rootDirMode.
 func checkParameters(params map[string]string, mode volume.Mode) ([]volume.CreateOption, map[string]string, error) {
 	var unknown []string
 	for k := range params {
-		if !strings.HasPrefix(k, parameterPrefix) && k != names.ParameterRootDirMode {
+		if !strings.HasPrefix(k, parameterPrefix) && k != names.ParameterRootDirMode && k != names.ParameterOvercommit {
 			unknown = append(unknown, k)
 		}
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return nil, nil, status.Errorf(codes.InvalidArgument, "unknown parameters %q: this driver takes only %s", unknown, names.ParameterRootDirMode)
+		return nil, nil, status.Errorf(codes.InvalidArgument, "unknown parameters %q: this driver takes only %s and %s", unknown, names.ParameterRootDirMode, names.ParameterOvercommit)
 	}
 	perm := volume.DefaultRootDirMode
 	if v, ok := params[names.ParameterRootDirMode]; ok {
@@ -69,10 +69,15 @@ func checkParameters(params map[string]string, mode volume.Mode) ([]volume.Creat
 		}
 		perm = p
 	}
-	if mode != volume.Filesystem {
-		return nil, nil, nil
+	ratio, err := volume.OvercommitParameter(params)
+	if err != nil {
+		return nil, nil, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
-	return []volume.CreateOption{volume.WithRootDirMode(perm)},
+	opts := []volume.CreateOption{volume.WithOvercommit(ratio)}
+	if mode != volume.Filesystem {
+		return opts, nil, nil
+	}
+	return append(opts, volume.WithRootDirMode(perm)),
 		map[string]string{names.ParameterRootDirMode: volume.FormatRootDirMode(perm)}, nil
 }
 

@@ -29,4 +29,11 @@ const (
 	// mode a volume was made with under this key in its PV's volume
 	// attributes.
 	ParameterRootDirMode = "rootDirMode"
+
+	// ParameterOvercommit is the StorageClass parameter that lets volumes
+	// of the class over-commit the room promised to filesystem volumes, as
+	// a ratio ("2"; see volume.Overcommit). Without it nothing is
+	// over-committed. The provisioner's admission of a claim and the
+	// capacity published for the class both use it.
+	ParameterOvercommit = "overcommit"
 )

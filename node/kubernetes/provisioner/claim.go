@@ -34,6 +34,9 @@ type request struct {
 	// rootDirMode is the mode of a filesystem volume's root directory
 	// (zero for a block volume, which has none).
 	rootDirMode fs.FileMode
+	// overcommit is the class's over-commit ratio (volume.NoOvercommit
+	// unless names.ParameterOvercommit says otherwise).
+	overcommit volume.Overcommit
 }
 
 // supportedParameters lists the StorageClass parameters the driver
@@ -47,7 +50,12 @@ type request struct {
 // that pods running as any user can write. A block claim of such a class
 // is served as usual: a block volume has no directory, and the class
 // speaks of the filesystem volumes made from it.
-var supportedParameters = map[string]bool{names.ParameterRootDirMode: true}
+//
+// overcommit (names.ParameterOvercommit, a ratio from 1, see
+// volume.Overcommit) lets the class's volumes over-commit the room promised
+// to filesystem volumes; the capacity published for the class uses the
+// same ratio (volume.OvercommitParameter), so the scheduler and the provisioner agree.
+var supportedParameters = map[string]bool{names.ParameterRootDirMode: true, names.ParameterOvercommit: true}
 
 // maxBytes is the largest size a volume can have. It is well below 2^63-1,
 // which matters: resource.Quantity silently clamps larger values (100Ei,
@@ -82,6 +90,10 @@ func validateClaim(pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageCl
 			return bad("StorageClass %q parameter %s: %v", class.Name, names.ParameterRootDirMode, err)
 		}
 		rootDirMode = m
+	}
+	overcommit, err := volume.OvercommitParameter(class.Parameters)
+	if err != nil {
+		return bad("StorageClass %q %v", class.Name, err)
 	}
 	if pvc.Spec.Selector != nil {
 		return bad("claims with a selector are not supported (a selector picks existing volumes; this driver only provisions new ones)")
@@ -134,6 +146,7 @@ func validateClaim(pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageCl
 		reclaim:     reclaim,
 		class:       class,
 		rootDirMode: rootDirMode,
+		overcommit:  overcommit,
 	}, nil
 }
 

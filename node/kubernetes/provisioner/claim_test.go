@@ -124,7 +124,10 @@ func TestValidateClaim(t *testing.T) {
 		{name: "no access modes", claim: testClaim(func(p *corev1.PersistentVolumeClaim) { p.Spec.AccessModes = nil }), class: testClass(), wantErr: "no access mode"},
 		{name: "unknown parameters", claim: testClaim(), class: testClass(func(s *storagev1.StorageClass) {
 			s.Parameters = map[string]string{"zeta": "1", "fsType": "ext4"}
-		}), wantErr: "unknown parameters fsType, zeta; storage.plinth.dev supports only rootDirMode"},
+		}), wantErr: "unknown parameters fsType, zeta; storage.plinth.dev supports only overcommit, rootDirMode"},
+		{name: "over-commit below 1", claim: testClaim(), class: testClass(func(s *storagev1.StorageClass) {
+			s.Parameters = map[string]string{"overcommit": "0.5"}
+		}), wantErr: `parameter overcommit: invalid volume request: over-commit ratio "0.5"`},
 		{name: "class of other driver", claim: testClaim(), class: testClass(func(s *storagev1.StorageClass) { s.Provisioner = "x" }), wantErr: "belongs to provisioner"},
 		{name: "recycle", claim: testClaim(), class: testClass(func(s *storagev1.StorageClass) { s.ReclaimPolicy = &recycle }), wantErr: "reclaim policy"},
 		{name: "selector", claim: testClaim(func(p *corev1.PersistentVolumeClaim) { p.Spec.Selector = &metav1.LabelSelector{} }), class: testClass(), wantErr: "selector"},

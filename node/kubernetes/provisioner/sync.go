@@ -123,6 +123,10 @@ func (r *run) ensureVolume(ctx context.Context, pvc *corev1.PersistentVolumeClai
 	if req.mode == corev1.PersistentVolumeBlock {
 		mode, opts = volume.Block, nil
 	}
+	// The same accounting as the capacity published for the class: a
+	// claim that does not fit is refused here (ErrNoSpace, an Event, no
+	// volume), whatever the scheduler thought.
+	opts = append(opts, volume.WithOvercommit(req.overcommit))
 	info, err := r.Volumes.Create(ctx, req.id, mode, req.bytes, opts...)
 	if err != nil {
 		if volume.Infeasible(err) {

@@ -12,7 +12,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/pkg/fsquota"
 )
 
@@ -43,6 +42,7 @@ type CreateOption func(*createOptions)
 
 type createOptions struct {
 	rootDirMode fs.FileMode
+	overcommit  Overcommit
 }
 
 // WithRootDirMode makes a filesystem volume's root directory mode perm
@@ -105,7 +105,7 @@ func (m *Manager) Create(ctx context.Context, id string, mode Mode, bytes int64,
 	if err != nil {
 		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
 	}
-	o := createOptions{rootDirMode: DefaultRootDirMode}
+	o := createOptions{rootDirMode: DefaultRootDirMode, overcommit: NoOvercommit}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -152,9 +152,9 @@ func (m *Manager) Create(ctx context.Context, id string, mode Mode, bytes int64,
 		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
 	}
 	if mode == Filesystem {
-		err = m.createFilesystem(id, size, o.rootDirMode)
+		err = m.createFilesystem(id, size, o.rootDirMode, o.overcommit)
 	} else {
-		err = m.createBlock(id, size)
+		err = m.createBlock(id, size, o.overcommit)
 	}
 	if err != nil {
 		// Undo now rather than at the next start: the caller will report
@@ -188,7 +188,7 @@ func (m *Manager) settle(id string) error {
 // createFilesystem makes the volume directory, of mode perm, with its
 // quota (or, when capacity is not enforced, with its size recorded in an
 // xattr).
-func (m *Manager) createFilesystem(id string, size int64, perm fs.FileMode) error {
+func (m *Manager) createFilesystem(id string, size int64, perm fs.FileMode, r Overcommit) error {
 	dir, err := m.Data.Volumes.Filesystem(id)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -197,7 +197,7 @@ func (m *Manager) createFilesystem(id string, size int64, perm fs.FileMode) erro
 
 	m.spaceMu.Lock()
 	defer m.spaceMu.Unlock()
-	if err := m.checkSpace(size); err != nil {
+	if err := m.checkSpace(size, r); err != nil {
 		return err
 	}
 	if err := os.Mkdir(path, 0o700); err != nil {
@@ -236,7 +236,7 @@ func (m *Manager) createFilesystem(id string, size int64, perm fs.FileMode) erro
 }
 
 // createBlock makes the fully allocated image file.
-func (m *Manager) createBlock(id string, size int64) error {
+func (m *Manager) createBlock(id string, size int64, r Overcommit) error {
 	img, err := m.Data.Volumes.Block(id)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -250,7 +250,7 @@ func (m *Manager) createBlock(id string, size int64) error {
 	m.crashPoint("create:image")
 	m.spaceMu.Lock()
 	defer m.spaceMu.Unlock()
-	if err := m.checkSpace(size); err != nil {
+	if err := m.checkSpace(size, r); err != nil {
 		return err
 	}
 	if err := fallocate(f, 0, size); err != nil {
@@ -263,63 +263,6 @@ func (m *Manager) createBlock(id string, size int64) error {
 		return fmt.Errorf("closing image file: %w", err)
 	}
 	return m.Data.Volumes.Sync()
-}
-
-// checkSpace fails with ErrNoSpace when size more bytes of any volume
-// would not fit. Quotas are limits, not reservations, so free space alone
-// would let volumes be promised more than the disk holds; with enforced
-// quotas the room still promised to other filesystem volumes (limit minus
-// usage) is subtracted first, so every volume can really be filled: a block
-// image, allocated up front, may not take that room either. Callers hold
-// spaceMu.
-func (m *Manager) checkSpace(size int64) error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(m.Data.Volumes.FullPath(), &st); err != nil {
-		return fmt.Errorf("checking free space: %w", err)
-	}
-	free := int64(st.Bavail) * st.Bsize
-	var promised int64
-	if m.CapacityEnforced() {
-		p, err := m.promisedBytes()
-		if err != nil {
-			return err
-		}
-		promised = p
-	}
-	if size > free-promised {
-		return fmt.Errorf("%w: %s requested, %s free on the data filesystem, of which %s are promised to existing filesystem volumes",
-			ErrNoSpace, formatBytes(size), formatBytes(free), formatBytes(promised))
-	}
-	return nil
-}
-
-// promisedBytes sums, over filesystem volumes, the part of their quota they
-// have not used yet.
-func (m *Manager) promisedBytes() (int64, error) {
-	entries, err := m.Data.Volumes.List()
-	if err != nil {
-		return 0, fmt.Errorf("checking free space: %w", err)
-	}
-	var sum int64
-	for _, e := range entries {
-		if e.Kind != localstorage.VolumeFilesystem {
-			continue
-		}
-		dir, err := m.Data.Volumes.Filesystem(e.ID)
-		if err != nil {
-			continue
-		}
-		q, err := fsquota.GetQuota(dir.FullPath())
-		if err != nil {
-			// A directory without quota (or one removed meanwhile)
-			// promises nothing measurable.
-			continue
-		}
-		if q.Limits.Bytes > q.UsedBytes {
-			sum += int64(q.Limits.Bytes - q.UsedBytes)
-		}
-	}
-	return sum, nil
 }
 
 // classifySpace makes out-of-space errors match ErrNoSpace (EFBIG: larger

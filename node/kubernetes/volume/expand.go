@@ -98,7 +98,7 @@ func (m *Manager) expandFilesystem(id string, from, to int64) error {
 	fsPath, _ := m.paths(id)
 	m.spaceMu.Lock()
 	defer m.spaceMu.Unlock()
-	if err := m.checkSpace(to - from); err != nil {
+	if err := m.checkSpace(to-from, NoOvercommit); err != nil {
 		return err
 	}
 	if !m.CapacityEnforced() {
@@ -127,7 +127,7 @@ func (m *Manager) expandBlock(id string, from, to int64) error {
 	m.crashPoint("expand:intent")
 	m.spaceMu.Lock()
 	defer m.spaceMu.Unlock()
-	if err := m.checkSpace(to - from); err != nil {
+	if err := m.checkSpace(to-from, NoOvercommit); err != nil {
 		return errors.Join(err, m.clearIntent(id))
 	}
 	if err := fallocate(f, from, to-from); err != nil {

@@ -3,7 +3,6 @@ package volume
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -77,20 +76,7 @@ func newManagerOn(t *testing.T, b backend) *Manager {
 }
 
 // tmpfsDir mounts a tmpfs of the given size for the test.
-func tmpfsDir(t *testing.T, size int64) string {
-	t.Helper()
-	ktest.RequireRoot(t)
-	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-		t.Fatalf("mounting tmpfs: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, 0); err != nil {
-			t.Errorf("unmounting %s: %v", dir, err)
-		}
-	})
-	return dir
-}
+func tmpfsDir(t *testing.T, size int64) string { return volumetest.Tmpfs(t, size) }
 
 // assertGone fails unless volume id has left no trace: no entry in
 // volumes/, no intent record, no project ID claim.

@@ -1,5 +1,5 @@
 // Package controller is the machinery the node's Kubernetes controllers
-// (the provisioner and the resizer) are built from: a work queue whose
+// (the provisioner, the resizer, the capacity publisher) are built from: a work queue whose
 // backoff informer updates cannot bypass, an informer view that includes
 // the controller's own writes, the worker loop, and Event recording. Each
 // controller builds its instances inside its Run, so a controller restarted

@@ -44,7 +44,17 @@ var controlPlane struct {
 	once sync.Once
 	cp   *launch.ControlPlane
 	err  error
+	// scheduler is set by Tests before any test runs (WithScheduler).
+	scheduler bool
 }
+
+// Option changes the control plane a test binary starts.
+type Option func()
+
+// WithScheduler also starts kube-scheduler and creates the CSIDriver and
+// default StorageClass as an installer does: for tests of where pods are
+// placed (Node objects made by the test stand in for kubelets).
+func WithScheduler() Option { return func() { controlPlane.scheduler = true } }
 
 // Main runs a test binary's tests and then stops its control plane, if
 // one was started. Call it from TestMain.
@@ -54,7 +64,12 @@ func Main(m *testing.M) { os.Exit(Tests(m).Run()) }
 // calls ktest.Main (so that `make test-kernel` runs it in the VM too),
 //
 //	func TestMain(m *testing.M) { ktest.Main(controllertest.Tests(m)) }
-func Tests(m *testing.M) interface{ Run() int } { return tests{m} }
+func Tests(m *testing.M, opts ...Option) interface{ Run() int } {
+	for _, o := range opts {
+		o()
+	}
+	return tests{m}
+}
 
 type tests struct{ m *testing.M }
 
@@ -96,7 +111,9 @@ func ControlPlane(t testing.TB) *launch.ControlPlane {
 			ControllerManagerArgs: []string{"--kube-api-qps=500", "--kube-api-burst=1000"},
 			// Every API call of a plinth-node process, for the tests that
 			// check what a node did (NodeCalls).
-			AuditGroups: []string{clusterobjects.NodeAgentGroup},
+			AuditGroups:    []string{clusterobjects.NodeAgentGroup},
+			Scheduler:      controlPlane.scheduler,
+			StorageObjects: controlPlane.scheduler,
 		}
 		if testing.Verbose() {
 			cfg.Log = os.Stderr
@@ -385,6 +402,30 @@ func ListIDs(t testing.TB, m *volume.Manager) []string {
 		ids = append(ids, en.ID)
 	}
 	return ids
+}
+
+// CreateNode registers a Ready Node object named name, with hostname
+// label host and room for pods, as a kubelet would, and deletes it when
+// the test ends. It stands in for a kubelet where only the object matters:
+// what owns a node's capacity objects, what the scheduler places pods on.
+func (e *Env) CreateNode(name, host string) *corev1.Node {
+	e.T.Helper()
+	room := corev1.ResourceList{corev1.ResourcePods: resource.MustParse("110"), corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi")}
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{names.TopologyKeyHostname: host}},
+		Status: corev1.NodeStatus{
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+				LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
+			Capacity:    room,
+			Allocatable: room,
+		},
+	}
+	made, err := e.Client.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{})
+	if err != nil {
+		e.T.Fatalf("creating Node %s: %v", name, err)
+	}
+	e.T.Cleanup(func() { _ = e.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	return made
 }
 
 // NoPV asserts that no PV exists for the claim.

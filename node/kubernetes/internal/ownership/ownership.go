@@ -182,10 +182,16 @@ func NodeHostname(ctx context.Context, client kubernetes.Interface, nodeName str
 	case err != nil:
 		return "", fmt.Errorf("looking up node %s: %w", nodeName, err)
 	}
+	return Hostname(node), nil
+}
+
+// Hostname is node's kubernetes.io/hostname label, or its name when the
+// label is missing (the kubelet's default).
+func Hostname(node *corev1.Node) string {
 	if h := node.Labels[names.TopologyKeyHostname]; h != "" {
-		return h, nil
+		return h
 	}
-	return nodeName, nil
+	return node.Name
 }
 
 // DescribeClaim is how a claim is named in logs and audit lines.

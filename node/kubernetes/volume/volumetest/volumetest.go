@@ -10,8 +10,12 @@
 package volumetest
 
 import (
+	"fmt"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
+	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/pkg/fsquota"
 )
@@ -30,4 +34,23 @@ func DataDir(t testing.TB, dir string) (d *localstorage.DataDirectory, quotaErr 
 		t.Fatal(err)
 	}
 	return d, fsquota.Probe(d.Volumes.FullPath())
+}
+
+// Tmpfs mounts a tmpfs of size bytes on a fresh directory for the test and
+// unmounts it when the test ends. Nobody else writes there, so its free
+// space moves only with what the test does: the data directory of tests
+// that assert exact space figures. It needs root.
+func Tmpfs(t testing.TB, size int64) string {
+	t.Helper()
+	ktest.RequireRoot(t)
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
+		t.Fatalf("mounting tmpfs: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, 0); err != nil {
+			t.Errorf("unmounting %s: %v", dir, err)
+		}
+	})
+	return dir
 }

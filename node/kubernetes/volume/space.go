@@ -1,0 +1,195 @@
+package volume
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/pkg/fsquota"
+)
+
+// How volumes count against the data filesystem. This is the one
+// accounting of space on a node: Create and Expand refuse what does not
+// fit under it, and the capacity a node publishes to the scheduler
+// (Space.Available) is computed by it, so the scheduler never sends a
+// claim to a node whose provisioner would refuse it, and the reverse.
+//
+//   - A block volume is an image allocated in full when it is made: it
+//     takes its whole size from the free space at once, and nothing after.
+//   - A filesystem volume with a project quota is thick by default: the
+//     part of its limit it has not used yet (limit minus usage) is
+//     promised to it, and is not available to new volumes, although the
+//     filesystem still reports it free. As the volume fills, its data takes
+//     from the free space exactly what leaves the promise, so writes into
+//     volumes do not change what a new volume can get.
+//   - A filesystem volume without quota (the operator allowed unenforced
+//     capacity) promises nothing that can be measured: only what it has
+//     written counts, through the free space.
+//
+// A StorageClass may allow over-commit (Overcommit, the class parameter
+// names.ParameterOvercommit): with ratio r, a new volume of that class
+// needs only 1/r of the promised room to stay free. Repeated to the end,
+// the unused limits of filesystem volumes then add up to nearly r times the
+// free space: thin provisioning, where a volume may hit ENOSPC before its
+// limit when its neighbours fill up. Over-commit is a risk for the whole
+// node, not only for the class that takes it: the room it lends was
+// promised to volumes of every class. The default (1) never over-commits.
+// Expansions never over-commit.
+
+// Overcommit is the ratio by which a new volume may over-commit the
+// room promised to filesystem volumes; NoOvercommit (1) reserves it all.
+type Overcommit float64
+
+// NoOvercommit is the default: every byte promised stays reserved.
+const NoOvercommit Overcommit = 1
+
+// MaxOvercommit bounds the ratio: beyond it, the promise of a limit means
+// nothing, and a class that wants that should say so with a number that
+// reads as a mistake rather than pass one by accident.
+const MaxOvercommit Overcommit = 100
+
+// ParseOvercommit reads an over-commit ratio written as a decimal number
+// ("1", "1.5", "4"), from 1 to MaxOvercommit. Errors wrap ErrInvalid.
+func ParseOvercommit(s string) (Overcommit, error) {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || f < float64(NoOvercommit) || f > float64(MaxOvercommit) {
+		return 0, fmt.Errorf("%w: over-commit ratio %q is not a number from 1 (no over-commit) to %g", ErrInvalid, s, float64(MaxOvercommit))
+	}
+	return Overcommit(f), nil
+}
+
+// OvercommitParameter is the over-commit ratio that the parameters of a
+// StorageClass (or of a CSI CreateVolume call) set with
+// names.ParameterOvercommit: NoOvercommit without it. The provisioner's
+// admission of a claim and the capacity published for the class read it
+// here, so they cannot disagree on it.
+func OvercommitParameter(params map[string]string) (Overcommit, error) {
+	v, ok := params[names.ParameterOvercommit]
+	if !ok {
+		return NoOvercommit, nil
+	}
+	r, err := ParseOvercommit(v)
+	if err != nil {
+		return 0, fmt.Errorf("parameter %s: %w", names.ParameterOvercommit, err)
+	}
+	return r, nil
+}
+
+// WithOvercommit lets Create over-commit the room promised to filesystem
+// volumes by ratio r (see Overcommit). A ratio below 1 is taken as 1.
+func WithOvercommit(r Overcommit) CreateOption {
+	return func(o *createOptions) { o.overcommit = max(r, NoOvercommit) }
+}
+
+// CreateOverhead is what Create itself writes to the data filesystem
+// before it checks for room (the intent record; the image's inode or the
+// volume's directory, which on XFS may allocate a whole inode chunk).
+// Available leaves it out, so that a volume of the size it reports really
+// fits; a request up to this much larger may fit as well.
+const CreateOverhead = 64 << 10
+
+// Space is the state of the data filesystem the accounting starts from.
+type Space struct {
+	// Free is what the data filesystem reports available to its users.
+	Free int64
+	// Promised is the room filesystem volumes may still fill (the sum of
+	// their limits minus their usage); zero when quotas are not enforced.
+	Promised int64
+}
+
+// Available is the size of the largest new volume, of either mode, that
+// fits under over-commit ratio r: the free space less the part of the
+// promised room that r keeps reserved and less CreateOverhead, rounded down
+// to Alignment so that a request of exactly this size (which Create rounds
+// up) still fits.
+func (s Space) Available(r Overcommit) int64 {
+	n := s.Free - s.reserved(r) - CreateOverhead
+	return max(n/Alignment*Alignment, 0)
+}
+
+// reserved is the promised room that r keeps from new volumes, rounded up.
+func (s Space) reserved(r Overcommit) int64 {
+	r = max(r, NoOvercommit)
+	return int64(math.Ceil(float64(s.Promised) / float64(r)))
+}
+
+// Space measures the data filesystem: one statfs and, when quotas are
+// enforced, one quota read per filesystem volume. It takes no locks: a
+// Create running meanwhile may or may not be counted, which is why Create
+// checks again under its own lock.
+func (m *Manager) Space(ctx context.Context) (Space, error) {
+	if err := ctx.Err(); err != nil {
+		return Space{}, fmt.Errorf("measuring space: %w", err)
+	}
+	return m.space()
+}
+
+func (m *Manager) space() (Space, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(m.Data.Volumes.FullPath(), &st); err != nil {
+		return Space{}, fmt.Errorf("checking free space: %w", err)
+	}
+	s := Space{Free: int64(st.Bavail) * st.Bsize}
+	if m.CapacityEnforced() {
+		p, err := m.promisedBytes()
+		if err != nil {
+			return Space{}, err
+		}
+		s.Promised = p
+	}
+	return s, nil
+}
+
+// checkSpace fails with ErrNoSpace when size more bytes of any volume do
+// not fit under over-commit ratio r (see Space.Available; a block image
+// allocated up front may not take promised room either, or a thick
+// filesystem volume could not be filled). Callers hold spaceMu.
+func (m *Manager) checkSpace(size int64, r Overcommit) error {
+	s, err := m.space()
+	if err != nil {
+		return err
+	}
+	if size > s.Free-s.reserved(r) {
+		over := ""
+		if r > NoOvercommit {
+			over = fmt.Sprintf(" (with over-commit %g, %s of them stay reserved)", float64(r), formatBytes(s.reserved(r)))
+		}
+		return fmt.Errorf("%w: %s requested, %s free on the data filesystem, of which %s are promised to existing filesystem volumes%s",
+			ErrNoSpace, formatBytes(size), formatBytes(s.Free), formatBytes(s.Promised), over)
+	}
+	return nil
+}
+
+// promisedBytes sums, over filesystem volumes, the part of their quota they
+// have not used yet.
+func (m *Manager) promisedBytes() (int64, error) {
+	entries, err := m.Data.Volumes.List()
+	if err != nil {
+		return 0, fmt.Errorf("checking free space: %w", err)
+	}
+	var sum int64
+	for _, e := range entries {
+		if e.Kind != localstorage.VolumeFilesystem {
+			continue
+		}
+		dir, err := m.Data.Volumes.Filesystem(e.ID)
+		if err != nil {
+			continue
+		}
+		q, err := fsquota.GetQuota(dir.FullPath())
+		if err != nil {
+			// A directory without quota (or one removed meanwhile)
+			// promises nothing measurable.
+			continue
+		}
+		if q.Limits.Bytes > q.UsedBytes {
+			sum += int64(q.Limits.Bytes - q.UsedBytes)
+		}
+	}
+	return sum, nil
+}
