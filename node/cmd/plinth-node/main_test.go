@@ -358,3 +358,24 @@ func must(err error) {
 		os.Exit(3)
 	}
 }
+
+// TestHostedAsPID1: in a container plinth-node is PID 1 with the
+// DaemonSet's flags and must run hosted, not as the node's init; the kernel
+// starts init with no --root.
+func TestHostedAsPID1(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"--config-device=/dev/vdb"}, false},
+		{[]string{"--in-cluster", "--root=/var/lib/plinth"}, true},
+		{[]string{"-root", "/x"}, true},
+		{[]string{"--rootfs=/x"}, false},
+		{[]string{"csi-serve", "--data-dir=/d"}, true},
+	} {
+		if got := hosted(c.args); got != c.want {
+			t.Errorf("hosted(%q) = %v, want %v", c.args, got, c.want)
+		}
+	}
+}
