@@ -212,6 +212,17 @@ func TestDeployWorkload(t *testing.T) {
 			t.Errorf("claim %s has capacity %s after the resize, want %s", pvc.Name, got.String(), want.String())
 		}
 	}
+	if !c.QuotaEnforced {
+		// This host's data filesystem cannot enforce sizes: the node says
+		// so where kubectl describe node shows it.
+		poll(t, 30*time.Second, "the node's CapacityNotEnforced Event", func(ctx context.Context) (bool, error) {
+			evs, err := c.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,reason=CapacityNotEnforced"})
+			if err != nil {
+				return false, err
+			}
+			return len(evs.Items) > 0, fmt.Errorf("%d events", len(evs.Items))
+		})
+	}
 	testUninstallKeepsData(t, c, dir, spec)
 }
 
@@ -220,13 +231,20 @@ func TestDeployWorkload(t *testing.T) {
 // own them) and each volume's data on the node.
 func testUninstallKeepsData(t *testing.T, c *launch.Cluster, dir string, spec workload.Spec) {
 	ctx := context.Background()
-	zero := int64(0)
-	if err := c.Client.CoreV1().Pods("default").Delete(ctx, spec.Pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+	live, err := c.Client.CoreV1().Pods("default").Get(ctx, spec.Pod.Name, metav1.GetOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 2*time.Minute, "the workload pod to be gone", func(ctx context.Context) (bool, error) {
-		_, err := c.Client.CoreV1().Pods("default").Get(ctx, spec.Pod.Name, metav1.GetOptions{})
-		return err != nil, err
+	// Not a forced deletion (grace 0), which removes the object at once:
+	// the kubelet must unpublish the volumes while the plugin still runs.
+	grace := int64(1)
+	if err := c.Client.CoreV1().Pods("default").Delete(ctx, spec.Pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
+		t.Fatal(err)
+	}
+	podDir := filepath.Join(c.KubeletRootDir, "pods", string(live.UID))
+	poll(t, 2*time.Minute, "the kubelet to tear down the workload pod's volumes", func(ctx context.Context) (bool, error) {
+		_, err := os.Stat(podDir)
+		return os.IsNotExist(err), fmt.Errorf("%s: %v", podDir, err)
 	})
 	var pvs []string
 	for _, pvc := range spec.PVCs {
