@@ -183,8 +183,7 @@ func TestDeployWorkload(t *testing.T) {
 	})
 	t.Logf("kubectl apply -k to the first Bound claim: %.1fs", time.Since(applied).Seconds())
 
-	logs, err := workload.WaitMarker(ctx, c.Client, "default", spec.Pod.Name, "[INIT-PASSED]", "[INIT-FAILED]", 3*time.Minute)
-	if err != nil {
+	if _, err := workload.WaitMarker(ctx, c.Client, "default", spec.Pod.Name, "[INIT-PASSED]", "[INIT-FAILED]", 3*time.Minute); err != nil {
 		t.Fatalf("%v\n%s", err, kubectl(t, c, "-n", "plinth-system", "logs", "daemonset/plinth-node", "--tail=50"))
 	}
 	t.Logf("workload initialised %.1fs after kubectl apply", time.Since(applied).Seconds())
@@ -194,7 +193,8 @@ func TestDeployWorkload(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if logs, err = workload.WaitMarker(ctx, c.Client, "default", spec.Pod.Name, "[RESIZE-PASSED]", "[RESIZE-FAILED]", 3*time.Minute); err != nil {
+	logs, err := workload.WaitMarker(ctx, c.Client, "default", spec.Pod.Name, "[RESIZE-PASSED]", "[RESIZE-FAILED]", 3*time.Minute)
+	if err != nil {
 		t.Fatal(err)
 	}
 	passed, skipped, failed := workload.Checks(logs)
