@@ -19,6 +19,9 @@ export PLINTH_NODE_BIN=$bin/plinth-node
 # deploy/'s image, for test/deploy (plinth-node as a DaemonSet).
 PLINTH_IMAGE=$(build/scripts/image.sh)
 export PLINTH_IMAGE
+# ... run by the kubelet most clusters run, unpatched.
+PLINTH_UPSTREAM_KUBELET=$(third_party/kubernetes/upstream-kubelet.sh)/kubelet
+export PLINTH_UPSTREAM_KUBELET
 # PLINTH_E2E turns on the cluster tests (they are skipped in test-unit).
 # One package at a time: every package launches its own cluster, and only
 # one cluster runs per host.

@@ -25,14 +25,22 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/test/e2e/workload"
 	"source.plinth.dev/test/launch"
 )
 
-// imageEnv names the OCI archive of plinth-node's image (build/scripts/image.sh).
-const imageEnv = "PLINTH_IMAGE"
+const (
+	// imageEnv names the OCI archive of plinth-node's image (build/scripts/image.sh).
+	imageEnv = "PLINTH_IMAGE"
+	// kubeletEnv names an unpatched kubelet
+	// (third_party/kubernetes/upstream-kubelet.sh): deploy/ is for the
+	// clusters people run, and their kubelets take losetup pseudo-locks
+	// on block volumes.
+	kubeletEnv = "PLINTH_UPSTREAM_KUBELET"
+)
 
-var cluster = launch.NewShared(launch.Config{Images: images()})
+var cluster = launch.NewShared(launch.Config{Images: images(), UpstreamKubelet: os.Getenv(kubeletEnv)})
 
 func images() []string {
 	if p := os.Getenv(imageEnv); p != "" {
@@ -51,6 +59,9 @@ func clusterFor(t *testing.T) *launch.Cluster {
 	}
 	if os.Getenv(imageEnv) == "" {
 		t.Fatalf("%s is not set: build the image with make image", imageEnv)
+	}
+	if os.Getenv(kubeletEnv) == "" {
+		t.Fatalf("%s is not set: build the kubelet with third_party/kubernetes/upstream-kubelet.sh", kubeletEnv)
 	}
 	return cluster.Cluster(t)
 }
@@ -152,6 +163,15 @@ func TestDeployWorkload(t *testing.T) {
 	c := clusterFor(t)
 	ctx := context.Background()
 	dir := overlay(t, c)
+	node, err := c.Client.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := node.Status.NodeInfo.KubeletVersion; strings.Contains(v, "plinth") {
+		t.Fatalf("the node runs kubelet %s, the patched one; want upstream's", v)
+	} else {
+		t.Logf("kubelet %s (upstream, unpatched)", v)
+	}
 
 	// The workload is created together with the installation, as a user
 	// would: the time to its first Bound claim is what installing costs.
@@ -187,6 +207,14 @@ func TestDeployWorkload(t *testing.T) {
 		t.Fatalf("%v\n%s", err, kubectl(t, c, "-n", "plinth-system", "logs", "daemonset/plinth-node", "--tail=50"))
 	}
 	t.Logf("workload initialised %.1fs after kubectl apply", time.Since(applied).Seconds())
+	// The unpatched kubelet "locks" each block volume it maps with a loop
+	// device over the device node Plinth published (losetup): the CSI
+	// plugin must live with that second loop device on top of its own.
+	locks := pseudoLocks(t, c)
+	if len(locks) == 0 {
+		t.Errorf("no loop device over a published block volume: the upstream kubelet's pseudo-locks are not exercised")
+	}
+	t.Logf("the kubelet's block pseudo-locks: %v", locks)
 	for _, pvc := range spec.PVCs {
 		patch := fmt.Sprintf(`{"spec":{"resources":{"requests":{"storage":%q}}}}`, workload.ResizeTo)
 		if _, err := c.Client.CoreV1().PersistentVolumeClaims("default").Patch(ctx, pvc.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
@@ -246,6 +274,9 @@ func testUninstallKeepsData(t *testing.T, c *launch.Cluster, dir string, spec wo
 		_, err := os.Stat(podDir)
 		return os.IsNotExist(err), fmt.Errorf("%s: %v", podDir, err)
 	})
+	if locks := pseudoLocks(t, c); len(locks) > 0 {
+		t.Errorf("pseudo-locks left after the pod is gone: %v", locks)
+	}
 	var pvs []string
 	for _, pvc := range spec.PVCs {
 		live, err := c.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, pvc.Name, metav1.GetOptions{})
@@ -274,4 +305,21 @@ func testUninstallKeepsData(t *testing.T, c *launch.Cluster, dir string, spec wo
 		}
 	}
 	t.Logf("uninstalled: %d volumes stay on the node in %s, their PVs and claims in the API", len(pvs), filepath.Join(c.DataDir, "volumes"))
+}
+
+// pseudoLocks lists the loop devices whose backing file is a device node
+// the kubelet maps (below its root directory) or a loop device itself.
+func pseudoLocks(t *testing.T, c *launch.Cluster) []string {
+	t.Helper()
+	all, err := loop.Bindings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, b := range all {
+		if strings.HasPrefix(b.Backing, c.KubeletRootDir+"/") || strings.HasPrefix(b.Backing, "/dev/loop") {
+			out = append(out, b.Path()+" over "+b.Backing)
+		}
+	}
+	return out
 }

@@ -161,7 +161,13 @@ func (c *Cluster) initPaths(ctx context.Context, node bool) error {
 			return fmt.Errorf("creating %s: %w", d, err)
 		}
 	}
-	for _, tool := range kubeletTools {
+	tools := kubeletTools
+	if c.cfg.UpstreamKubelet != "" {
+		// The unpatched kubelet takes its block-volume pseudo-locks with
+		// losetup; without it, it fails to map block volumes.
+		tools = append(slices.Clip(tools), "losetup")
+	}
+	for _, tool := range tools {
 		if p, err := exec.LookPath(tool); err == nil {
 			if err := os.Symlink(p, filepath.Join(c.KubeletPATH, tool)); err != nil {
 				return fmt.Errorf("preparing kubelet PATH: %w", err)
@@ -406,7 +412,11 @@ func (c *Cluster) startContainerd() error {
 }
 
 func (c *Cluster) startKubelet() error {
-	return c.run("kubelet", filepath.Join(c.BinDir, "kubelet"), []string{
+	kubelet := filepath.Join(c.BinDir, "kubelet")
+	if c.cfg.UpstreamKubelet != "" {
+		kubelet = c.cfg.UpstreamKubelet
+	}
+	return c.run("kubelet", kubelet, []string{
 		"--config=" + filepath.Join(c.Dir, "kubelet.yaml"),
 		"--kubeconfig=" + c.kubeconfigPath("kubelet"),
 		"--root-dir=" + c.KubeletRootDir,
