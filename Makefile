@@ -51,5 +51,9 @@ gazelle: ## regenerate BUILD files and deps.bzl from go.mod
 node-image: ## build (or find cached) the node OS image; prints its path and the kernel dir
 	build/scripts/nodeimage.sh
 
+.PHONY: image
+image: ## build (or find cached) plinth-node's container image for deploy/; prints the OCI archive's path
+	build/scripts/image.sh
+
 bench: ## benchmarks, with ratios against baselines measured in the same run
 	build/scripts/bench.sh

@@ -16,7 +16,13 @@ bin=$(mktemp -d /tmp/plinth-e2e-bin.XXXXXX)
 trap 'rm -rf "$bin"' EXIT
 go build -o "$bin/plinth-node" ./node/cmd/plinth-node
 export PLINTH_NODE_BIN=$bin/plinth-node
+# deploy/'s image, for test/deploy (plinth-node as a DaemonSet).
+PLINTH_IMAGE=$(build/scripts/image.sh)
+export PLINTH_IMAGE
+# ... run by the kubelet most clusters run, unpatched.
+PLINTH_UPSTREAM_KUBELET=$(third_party/kubernetes/upstream-kubelet.sh)/kubelet
+export PLINTH_UPSTREAM_KUBELET
 # PLINTH_E2E turns on the cluster tests (they are skipped in test-unit).
 # One package at a time: every package launches its own cluster, and only
 # one cluster runs per host.
-PLINTH_E2E=1 go test -count=1 -p 1 -timeout 30m -v ./test/launch/... ./test/e2e/...
+PLINTH_E2E=1 go test -count=1 -p 1 -timeout 30m -v ./test/launch/... ./test/e2e/... ./test/deploy/...

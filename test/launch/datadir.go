@@ -65,5 +65,13 @@ func mountDataFS(ctx context.Context, image, mountPoint string, size int64) (*da
 	if err != nil {
 		return nil, fmt.Errorf("mounting data filesystem %s on %s: %w", dev.Path(), mountPoint, err)
 	}
+	// Shared, as / is on a systemd host: the kubelet's directory is on it,
+	// and a CSI plugin in a pod (deploy/'s DaemonSet) mounts it with
+	// Bidirectional propagation, which the runtime refuses on a private
+	// mount.
+	if err := unix.Mount("", mountPoint, "", unix.MS_SHARED, ""); err != nil {
+		unix.Unmount(mountPoint, 0)
+		return nil, fmt.Errorf("making data filesystem %s shared: %w", mountPoint, err)
+	}
 	return fs, nil
 }

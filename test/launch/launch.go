@@ -68,6 +68,11 @@ type Config struct {
 	Images []string
 	// PlinthNode, when set, starts plinth-node once the apiserver is up.
 	PlinthNode *PlinthNode
+	// UpstreamKubelet, when set, is an unpatched kubelet binary
+	// (third_party/kubernetes/upstream-kubelet.sh) to run instead of the
+	// patched one, with losetup on its PATH: the kubelet most clusters run,
+	// block-volume pseudo-locks included.
+	UpstreamKubelet string
 	// GVisorBin, when set, is the directory with runsc and
 	// containerd-shim-runsc-v1 (third_party/gvisor/build.sh): containerd
 	// gets the runtime handler GVisorHandler and the cluster the

@@ -162,7 +162,13 @@ func (c *Cluster) initPaths(ctx context.Context, node bool) error {
 			return fmt.Errorf("creating %s: %w", d, err)
 		}
 	}
-	for _, tool := range kubeletTools {
+	tools := kubeletTools
+	if c.cfg.UpstreamKubelet != "" {
+		// The unpatched kubelet takes its block-volume pseudo-locks with
+		// losetup; without it, it fails to map block volumes.
+		tools = append(slices.Clip(tools), "losetup")
+	}
+	for _, tool := range tools {
 		if p, err := exec.LookPath(tool); err == nil {
 			if err := os.Symlink(p, filepath.Join(c.KubeletPATH, tool)); err != nil {
 				return fmt.Errorf("preparing kubelet PATH: %w", err)
@@ -420,7 +426,11 @@ func (c *Cluster) startKubelet() error {
 		return err
 	}
 	args = append(args, "--cert-dir="+filepath.Join(c.Dir, "run", "kubelet-pki"), "--v=2")
-	return c.run("kubelet", filepath.Join(c.BinDir, "kubelet"), args, []string{"PATH=" + c.KubeletPATH})
+	kubelet := filepath.Join(c.BinDir, "kubelet")
+	if c.cfg.UpstreamKubelet != "" {
+		kubelet = c.cfg.UpstreamKubelet
+	}
+	return c.run("kubelet", kubelet, args, []string{"PATH=" + c.KubeletPATH})
 }
 
 func (c *Cluster) startPlinthNode() error {

@@ -3,8 +3,10 @@
 // directory of its own.
 //
 // Modes, chosen at start:
-//   - PID 1: minimal OS init (see init.go), then this binary again as its
-//     only child, with --root / and the kernel command line's settings.
+//   - PID 1 without --root: minimal OS init (see init.go), then this binary
+//     again as its only child, with --root / and the kernel command line's
+//     settings. PID 1 with --root (or csi-serve) is a container's first
+//     process (deploy/'s DaemonSet), hosted like any other below.
 //   - "csi-serve" as first argument: the standalone CSI plugin (csiserve.go).
 //   - anything else: the node tree (node.go), until SIGINT or SIGTERM.
 package main
@@ -16,15 +18,38 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
 func main() {
-	if os.Getpid() == 1 {
+	if os.Getpid() == 1 && !hosted(os.Args[1:]) {
 		runInit() // never returns
 	}
 	os.Exit(run(os.Args[1:]))
+}
+
+// hosted reports whether args, given to PID 1, ask for a hosted mode: the
+// kernel never passes init a --root (init adds --root / for its child
+// itself), while a container runs plinth-node as PID 1 of its PID
+// namespace with the flags of its manifest, which always name the root.
+// Running init there would mount /proc and /sys over the container's,
+// load kernel modules, and reboot on failure.
+func hosted(args []string) bool {
+	if len(args) > 0 && args[0] == "csi-serve" {
+		return true
+	}
+	for _, a := range args {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && name == "root" {
+			return true
+		}
+		if a == "--" {
+			break
+		}
+	}
+	return false
 }
 
 // run is main for every mode but PID 1; it returns the exit code.

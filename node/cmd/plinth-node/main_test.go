@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"source.plinth.dev/node/kubernetes"
 )
 
 // roleEnv makes the test binary play a part in a child process: the
@@ -279,9 +280,44 @@ func TestOptions(t *testing.T) {
 		{"--root", "/x", "--node-name", "Upper"},
 		{"--root", "/x", "--node-name", "a..b"},
 		{"--root", "/x", "--data-device", "/dev/x", "--data-fstype", ""},
+		{"--root", "/x", "--in-cluster", "--kubeconfig", "/k"},
 	} {
 		if _, err := parseOptions(bad, io.Discard); err == nil {
 			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// TestInClusterRunsKubernetesService: deploy/'s DaemonSet passes
+// --in-cluster and no kubeconfig; without the Kubernetes service it would
+// run a node tree that provisions nothing.
+func TestInClusterRunsKubernetesService(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"--in-cluster"}, true},
+		{[]string{"--kubeconfig", "/k"}, true},
+		{nil, false},
+	} {
+		o, err := parseOptions(append([]string{"--root", t.TempDir()}, c.args...), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tree, err := o.tree()
+		if err != nil {
+			t.Fatal(err)
+		}
+		svcs, err := services(o, tree, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := false
+		for _, s := range svcs {
+			got = got || s.Name == kubernetes.ServiceName
+		}
+		if got != c.want {
+			t.Errorf("%q: Kubernetes service started %v, want %v", c.args, got, c.want)
 		}
 	}
 }
@@ -320,5 +356,26 @@ func must(err error) {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)
+	}
+}
+
+// TestHostedAsPID1: in a container plinth-node is PID 1 with the
+// DaemonSet's flags and must run hosted, not as the node's init; the kernel
+// starts init with no --root.
+func TestHostedAsPID1(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"--config-device=/dev/vdb"}, false},
+		{[]string{"--in-cluster", "--root=/var/lib/plinth"}, true},
+		{[]string{"-root", "/x"}, true},
+		{[]string{"--rootfs=/x"}, false},
+		{[]string{"csi-serve", "--data-dir=/d"}, true},
+	} {
+		if got := hosted(c.args); got != c.want {
+			t.Errorf("hosted(%q) = %v, want %v", c.args, got, c.want)
+		}
 	}
 }

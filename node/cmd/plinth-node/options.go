@@ -30,6 +30,9 @@ type options struct {
 	dataMountOptions string
 
 	kubeconfig string
+	// inCluster uses the pod's service account instead of a kubeconfig:
+	// plinth-node deployed as a DaemonSet (deploy/).
+	inCluster bool
 
 	// configDevice is the configuration disk of a booted node (see
 	// node/core/nodeconfig); booted.go says what it changes.
@@ -107,7 +110,8 @@ func (o *options) flagSet(out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.dataDevice, "data-device", "", "block device to mount at the data directory before starting (empty: use the directory as it is)")
 	fs.StringVar(&o.dataFSType, "data-fstype", "xfs", "filesystem type of --data-device")
 	fs.StringVar(&o.dataMountOptions, "data-mount-options", "prjquota", "mount options of --data-device (prjquota makes XFS enforce volume sizes)")
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for the Kubernetes API (optional)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for the Kubernetes API (optional; without it and --in-cluster, no Kubernetes services run)")
+	fs.BoolVar(&o.inCluster, "in-cluster", false, "reach the Kubernetes API with the pod's service account (plinth-node run as a DaemonSet, see deploy/); excludes --kubeconfig")
 	fs.StringVar(&o.configDevice, "config-device", "", "configuration disk of a booted node (plinth.config=): a tar of node.json and kubeconfigs; the node then formats a blank data disk, configures the network and runs containerd and the kubelet")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", kubernetes.DefaultQPS, "queries per second to the Kubernetes API (client-side rate limit; Events have their own smaller budget)")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", kubernetes.DefaultBurst, "burst of queries to the Kubernetes API above --kube-api-qps")
@@ -152,6 +156,9 @@ func (o *options) complete() error {
 	}
 	if o.verbosity < 0 {
 		return fmt.Errorf("-v %d: verbosity cannot be negative", o.verbosity)
+	}
+	if o.inCluster && o.kubeconfig != "" {
+		return errors.New("--in-cluster and --kubeconfig exclude each other")
 	}
 	if o.dataDevice != "" && o.dataFSType == "" {
 		return errors.New("--data-device needs --data-fstype")

@@ -36,7 +36,9 @@ func services(o *options, tree *localstorage.Root, booted *bootedNode, m *metric
 	if booted != nil {
 		svcs = append(svcs, booted.kubeletService())
 	}
-	if o.kubeconfig != "" {
+	// An empty Kubeconfig makes the service use the in-cluster
+	// configuration (kubernetes.Service).
+	if o.kubeconfig != "" || o.inCluster {
 		registrar, err := csi.NewRegistrar(&tree.Kubelet)
 		if err != nil {
 			return nil, fmt.Errorf("wiring the CSI plugin: %w", err)

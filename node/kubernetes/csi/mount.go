@@ -39,11 +39,27 @@ func bindFlags(flags []string, readOnly bool) uintptr {
 	return f
 }
 
-// bindMount mounts source at target with flags. A bind mount ignores most
-// flags on creation, so they are applied with a second, remount call; if
-// that fails the bind is undone, so a volume is never left mounted with
-// weaker flags (read-write instead of read-only) than asked for.
+// bindMount mounts source at target with flags.
+//
+// The mount is made with its flags already set: a detached clone of source
+// (open_tree) gets them (mount_setattr) before it is attached at target
+// (move_mount). That matters when the plugin runs in a container (deploy/'s
+// DaemonSet): the kubelet's directory is mounted into it with Bidirectional
+// propagation, so the kernel copies each new mount to the host and on to
+// the pod, and a copy carries the flags the mount had when it was attached.
+// A bind followed by a remount would leave the copies without nosuid and
+// nodev: the remount only changes the plugin's own view.
+//
+// Kernels older than 5.12 lack mount_setattr; there the bind is remounted
+// with the flags, which is complete only for a plugin in the host's mount
+// namespace. Either way, if the flags cannot be applied the bind is undone,
+// so a volume is never left mounted with weaker flags (read-write instead of
+// read-only) than asked for.
 func bindMount(source, target string, flags uintptr) error {
+	err := attachWithFlags(source, target, flags)
+	if !errors.Is(err, unix.ENOSYS) {
+		return err
+	}
 	if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind mounting %s at %s: %w", source, target, err)
 	}
@@ -52,6 +68,53 @@ func bindMount(source, target string, flags uintptr) error {
 		return fmt.Errorf("applying mount flags to %s: %w (undoing the bind mount: %v)", target, err, uerr)
 	}
 	return nil
+}
+
+// attachWithFlags clones source as a detached mount, sets flags on it and
+// attaches it at target. It returns an error wrapping ENOSYS, having
+// changed nothing, when the kernel lacks the new mount API.
+func attachWithFlags(source, target string, flags uintptr) error {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, source, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("cloning %s for a bind mount: %w", source, err)
+	}
+	// Closing a detached tree that was never attached unmounts it.
+	defer unix.Close(fd)
+	attr := mountAttr(flags)
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		return fmt.Errorf("applying mount flags to the bind mount of %s: %w", source, err)
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attaching the bind mount of %s at %s: %w", source, target, err)
+	}
+	return nil
+}
+
+// mountAttr translates MS_* flags (bindFlags) into mount_setattr's
+// attributes. The access-time mode is one field: setting noatime or
+// relatime clears the old mode first.
+func mountAttr(flags uintptr) unix.MountAttr {
+	var a unix.MountAttr
+	for ms, attr := range map[uintptr]uint64{
+		unix.MS_RDONLY:     unix.MOUNT_ATTR_RDONLY,
+		unix.MS_NOSUID:     unix.MOUNT_ATTR_NOSUID,
+		unix.MS_NODEV:      unix.MOUNT_ATTR_NODEV,
+		unix.MS_NOEXEC:     unix.MOUNT_ATTR_NOEXEC,
+		unix.MS_NODIRATIME: unix.MOUNT_ATTR_NODIRATIME,
+	} {
+		if flags&ms != 0 {
+			a.Attr_set |= attr
+		}
+	}
+	switch {
+	case flags&unix.MS_NOATIME != 0:
+		a.Attr_clr |= unix.MOUNT_ATTR__ATIME
+		a.Attr_set |= unix.MOUNT_ATTR_NOATIME
+	case flags&unix.MS_RELATIME != 0:
+		a.Attr_clr |= unix.MOUNT_ATTR__ATIME
+		a.Attr_set |= unix.MOUNT_ATTR_RELATIME
+	}
+	return a
 }
 
 // sameFile reports whether a and b are the same inode. For a directory

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
@@ -87,6 +88,7 @@ func TestProvisionFilesystemAndBlock(t *testing.T) {
 		warned = append(warned, fsClaim)
 	} else {
 		e.WaitEvent(fsClaim.UID, ReasonCapacityNotEnforced, "cannot enforce")
+		e.WaitEvent(types.UID(e.Node), ReasonCapacityNotEnforced, "provisioned anyway")
 	}
 	for _, pvc := range warned {
 		for _, ev := range e.Events(pvc.UID) {
@@ -313,6 +315,8 @@ func TestCapacityNotEnforcedRefused(t *testing.T) {
 	e.CreateClaim(controllertest.Claim{Name: "blk", Mode: corev1.PersistentVolumeBlock})
 	e.WaitBound("blk")
 	e.WaitEvent(fs.UID, ReasonProvisioningFailed, "--allow-unenforced-capacity")
+	// The node says so too, for whoever looks at the node, not a claim.
+	e.WaitEvent(types.UID(e.Node), ReasonCapacityNotEnforced, "filesystem claims are refused")
 	e.NoPV(fs.UID)
 	if ids := e.VolumeIDs(); len(ids) != 1 {
 		t.Errorf("volumes: %v, want only the block volume", ids)

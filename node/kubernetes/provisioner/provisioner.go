@@ -66,6 +66,9 @@ type Volumes interface {
 	// CapacityEnforced is false when filesystem volumes get no quota (the
 	// operator allowed that, or Create refuses them).
 	CapacityEnforced() bool
+	// UnenforcedCapacity says why not, and whether Create makes
+	// filesystem volumes anyway (see volume.Manager).
+	UnenforcedCapacity() (reason error, allowed bool)
 }
 
 // Config is what a Controller needs: the fields every controller has

@@ -78,6 +78,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	// it holds, not what it once listed. One GC, once per start.
 	debug.FreeOSMemory()
 	r.log.Infof("provisioner for driver %s on node %s (hostname %s) started", c.Driver, c.NodeName, r.hostname)
+	r.reportUnenforcedCapacity()
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 
 	var wg sync.WaitGroup
@@ -97,6 +98,25 @@ func (c *Controller) Run(ctx context.Context) error {
 	r.volumeQ.ShutDown()
 	wg.Wait()
 	return ctx.Err()
+}
+
+// reportUnenforcedCapacity tells the cluster, with a Warning Event on this
+// node, that its data directory cannot enforce the size of filesystem
+// volumes, and what follows from it. The node's log says so at start too,
+// but an operator who installed Plinth with kubectl looks at Events
+// (kubectl describe node) before pod logs; the claims that are refused get
+// their own Event as well.
+func (r *run) reportUnenforcedCapacity() {
+	reason, allowed := r.Volumes.UnenforcedCapacity()
+	if reason == nil {
+		return
+	}
+	consequence := "filesystem claims are refused (block claims work); prepare an XFS data directory mounted with prjquota, or pass --allow-unenforced-capacity to accept volumes that can outgrow their size"
+	if allowed {
+		consequence = "filesystem volumes are provisioned anyway (--allow-unenforced-capacity) and can fill the data filesystem"
+	}
+	r.recorder.Eventf(r.nodeRef(), corev1.EventTypeWarning, ReasonCapacityNotEnforced,
+		"The data directory of Plinth storage on this node cannot enforce volume sizes (%v): %s", reason, consequence)
 }
 
 // watch adds what the provisioner needs to the incarnation's informers

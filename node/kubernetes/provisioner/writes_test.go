@@ -47,6 +47,7 @@ func (f *fakeVolumes) Delete(context.Context, string) error {
 }
 func (f *fakeVolumes) List(context.Context) ([]volume.Entry, error) { return nil, nil }
 func (f *fakeVolumes) CapacityEnforced() bool                       { return true }
+func (f *fakeVolumes) UnenforcedCapacity() (error, bool)            { return nil, false }
 func (f *fakeVolumes) SetReclaimPolicy(context.Context, string, volume.ReclaimPolicy) error {
 	return nil
 }

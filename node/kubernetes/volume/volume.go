@@ -211,6 +211,13 @@ func New(cfg Config) (*Manager, error) {
 // CapacityEnforced reports whether filesystem volumes get a real quota.
 func (m *Manager) CapacityEnforced() bool { return m.QuotaError == nil }
 
+// UnenforcedCapacity says, when filesystem volumes get no real quota, why
+// (reason, nil when they do) and whether the operator accepted that
+// (allowed), i.e. whether Create makes them anyway or refuses them.
+func (m *Manager) UnenforcedCapacity() (reason error, allowed bool) {
+	return m.QuotaError, m.AllowUnenforced
+}
+
 // checkFilesystemAllowed refuses filesystem volumes whose size could not be
 // enforced, unless the operator accepted that.
 func (m *Manager) checkFilesystemAllowed() error {

@@ -1,0 +1,173 @@
+// Package deploy holds the manifests that install Plinth storage on any
+// cluster (kubectl apply -k deploy/). Its test keeps them equal to what
+// the node agent's code defines and needs.
+package deploy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	"source.plinth.dev/node/kubernetes/clusterobjects"
+	"source.plinth.dev/node/kubernetes/names"
+)
+
+// objects decodes every document of the manifests the kustomization lists.
+func objects(t *testing.T) []runtime.Object {
+	t.Helper()
+	var objs []runtime.Object
+	for _, f := range []string{"namespace.yaml", "rbac.yaml", "storage.yaml", "daemonset.yaml"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+		for {
+			doc, err := r.Read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if len(bytes.TrimSpace(doc)) == 0 {
+				continue
+			}
+			obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			objs = append(objs, obj)
+		}
+	}
+	kust, err := os.ReadFile("kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(kust), ".yaml"); n != 4 {
+		t.Fatalf("kustomization.yaml lists %d files, the test reads 4", n)
+	}
+	return objs
+}
+
+// TestManifestsMatchTheCode: the ClusterRole has exactly the rules the code
+// uses (clusterobjects.ClusterRole, audited against a real node), the
+// binding reaches the DaemonSet's service account, and the CSIDriver and
+// default StorageClass are the ones every node checks for at start.
+func TestManifestsMatchTheCode(t *testing.T) {
+	var (
+		role    *rbacv1.ClusterRole
+		binding *rbacv1.ClusterRoleBinding
+		driver  *storagev1.CSIDriver
+		classes = map[string]*storagev1.StorageClass{}
+		ds      *appsv1.DaemonSet
+	)
+	for _, o := range objects(t) {
+		switch o := o.(type) {
+		case *rbacv1.ClusterRole:
+			role = o
+		case *rbacv1.ClusterRoleBinding:
+			binding = o
+		case *storagev1.CSIDriver:
+			driver = o
+		case *storagev1.StorageClass:
+			classes[o.Name] = o
+		case *appsv1.DaemonSet:
+			ds = o
+		}
+	}
+	if role == nil || binding == nil || driver == nil || ds == nil {
+		t.Fatalf("missing objects: role %v, binding %v, driver %v, daemonset %v", role != nil, binding != nil, driver != nil, ds != nil)
+	}
+	want := clusterobjects.ClusterRole()
+	if role.Name != want.Name || !reflect.DeepEqual(role.Rules, want.Rules) {
+		t.Errorf("ClusterRole %s has rules\n%+v\nthe code uses\n%+v", role.Name, role.Rules, want.Rules)
+	}
+	wantBinding := clusterobjects.ClusterRoleBinding()
+	if binding.Name != wantBinding.Name || binding.RoleRef != wantBinding.RoleRef {
+		t.Errorf("ClusterRoleBinding %s refers to %+v, want %s referring to %+v", binding.Name, binding.RoleRef, wantBinding.Name, wantBinding.RoleRef)
+	}
+	sa := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: ds.Spec.Template.Spec.ServiceAccountName, Namespace: ds.Namespace}
+	subjects := append([]rbacv1.Subject{}, wantBinding.Subjects...)
+	if !reflect.DeepEqual(binding.Subjects, append(subjects, sa)) {
+		t.Errorf("binding subjects %+v, want the node agents' group and the DaemonSet's service account %+v", binding.Subjects, sa)
+	}
+	wantDriver := clusterobjects.CSIDriver()
+	if driver.Name != wantDriver.Name || !reflect.DeepEqual(driver.Spec, wantDriver.Spec) {
+		t.Errorf("CSIDriver %s spec %+v, the code's %s %+v", driver.Name, driver.Spec, wantDriver.Name, wantDriver.Spec)
+	}
+	wantClass := clusterobjects.StorageClass()
+	class := classes[wantClass.Name]
+	if class == nil || class.Provisioner != wantClass.Provisioner || !reflect.DeepEqual(class.ReclaimPolicy, wantClass.ReclaimPolicy) ||
+		!reflect.DeepEqual(class.VolumeBindingMode, wantClass.VolumeBindingMode) || !reflect.DeepEqual(class.AllowVolumeExpansion, wantClass.AllowVolumeExpansion) ||
+		!reflect.DeepEqual(class.Annotations, wantClass.Annotations) || len(class.Parameters) != 0 {
+		t.Errorf("StorageClass %s = %+v, the code's %+v", wantClass.Name, class, wantClass)
+	}
+	for name, c := range classes {
+		if c.Provisioner != names.DriverName {
+			t.Errorf("StorageClass %s has provisioner %s", name, c.Provisioner)
+		}
+	}
+}
+
+// TestDaemonSetPaths: CSI target paths come from the kubelet as host
+// paths, so the kubelet directory must be mounted at its own path, with
+// Bidirectional propagation, and be the one --kubelet-dir names.
+func TestDaemonSetPaths(t *testing.T) {
+	var ds *appsv1.DaemonSet
+	for _, o := range objects(t) {
+		if d, ok := o.(*appsv1.DaemonSet); ok {
+			ds = d
+		}
+	}
+	if ds == nil {
+		t.Fatal("no DaemonSet")
+	}
+	pod := ds.Spec.Template.Spec
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
+		t.Error("plinth-node must run privileged (mounts, loop devices, quotas)")
+	}
+	hostPaths := map[string]string{}
+	for _, v := range pod.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
+	}
+	kubeletDir := ""
+	for _, a := range c.Args {
+		if d, ok := strings.CutPrefix(a, "--kubelet-dir="); ok {
+			kubeletDir = d
+		}
+	}
+	found := false
+	for _, m := range c.VolumeMounts {
+		if hostPaths[m.Name] != m.MountPath {
+			t.Errorf("volume %s: host path %s mounted at %s; the plugin and the kubelet must see the same paths", m.Name, hostPaths[m.Name], m.MountPath)
+		}
+		if m.MountPath == kubeletDir {
+			found = true
+			if m.MountPropagation == nil || *m.MountPropagation != "Bidirectional" {
+				t.Errorf("kubelet directory %s is mounted without Bidirectional propagation: the plugin's mounts would not reach the pods", kubeletDir)
+			}
+		}
+	}
+	if kubeletDir == "" || !found {
+		t.Errorf("--kubelet-dir %q is not a mounted host path", kubeletDir)
+	}
+}
