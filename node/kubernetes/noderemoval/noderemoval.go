@@ -98,30 +98,19 @@ func (c *Controller) Run(ctx context.Context) error {
 	csiNodes.Informer() // registered before Start
 	recorder, stopEvents := controller.NewRecorder(ctx, c.EventClient, c.Driver, c.NodeName)
 	defer stopEvents()
-	ictx, cancel := context.WithCancel(ctx)
-	defer factory.Shutdown()
-	defer cancel()
-	factory.Start(ictx.Done())
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return errors.Join(fmt.Errorf("syncing the cache of %v", typ), ctx.Err())
-		}
+	stop, err := controller.StartInformers(ctx, factory)
+	defer stop()
+	if err != nil {
+		return err
 	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	s := &sweep{Controller: c, log: log, recorder: recorder, csiNodes: csiNodes.Lister(),
 		missingSince: map[string]time.Time{}, announced: map[types.UID]bool{}}
-	tick := c.Clock.NewTicker(c.Interval)
-	defer tick.Stop()
-	for {
+	return controller.Every(ctx, c.Clock, c.Interval, func(ctx context.Context) {
 		if err := s.run(ctx); err != nil && ctx.Err() == nil {
 			log.Warningf("looking for removed nodes: %v", err)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C():
-		}
-	}
+	})
 }
 
 // sweep is the state of one Run.

@@ -119,27 +119,14 @@ func (m *Monitor) Run(ctx context.Context) error {
 	volumes.Informer() // registered before Start
 	recorder, stopEvents := controller.NewRecorder(ctx, m.EventClient, m.Driver, m.NodeName)
 	defer stopEvents()
-	ictx, cancel := context.WithCancel(ctx)
-	defer factory.Shutdown()
-	defer cancel()
-	factory.Start(ictx.Done())
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return errors.Join(fmt.Errorf("syncing the cache of %v", typ), ctx.Err())
-		}
+	stop, err := controller.StartInformers(ctx, factory)
+	defer stop()
+	if err != nil {
+		return err
 	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	r := &round{Monitor: m, log: log, recorder: recorder, lister: volumes.Lister(), last: map[string]Condition{}}
-	tick := m.Clock.NewTicker(m.Interval)
-	defer tick.Stop()
-	for {
-		r.checkAll(ctx)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C():
-		}
-	}
+	return controller.Every(ctx, m.Clock, m.Interval, r.checkAll)
 }
 
 // round is the state of one run of the monitor.

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -86,7 +85,7 @@ type Incarnation struct {
 	Cluster, Node   informers.SharedInformerFactory
 	Claims, Volumes cache.SharedIndexInformer
 
-	stopInformers context.CancelFunc
+	stopInformers func()
 	stopEvents    func()
 }
 
@@ -128,25 +127,14 @@ func (b *Base) NodeInformers() informers.SharedInformerFactory {
 // their caches are filled. Informers run with their own context, which
 // Stop cancels before waiting for them.
 func (inc *Incarnation) Sync(ctx context.Context) error {
-	ictx, cancel := context.WithCancel(ctx)
-	inc.stopInformers = cancel
-	inc.Cluster.Start(ictx.Done())
-	inc.Node.Start(ictx.Done())
-	for _, f := range []informers.SharedInformerFactory{inc.Cluster, inc.Node} {
-		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
-			if !ok {
-				return errors.Join(fmt.Errorf("syncing the cache of %v", typ), ctx.Err())
-			}
-		}
-	}
-	return nil
+	stop, err := StartInformers(ctx, inc.Cluster, inc.Node)
+	inc.stopInformers = stop
+	return err
 }
 
 // Stop ends the incarnation: informers are stopped and waited for, and
 // the Event recorder stops.
 func (inc *Incarnation) Stop() {
 	inc.stopInformers()
-	inc.Cluster.Shutdown()
-	inc.Node.Shutdown()
 	inc.stopEvents()
 }
