@@ -226,7 +226,10 @@ func (m *Manager) createFilesystem(id string, size int64, perm fs.FileMode, r Ov
 			}
 			return classifySpace(err)
 		}
-	} else if err := setRecordedCapacity(path, size); err != nil {
+	}
+	// The size is recorded also where a quota holds it, so that a quota
+	// changed behind Plinth's back is found (Stat).
+	if err := setRecordedCapacity(path, size); err != nil {
 		return err
 	}
 	if err := m.Data.Volumes.Sync(); err != nil {

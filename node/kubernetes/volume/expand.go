@@ -108,7 +108,16 @@ func (m *Manager) expandFilesystem(id string, from, to int64) error {
 	if err != nil {
 		return fmt.Errorf("reading the volume's quota: %w", err)
 	}
+	// The recorded size first: a crash before the quota follows leaves
+	// the volume reported abnormal (Stat) until the resizer's retry
+	// raises the quota, never a quota larger than the record says.
+	if err := setRecordedCapacity(fsPath, to); err != nil {
+		return err
+	}
 	if err := fsquota.SetQuota(fsPath, q.ProjectID, fsquota.Limits{Bytes: uint64(to), Inodes: InodeLimit(to)}); err != nil {
+		if rerr := setRecordedCapacity(fsPath, from); rerr != nil {
+			return fmt.Errorf("%w (and restoring the recorded size: %v)", classifySpace(err), rerr)
+		}
 		return classifySpace(err)
 	}
 	return nil

@@ -103,6 +103,14 @@ func (m *Manager) statFilesystem(id, path string) (Stats, error) {
 				return st, nil
 			}
 		}
+		// The size Create or Expand recorded (none on volumes made before
+		// it was recorded with quotas) must be what the quota holds.
+		if recorded, err := recordedCapacity(path); err == nil && recorded > 0 && recorded != st.CapacityBytes {
+			st.Abnormal = true
+			st.Message = fmt.Sprintf("the project quota was changed outside Plinth (or an expansion was cut short): it allows %d bytes, the volume was made %d bytes",
+				q.Limits.Bytes, recorded)
+			return st, nil
+		}
 		if want := InodeLimit(st.CapacityBytes); q.Limits.Inodes != want {
 			st.Abnormal = true
 			st.Message = fmt.Sprintf("the project quota was changed outside Plinth: %d bytes and %d inodes, where Plinth sets %d inodes for that size",

@@ -34,10 +34,12 @@ func fallocate(f *os.File, off, n int64) error {
 	return nil
 }
 
-// capacityXattr records a filesystem volume's size on its directory when
-// no quota can hold it (capacity not enforced). It is in the trusted
-// namespace, which only CAP_SYS_ADMIN can read or change, so a pod that
-// owns the directory cannot edit the size it is reported to have.
+// capacityXattr records a filesystem volume's size on its directory: the
+// size reported when no quota can hold it (capacity not enforced), and
+// what the quota must say where one does (Stat compares them). It is in
+// the trusted namespace, which only CAP_SYS_ADMIN can read or change, so
+// a pod that owns the directory cannot edit the size it is reported to
+// have.
 const capacityXattr = "trusted.plinth.capacity"
 
 func setRecordedCapacity(dir string, size int64) error {
