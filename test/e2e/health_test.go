@@ -20,7 +20,8 @@ import (
 // as a careless administrator or a failing disk might, and checks that the
 // user is told where they look: a Warning Event on each damaged claim
 // saying what is wrong, and none on the claim left alone. The filesystem
-// volume loses its directory; the block volume's loop device is detached.
+// volume loses its directory; one block volume's loop device is detached,
+// another's is made to serve a different file.
 // (A missing or changed quota is reported by the same path; quotas are
 // enforced only in the VM, where the volume layer's own tests break them.)
 func TestVolumeHealthEvents(t *testing.T) {
@@ -28,28 +29,31 @@ func TestVolumeHealthEvents(t *testing.T) {
 	c := clusterFor(t)
 	ctx := context.Background()
 	const (
-		fsName  = "e2e-health-fs"
-		blkName = "e2e-health-blk"
-		okName  = "e2e-health-ok"
+		fsName   = "e2e-health-fs"
+		blkName  = "e2e-health-blk"
+		blk2Name = "e2e-health-blk2"
+		okName   = "e2e-health-ok"
 	)
 	fs := createClaim(t, c, fsName, corev1.PersistentVolumeFilesystem, "16Mi")
 	createClaim(t, c, blkName, corev1.PersistentVolumeBlock, "16Mi")
+	createClaim(t, c, blk2Name, corev1.PersistentVolumeBlock, "16Mi")
 	createClaim(t, c, okName, corev1.PersistentVolumeFilesystem, "16Mi")
 	pod := busyboxPod("e2e-health", "while true; do sleep 1; done")
 	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "fs", MountPath: "/fs"}, {Name: "ok", MountPath: "/ok"}}
-	pod.Spec.Containers[0].VolumeDevices = []corev1.VolumeDevice{{Name: "blk", DevicePath: "/dev/xvda"}}
-	for _, v := range []struct{ vol, claim string }{{"fs", fsName}, {"blk", blkName}, {"ok", okName}} {
+	pod.Spec.Containers[0].VolumeDevices = []corev1.VolumeDevice{{Name: "blk", DevicePath: "/dev/xvda"}, {Name: "blk2", DevicePath: "/dev/xvdb"}}
+	for _, v := range []struct{ vol, claim string }{{"fs", fsName}, {"blk", blkName}, {"blk2", blk2Name}, {"ok", okName}} {
 		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: v.vol, VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: v.claim},
 		}})
 	}
 	fsPV := runPod(t, c, pod, fs)
 	blkPV := boundPV(t, c, blkName)
+	blk2PV := boundPV(t, c, blk2Name)
 
 	// Healthy volumes get no Warning over several checks (plinth-node runs
 	// with --volume-health-interval=1s here).
 	time.Sleep(3 * time.Second)
-	for _, claim := range []string{fsName, blkName, okName} {
+	for _, claim := range []string{fsName, blkName, blk2Name, okName} {
 		if msgs := abnormalEvents(t, ctx, claim); len(msgs) > 0 {
 			t.Fatalf("claim %s of a healthy volume has %s Events: %q", claim, volumehealth.ReasonAbnormal, msgs)
 		}
@@ -72,9 +76,37 @@ func TestVolumeHealthEvents(t *testing.T) {
 	if err := d.Remove(); err != nil {
 		t.Fatalf("detaching %s: %v", loops[0], err)
 	}
+	// The second block volume's loop device comes back serving another
+	// file under the same number, as if someone had reused it.
+	image2 := filepath.Join(c.DataDir, "volumes", blk2PV.Name+".img")
+	loops2 := loopsOver(t, image2)
+	if len(loops2) != 1 {
+		t.Fatalf("loop devices over %s: %v, want the publication's one", image2, loops2)
+	}
+	d2, err := loop.Open(loops2[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := d2.Number()
+	if err := d2.Detach(); err != nil {
+		t.Fatalf("detaching %s: %v", loops2[0], err)
+	}
+	other, err := os.Create(filepath.Join(t.TempDir(), "other.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Truncate(16 << 20); err != nil {
+		t.Fatal(err)
+	}
+	impostor, err := loop.CreateAt(n, other, loop.Options{})
+	if err != nil {
+		t.Fatalf("binding loop%d to another file: %v", n, err)
+	}
+	other.Close()
+	t.Cleanup(func() { _ = impostor.Remove() })
 	damaged := time.Now()
 
-	for claim, want := range map[string]string{fsName: "data is gone", blkName: "loop device"} {
+	for claim, want := range map[string]string{fsName: "data is gone", blkName: "loop device", blk2Name: "no longer serves this volume's image"} {
 		var msgs []string
 		await.For(t, ctx, 30*time.Second, volumehealth.ReasonAbnormal+" Event on claim "+claim, func() (bool, error) {
 			msgs = abnormalEvents(t, ctx, claim)

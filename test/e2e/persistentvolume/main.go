@@ -13,8 +13,12 @@
 // [RESIZE-PASSED] or [RESIZE-FAILED] <reason>. Then it stays alive until
 // SIGTERM, so the suite can read the log and tear the pod down.
 //
-// It is static (CGO_ENABLED=0), uses nothing but the standard library and
-// golang.org/x/sys, and needs nothing from the host: test/images packs it
+// With "-damage-quota MODE:DIR" instead, it damages a volume's project
+// quota (damage.go) for the health tests, prints [DAMAGE-DONE] or
+// [DAMAGE-FAILED] <reason>, and waits for SIGTERM.
+//
+// It is static (CGO_ENABLED=0), uses nothing but the standard library,
+// golang.org/x/sys and pkg/fsquota, and needs nothing from the host: test/images packs it
 // into plinth.local/persistentvolume:1, and the same image runs on the
 // host cluster and in the node VM.
 package main
@@ -32,6 +36,13 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// The damage mode: the health tests break a volume from a privileged
+	// pod on the node, and read the result in its log.
+	if len(os.Args) == 3 && os.Args[1] == "-damage-quota" {
+		fmt.Println(damageQuota(os.Args[2]))
+		<-ctx.Done()
+		return
+	}
 	c, err := parseConfig(os.Args[1:], os.Stderr)
 	if err != nil {
 		fmt.Printf("%s bad arguments: %v\n", markInitFailed, err)

@@ -1,0 +1,117 @@
+package e2evm
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"source.plinth.dev/node/kubernetes/volumehealth"
+	"source.plinth.dev/test/e2e/await"
+	"source.plinth.dev/test/images"
+)
+
+// TestQuotaDamageReported breaks the project quotas of two filesystem
+// volumes in use by a running pod, from a privileged pod with the node's
+// volumes directory mounted (as an administrator on the node might): one
+// quota is removed, the other raised behind Plinth's back. Quotas are
+// enforced only on a real Plinth node, so this is where the health
+// monitor's quota findings are seen end to end: each claim gets a Warning
+// VolumeConditionAbnormal saying what happened, and the untouched claim
+// none. The node checks every minute (the default interval).
+func TestQuotaDamageReported(t *testing.T) {
+	w := vmWorld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	ns := newNamespace(t, w, "health")
+	cs := w.cp.Client
+	names := []string{"lost", "raised", "intact"}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "user"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr(int64(1)),
+			Containers: []corev1.Container{{
+				Name: "main", Image: images.BusyboxRef, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sh", "-c", "echo RUNNING; exec sleep 1000000"},
+			}},
+		},
+	}
+	for _, n := range names {
+		if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim(n, corev1.PersistentVolumeFilesystem, "1Mi"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: n, MountPath: "/" + n})
+		pod.Spec.Volumes = append(pod.Spec.Volumes, claimVolume(n))
+	}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waitLog(ctx, w, ns, pod.Name, "RUNNING", 5*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+
+	for mode, n := range map[string]string{"clear": "lost", "raise": "raised"} {
+		pvc, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, n, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		breaker := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "break-" + n},
+			Spec: corev1.PodSpec{
+				TerminationGracePeriodSeconds: ptr(int64(1)),
+				Containers: []corev1.Container{{
+					Name: "main", Image: images.PersistentVolumeRef, ImagePullPolicy: corev1.PullNever,
+					Args:            []string{"-damage-quota", mode + ":/volumes/" + pvc.Spec.VolumeName},
+					SecurityContext: &corev1.SecurityContext{Privileged: ptr(true)},
+					VolumeMounts:    []corev1.VolumeMount{{Name: "volumes", MountPath: "/volumes"}},
+				}},
+				Volumes: []corev1.Volume{{Name: "volumes", VolumeSource: corev1.VolumeSource{
+					HostPath: &corev1.HostPathVolumeSource{Path: "/data/volumes"},
+				}}},
+			},
+		}
+		if _, err := cs.CoreV1().Pods(ns).Create(ctx, breaker, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		line, err := waitLog(ctx, w, ns, breaker.Name, "[DAMAGE-", 5*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(line, "[DAMAGE-DONE]") {
+			t.Fatalf("breaking the quota of claim %s: %s", n, line)
+		}
+	}
+	damaged := time.Now()
+
+	for n, want := range map[string]string{"lost": "no project quota", "raised": "changed outside Plinth"} {
+		var msg string
+		await.For(t, ctx, 3*time.Minute, volumehealth.ReasonAbnormal+" on claim "+n, func() (bool, error) {
+			msg = abnormal(ctx, t, w, ns, n)
+			return msg != "", nil
+		})
+		t.Logf("claim %s: %s %.0fs after the damage: %s", n, volumehealth.ReasonAbnormal, time.Since(damaged).Seconds(), msg)
+		if !strings.Contains(msg, want) {
+			t.Errorf("claim %s: the Event says %q, want it to mention %q", n, msg, want)
+		}
+	}
+	if msg := abnormal(ctx, t, w, ns, "intact"); msg != "" {
+		t.Errorf("the untouched claim got %s: %s", volumehealth.ReasonAbnormal, msg)
+	}
+}
+
+// abnormal returns the message of claim's Warning VolumeConditionAbnormal
+// Event, or "".
+func abnormal(ctx context.Context, t *testing.T, w *world, ns, claim string) string {
+	t.Helper()
+	evs, err := w.cp.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+		FieldSelector: "involvedObject.kind=PersistentVolumeClaim,involvedObject.name=" + claim +
+			",type=" + corev1.EventTypeWarning + ",reason=" + volumehealth.ReasonAbnormal,
+	})
+	if err != nil || len(evs.Items) == 0 {
+		return ""
+	}
+	return evs.Items[0].Message
+}
