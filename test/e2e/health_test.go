@@ -21,7 +21,8 @@ import (
 // user is told where they look: a Warning Event on each damaged claim
 // saying what is wrong, and none on the claim left alone. The filesystem
 // volume loses its directory; one block volume's loop device is detached,
-// another's is made to serve a different file.
+// another's is made to serve a different file, and a third loses its image
+// file (its loop device still serves the deleted inode).
 // (A missing or changed quota is reported by the same path; quotas are
 // enforced only in the VM, where the volume layer's own tests break them.)
 func TestVolumeHealthEvents(t *testing.T) {
@@ -32,16 +33,18 @@ func TestVolumeHealthEvents(t *testing.T) {
 		fsName   = "e2e-health-fs"
 		blkName  = "e2e-health-blk"
 		blk2Name = "e2e-health-blk2"
+		blk3Name = "e2e-health-blk3"
 		okName   = "e2e-health-ok"
 	)
 	fs := createClaim(t, c, fsName, corev1.PersistentVolumeFilesystem, "16Mi")
 	createClaim(t, c, blkName, corev1.PersistentVolumeBlock, "16Mi")
 	createClaim(t, c, blk2Name, corev1.PersistentVolumeBlock, "16Mi")
+	createClaim(t, c, blk3Name, corev1.PersistentVolumeBlock, "16Mi")
 	createClaim(t, c, okName, corev1.PersistentVolumeFilesystem, "16Mi")
 	pod := busyboxPod("e2e-health", "while true; do sleep 1; done")
 	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "fs", MountPath: "/fs"}, {Name: "ok", MountPath: "/ok"}}
-	pod.Spec.Containers[0].VolumeDevices = []corev1.VolumeDevice{{Name: "blk", DevicePath: "/dev/xvda"}, {Name: "blk2", DevicePath: "/dev/xvdb"}}
-	for _, v := range []struct{ vol, claim string }{{"fs", fsName}, {"blk", blkName}, {"blk2", blk2Name}, {"ok", okName}} {
+	pod.Spec.Containers[0].VolumeDevices = []corev1.VolumeDevice{{Name: "blk", DevicePath: "/dev/xvda"}, {Name: "blk2", DevicePath: "/dev/xvdb"}, {Name: "blk3", DevicePath: "/dev/xvdc"}}
+	for _, v := range []struct{ vol, claim string }{{"fs", fsName}, {"blk", blkName}, {"blk2", blk2Name}, {"blk3", blk3Name}, {"ok", okName}} {
 		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: v.vol, VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: v.claim},
 		}})
@@ -49,11 +52,12 @@ func TestVolumeHealthEvents(t *testing.T) {
 	fsPV := runPod(t, c, pod, fs)
 	blkPV := boundPV(t, c, blkName)
 	blk2PV := boundPV(t, c, blk2Name)
+	blk3PV := boundPV(t, c, blk3Name)
 
 	// Healthy volumes get no Warning over several checks (plinth-node runs
 	// with --volume-health-interval=1s here).
 	time.Sleep(3 * time.Second)
-	for _, claim := range []string{fsName, blkName, blk2Name, okName} {
+	for _, claim := range []string{fsName, blkName, blk2Name, blk3Name, okName} {
 		if msgs := abnormalEvents(t, ctx, claim); len(msgs) > 0 {
 			t.Fatalf("claim %s of a healthy volume has %s Events: %q", claim, volumehealth.ReasonAbnormal, msgs)
 		}
@@ -104,9 +108,12 @@ func TestVolumeHealthEvents(t *testing.T) {
 	}
 	other.Close()
 	t.Cleanup(func() { _ = impostor.Remove() })
+	if err := os.Remove(filepath.Join(c.DataDir, "volumes", blk3PV.Name+".img")); err != nil {
+		t.Fatal(err)
+	}
 	damaged := time.Now()
 
-	for claim, want := range map[string]string{fsName: "data is gone", blkName: "loop device", blk2Name: "no longer serves this volume's image"} {
+	for claim, want := range map[string]string{fsName: "data is gone", blkName: "loop device", blk2Name: "no longer serves this volume's image", blk3Name: "data is gone"} {
 		var msgs []string
 		await.For(t, ctx, 30*time.Second, volumehealth.ReasonAbnormal+" Event on claim "+claim, func() (bool, error) {
 			msgs = abnormalEvents(t, ctx, claim)
