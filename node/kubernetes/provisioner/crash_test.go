@@ -50,6 +50,9 @@ func TestCrashSafety(t *testing.T) {
 	e := newEnv(t, true)
 	p := startCrashNode(t, e)
 	r := runCrashSchedule(t, e, p, 250)
+	if len(r.midDelete) == 0 {
+		r.killMidDeletion(t, p)
+	}
 	t.Logf("%d kills; caught right after a kill: %d volumes without their PV, %d deletions half done, %d creations half done; %d markers written meanwhile (%d block)",
 		r.kills, len(r.unbacked), len(r.midDelete), len(r.midCreate), len(r.markers), r.blockMarkers())
 	if r.kills < minKills {
@@ -337,6 +340,78 @@ func (r *crashRun) deleteClaim(t *testing.T, k int) {
 		t.Fatal(err)
 	}
 	r.deleted[victim.UID] = true
+}
+
+// killMidDeletion makes a kill land in the middle of a deletion when the
+// random schedule caught none (it usually does; under TCG, with few
+// deletions of bound claims, now and then it does not): it deletes bound
+// claims a few at a time and kills plinth-node as soon as one's deletion
+// is under way (its intent record written, or its data gone while its PV
+// is still there), then restarts it. What the kill caught is recorded by
+// observe, as for the schedule's kills.
+func (r *crashRun) killMidDeletion(t *testing.T, p *controllertest.NodeProcess) {
+	t.Helper()
+	ctx := context.Background()
+	for attempt := 0; attempt < 5 && len(r.midDelete) == 0; attempt++ {
+		var victims []string
+		for range 4 {
+			k := slices.IndexFunc(r.live, func(c *corev1.PersistentVolumeClaim) bool { _, ok := r.markers[c.UID]; return ok })
+			if k < 0 {
+				break
+			}
+			victims = append(victims, ownership.VolumeIDFor(r.live[k].UID))
+			r.deleteClaim(t, k)
+		}
+		if len(victims) == 0 {
+			t.Logf("no bound claim left to delete for a kill in the middle of a deletion")
+			return
+		}
+		if r.deletionUnderWay(ctx, victims, 30*time.Second) {
+			p.Kill(syscall.SIGKILL)
+			r.kills++
+			r.observe(ctx)
+			if err := p.StartErr(); err != nil {
+				t.Fatalf("restarting plinth-node: %v", err)
+			}
+		}
+	}
+	t.Logf("after deleting bound claims to kill plinth-node mid-deletion: %d deletions caught half done", len(r.midDelete))
+}
+
+// deletionUnderWay polls until one of the volumes ids is being deleted
+// (its intent record says so, or its data is gone while its PV exists),
+// and reports whether that happened within timeout.
+func (r *crashRun) deletionUnderWay(ctx context.Context, ids []string, timeout time.Duration) bool {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		entries, err := r.e.Vols.List(ctx)
+		if err != nil {
+			continue
+		}
+		present := map[string]bool{}
+		for _, en := range entries {
+			present[en.ID] = true
+			if en.Pending == volume.OpDelete && slices.Contains(ids, en.ID) {
+				return true
+			}
+		}
+		finished := 0
+		for _, id := range ids {
+			if present[id] {
+				continue
+			}
+			_, err := r.client.CoreV1().PersistentVolumes().Get(ctx, id, metav1.GetOptions{})
+			switch {
+			case err == nil:
+				return true
+			case apierrors.IsNotFound(err):
+				finished++
+			}
+		}
+		if finished == len(ids) {
+			return false // all done before a look caught one
+		}
+	}
+	return false
 }
 
 // orphaning asks the schedule to delete a claim, and says when it did.
