@@ -54,3 +54,18 @@ func TestFailuresShowsTheTailWithoutAFailLine(t *testing.T) {
 		t.Errorf("failures returned %d lines, over its bound of %d", len(got), maxFailureLines)
 	}
 }
+
+func TestFailuresKeepsTheReasonBeforeALongDump(t *testing.T) {
+	lines := []string{"=== RUN   TestCrash", "    crash_test.go:91: no kill landed in the middle of a deletion", "    crash_test.go:155: plinth-node log (tail):"}
+	for i := range 200 {
+		lines = append(lines, strings.Repeat("log ", i%7+1))
+	}
+	lines = append(lines, "--- FAIL: TestCrash (480.77s)")
+	got := failures(lines)
+	if !slices.Contains(got, "    crash_test.go:91: no kill landed in the middle of a deletion") {
+		t.Errorf("the test's reason is not in the digest:\n%s", strings.Join(got, "\n"))
+	}
+	if got[len(got)-1] != "--- FAIL: TestCrash (480.77s)" {
+		t.Errorf("the digest does not end with the verdict: %q", got[len(got)-1])
+	}
+}

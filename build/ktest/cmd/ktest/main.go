@@ -31,6 +31,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -422,13 +423,19 @@ const maxFailureLines = 60
 
 // failures picks from a package's -test.v output what explains its
 // failure: the lines of each failed test, from its "=== RUN" to its
-// "--- FAIL", each line once (a parent's block holds its subtests'),
-// keeping each test's last lines when there are many. Output
+// "--- FAIL", each line once (a parent's block holds its subtests'): of a
+// long block, the lines the test logged and its last lines. Output
 // with no "--- FAIL" (a panic, a timeout) is shown by its last lines.
 func failures(lines []string) []string {
 	start := map[string]int{}
 	var out []string
 	shown := map[int]bool{} // a parent's block holds its subtests' blocks
+	show := func(j int) {
+		if !shown[j] {
+			shown[j] = true
+			out = append(out, lines[j])
+		}
+	}
 	for i, l := range lines {
 		if name, ok := strings.CutPrefix(l, "=== RUN   "); ok {
 			start[strings.TrimSpace(name)] = i
@@ -443,12 +450,18 @@ func failures(lines []string) []string {
 		if !ok {
 			from = i
 		}
-		from = max(from, i+1-maxFailureLines/2)
-		for j := from; j <= i; j++ {
-			if !shown[j] {
-				shown[j] = true
-				out = append(out, lines[j])
+		// The test's own lines (t.Log, t.Error: "file_test.go:N: ...")
+		// first, since a long dump a test logs (a process's log tail)
+		// would push its reason out of the last lines; then the last
+		// lines before the verdict.
+		tail := max(from, i+1-maxFailureLines/4)
+		for j := from; j < tail; j++ {
+			if testLine.MatchString(lines[j]) {
+				show(j)
 			}
+		}
+		for j := tail; j <= i; j++ {
+			show(j)
 		}
 	}
 	if len(out) == 0 {
@@ -459,3 +472,6 @@ func failures(lines []string) []string {
 	}
 	return out
 }
+
+// testLine is a line a test logged through testing.T: "    x_test.go:12: ...".
+var testLine = regexp.MustCompile(`^\s+\S+_test\.go:\d+: `)
