@@ -88,6 +88,9 @@ func parseOptions(args []string, out io.Writer) (*options, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	if err := flagsFromEnv(fs, os.LookupEnv); err != nil {
+		return nil, err
+	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q (flags go before nothing; subcommands come first)", fs.Args())
 	}
@@ -137,6 +140,34 @@ func (o *options) flagSet(out io.Writer) *flag.FlagSet {
 		help.PrintDefaults()
 	}
 	return fs
+}
+
+// envPrefix begins the environment variables that set flags: PLINTH_ and
+// the flag's name in upper case with "_" for "-" (--kube-api-qps is
+// PLINTH_KUBE_API_QPS). The DaemonSet of deploy/ takes them from an
+// optional ConfigMap, so a cluster's settings live apart from the
+// manifest.
+const envPrefix = "PLINTH_"
+
+// flagsFromEnv sets each flag that the command line left alone from its
+// environment variable, if there is one: the command line wins. Test-only
+// flags are never read from the environment.
+func flagsFromEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || given[f.Name] || strings.HasPrefix(f.Name, testOnlyFlagPrefix) {
+			return
+		}
+		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := lookup(name); ok {
+			if serr := fs.Set(f.Name, v); serr != nil {
+				err = fmt.Errorf("%s=%q (flag --%s): %w", name, v, f.Name, serr)
+			}
+		}
+	})
+	return err
 }
 
 // complete checks the options and fills in defaults.
