@@ -86,10 +86,14 @@ func overlay(t *testing.T, c *launch.Cluster) string {
 		t.Fatal(err)
 	}
 	nodeRoot, ephemeral := filepath.Join(c.Dir, "deploy-node"), filepath.Join(c.Dir, "deploy-ephemeral")
+	// The metrics address of deploy/'s DaemonSet, where its probes look.
 	args := []string{"--in-cluster", "--root=" + nodeRoot, "--data-dir=" + c.DataDir, "--ephemeral-dir=" + ephemeral,
-		"--kubelet-dir=" + c.KubeletRootDir, "--node-name=$(NODE_NAME)"}
+		"--kubelet-dir=" + c.KubeletRootDir, "--node-name=$(NODE_NAME)", "--metrics-address=:9809"}
+	// A host without quotas gets filesystem claims through the optional
+	// ConfigMap, the way an operator would allow them.
+	config := ""
 	if !c.QuotaEnforced {
-		args = append(args, "--allow-unenforced-capacity")
+		config = "configMapGenerator:\n- name: plinth-node-config\n  namespace: plinth-system\n  options: {disableNameSuffixHash: true}\n  literals: [PLINTH_ALLOW_UNENFORCED_CAPACITY=true]\n"
 	}
 	u := strings.TrimPrefix(c.APIServerURL, "https://")
 	host, port, _ := strings.Cut(u, ":")
@@ -126,7 +130,7 @@ func overlay(t *testing.T, c *launch.Cluster) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kust := fmt.Sprintf("resources:\n- %s\npatches:\n- target: {kind: DaemonSet, name: plinth-node}\n  patch: %q\n", base, patch)
+	kust := fmt.Sprintf("resources:\n- %s\npatches:\n- target: {kind: DaemonSet, name: plinth-node}\n  patch: %q\n%s", base, patch, config)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kust), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -207,6 +211,23 @@ func TestDeployWorkload(t *testing.T) {
 		t.Fatalf("%v\n%s", err, kubectl(t, c, "-n", "plinth-system", "logs", "daemonset/plinth-node", "--tail=50"))
 	}
 	t.Logf("workload initialised %.1fs after kubectl apply", time.Since(applied).Seconds())
+	// The DaemonSet's pod is Ready: its readiness probe (/readyz on the
+	// metrics address) says every part of plinth-node is healthy.
+	poll(t, 2*time.Minute, "the plinth-node pod Ready", func(ctx context.Context) (bool, error) {
+		pods, err := c.Client.CoreV1().Pods("plinth-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=plinth-node"})
+		if err != nil || len(pods.Items) != 1 {
+			return false, fmt.Errorf("pods: %v, %d", err, len(pods.Items))
+		}
+		for _, cond := range pods.Items[0].Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				if n := pods.Items[0].Status.ContainerStatuses[0].RestartCount; n != 0 {
+					return false, fmt.Errorf("Ready, but restarted %d times (liveness probe?)", n)
+				}
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("not Ready: %v", pods.Items[0].Status.Conditions)
+	})
 	// The unpatched kubelet "locks" each block volume it maps with a loop
 	// device over the device node Plinth published (losetup): the CSI
 	// plugin must live with that second loop device on top of its own.

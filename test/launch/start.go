@@ -478,7 +478,17 @@ func (c *Cluster) importImages(ctx context.Context) error {
 		return err
 	}
 	for _, p := range paths {
-		out, err := exec.CommandContext(ctx, "ctr", "--address", c.ContainerdSocket, "--namespace", "k8s.io", "images", "import", p).CombinedOutput()
+		// The way `kind load image-archive` imports on each node (all
+		// platforms, digests kept, from standard input), so that every
+		// launch proves the project's archives load there too.
+		f, err := os.Open(p)
+		if err != nil {
+			return fmt.Errorf("importing image %s: %w", p, err)
+		}
+		cmd := exec.CommandContext(ctx, "ctr", "--address", c.ContainerdSocket, "--namespace", "k8s.io", "images", "import", "--all-platforms", "--digests", "-")
+		cmd.Stdin = f
+		out, err := cmd.CombinedOutput()
+		f.Close()
 		if err != nil {
 			return fmt.Errorf("importing image %s: %w: %s", p, err, strings.TrimSpace(string(out)))
 		}
