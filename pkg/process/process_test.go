@@ -133,14 +133,20 @@ func TestOutputAndRestart(t *testing.T) {
 	dir := t.TempDir()
 	pids := filepath.Join(dir, "pids")
 	_, lt, _ := tree(t, Runnable(Spec{Path: "/bin/sh", Args: []string{"-c", "echo $$ >> " + pids + "; echo hello from child; echo oops >&2; exit 3"}}))
-	waitFor(t, "three incarnations", func() bool { return count(messages(t, lt), "hello from child") >= 3 })
-	msgs := messages(t, lt)
-	if count(msgs, "oops") < 3 {
-		t.Errorf("stderr lines missing from the log: %q", msgs)
-	}
-	if count(msgs, "failed: /bin/sh (pid ") < 3 {
-		t.Errorf("no line reports the exit: %q", msgs)
-	}
+	// Each incarnation's stdout, stderr and exit are logged by different
+	// goroutines, in no fixed order: wait for all three of each.
+	// A missing stderr line or exit report times this out; the log is
+	// then printed with the failure.
+	var msgs []string
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the runnable's log: %q", msgs)
+		}
+	})
+	waitFor(t, "three incarnations logged whole (stdout, stderr, exit)", func() bool {
+		msgs = messages(t, lt)
+		return count(msgs, "hello from child") >= 3 && count(msgs, "oops") >= 3 && count(msgs, "failed: /bin/sh (pid ") >= 3
+	})
 	for _, pid := range readPIDs(t, pids, 3)[:2] {
 		if st := processState(pid); st != 0 {
 			t.Errorf("ended child %d still in the process table (state %c)", pid, st)
