@@ -144,7 +144,10 @@ func (s *sweep) run(ctx context.Context) error {
 		if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != s.Driver {
 			continue
 		}
-		if node := nodeOf(pv); node != "" {
+		// This node is alive whatever the API says of its Node object
+		// (a kubelet that has not registered yet, a node run without
+		// one): it never settles its own volumes as a removed node's.
+		if node := nodeOf(pv); node != "" && node != s.NodeName {
 			byNode[node] = append(byNode[node], pv)
 		}
 	}

@@ -40,7 +40,8 @@ func TestRemovedNodeClaims(t *testing.T) {
 	ctx := context.Background()
 	gone := e.Node + "-gone"
 	createNode(t, e, gone)
-	createNode(t, e, e.Node)
+	// The survivor has no Node object (a node whose kubelet has not
+	// registered): it must still never treat itself as removed.
 	e.CreateClass(e.Class+"-retain", corev1.PersistentVolumeReclaimRetain, nil)
 
 	// The gone node's volumes, and one of the survivor's.
@@ -109,6 +110,9 @@ func TestRemovedNodeClaims(t *testing.T) {
 	}
 	if evs := eventsOf(e, mine, ReasonNodeRemoved); len(evs) > 0 {
 		t.Errorf("the survivor's own claim got %s: %q", ReasonNodeRemoved, evs)
+	}
+	if _, err := e.Client.CoreV1().PersistentVolumes().Get(ctx, ownership.VolumeIDFor(mine.UID), metav1.GetOptions{}); err != nil {
+		t.Errorf("the survivor's own PV: %v", err)
 	}
 	if n := len(eventsOf(e, bound, ReasonNodeRemoved)); n != 1 {
 		t.Errorf("claim %s has %d %s Events, want 1 (one actor, once)", bound.Name, n, ReasonNodeRemoved)
