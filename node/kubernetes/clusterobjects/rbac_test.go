@@ -85,9 +85,14 @@ func TestNodeRoleIsWhatTheNodeUses(t *testing.T) {
 	blk := e.CreateClaim(controllertest.Claim{Name: "blk", Mode: corev1.PersistentVolumeBlock})
 	keep := e.CreateClaim(controllertest.Claim{Name: "keep", Class: retain})
 	waiting := e.CreateClaim(controllertest.Claim{Name: "waiting", Class: late})
-	controllertest.Eventually(t, 30*time.Second, "a repeated ProvisioningFailed Event", func() (bool, error) {
-		for _, ev := range e.Events(waiting.UID) {
-			if ev.Reason == "ProvisioningFailed" && ev.Count >= 2 {
+	// A repeated Event is patched (its count raised), not created again:
+	// wait for the node's patch in the audit log itself. An Event's count
+	// of 2 is not enough: once, the second failure came as a second
+	// created Event and no patch was ever made (the claim's retries go on
+	// meanwhile, and the next repeat is patched).
+	controllertest.Eventually(t, 60*time.Second, "a repeated ProvisioningFailed Event patched by the node", func() (bool, error) {
+		for _, c := range controllertest.NodeCalls(t, e.Node) {
+			if c.Verb == "patch" && c.ObjectRef != nil && c.ObjectRef.Resource == "events" {
 				return true, nil
 			}
 		}
