@@ -97,33 +97,16 @@ func (p *Publisher) Run(ctx context.Context) error {
 			return fmt.Errorf("watching %s: %w", what, err)
 		}
 	}
-	ictx, stopInformers := context.WithCancel(ctx)
-	defer func() { stopInformers(); cluster.Shutdown(); node.Shutdown() }()
-	cluster.Start(ictx.Done())
-	node.Start(ictx.Done())
-	for _, f := range []informers.SharedInformerFactory{cluster, node} {
-		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
-			if !ok {
-				return fmt.Errorf("syncing the cache of %v: %w", typ, ctx.Err())
-			}
-		}
+	stopInformers, err := controller.StartInformers(ctx, cluster, node)
+	defer stopInformers()
+	if err != nil {
+		return err
 	}
 	r.log.Infof("publishing the capacity of node %s in namespace %s (at most every %s, and every %s)", p.NodeName, p.Namespace, p.MinInterval, p.Poll)
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	var wg sync.WaitGroup
 	wg.Go(func() { controller.Work(ctx, r.log, r.queue, r.sync) })
-	wg.Go(func() {
-		t := p.Clock.NewTicker(p.Poll)
-		defer t.Stop()
-		for {
-			r.queue.Add(key)
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C():
-			}
-		}
-	})
+	wg.Go(func() { _ = controller.Every(ctx, p.Clock, p.Poll, func(context.Context) { r.queue.Add(key) }) })
 	<-ctx.Done()
 	r.queue.ShutDown()
 	wg.Wait()
