@@ -40,8 +40,12 @@ const (
 	MaxVolumeIDLength = dnsname.MaxLabelLength
 	// MaxDriverNameLength is the CSI spec's limit for plugin names.
 	MaxDriverNameLength = 63
-	// maxFileNameLength is NAME_MAX on Linux filesystems.
-	maxFileNameLength = 255
+	// MaxFileNameLength is NAME_MAX on Linux filesystems: no path
+	// component may be longer.
+	MaxFileNameLength = 255
+	// MaxPathLength is PATH_MAX on Linux, counting the terminating NUL:
+	// the kernel refuses a longer path with ENAMETOOLONG.
+	MaxPathLength = 4096
 )
 
 // ValidateName checks a name for a file or directory inside a directory of
@@ -54,8 +58,8 @@ func ValidateName(name string) error {
 	switch {
 	case name == "":
 		return bad("it is empty")
-	case len(name) > maxFileNameLength:
-		return bad(fmt.Sprintf("it is %d bytes long, more than %d", len(name), maxFileNameLength))
+	case len(name) > MaxFileNameLength:
+		return bad(fmt.Sprintf("it is %d bytes long, more than %d", len(name), MaxFileNameLength))
 	case strings.IndexByte(name, 0) >= 0:
 		return bad("it contains a NUL byte")
 	case strings.Contains(name, "/"):

@@ -48,11 +48,29 @@ func checkPathInside(kubelet *localstorage.KubeletDirectory, field, p string) er
 	if !filepath.IsAbs(p) {
 		return status.Errorf(codes.InvalidArgument, "%s %q is not an absolute path", field, p)
 	}
+	if err := checkPathLength(p); err != nil {
+		return status.Errorf(codes.InvalidArgument, "%s: %v", field, err)
+	}
 	if filepath.Clean(p) != p {
 		return status.Errorf(codes.InvalidArgument, "%s %q is not a clean path (it has //, /./, /../ or a trailing /)", field, p)
 	}
 	if !kubelet.Contains(p) || p == kubelet.FullPath() {
 		return status.Errorf(codes.InvalidArgument, "%s %q is outside the kubelet directory %s; the plugin publishes only below it", field, p, kubelet.FullPath())
+	}
+	return nil
+}
+
+// checkPathLength refuses a path the kernel would refuse with ENAMETOOLONG,
+// so such a request fails as the caller's mistake (InvalidArgument) before
+// any system call, instead of as an Internal error from the first lstat.
+func checkPathLength(p string) error {
+	if len(p) >= localstorage.MaxPathLength {
+		return fmt.Errorf("path is %d bytes long; Linux takes paths shorter than %d", len(p), localstorage.MaxPathLength)
+	}
+	for c := range strings.SplitSeq(p, "/") {
+		if len(c) > localstorage.MaxFileNameLength {
+			return fmt.Errorf("path component %.32q... is %d bytes long; Linux takes at most %d", c, len(c), localstorage.MaxFileNameLength)
+		}
 	}
 	return nil
 }

@@ -86,6 +86,8 @@ func TestBadRequestsAreRefusedAndTouchNothing(t *testing.T) {
 		{"target is the kubelet dir", "vol", kubelet, mount, "", codes.InvalidArgument},
 		{"target with trailing slash", "vol", good + "/", mount, "", codes.InvalidArgument},
 		{"target with NUL", "vol", good + "\x00", mount, "", codes.InvalidArgument},
+		{"target component of 256 bytes", "vol", filepath.Join(kubelet, "pods", strings.Repeat("a", 256)), mount, "", codes.InvalidArgument},
+		{"target of 4096 bytes", "vol", kubelet + "/pods" + strings.Repeat("/a", 2048)[:4096-len(kubelet)-len("/pods")], mount, "", codes.InvalidArgument},
 		{"target through a symlink out", "vol", filepath.Join(kubelet, "pods", "escape", "x"), mount, "", codes.PermissionDenied},
 		{"staging path outside", "vol", good, mount, "/tmp/stage", codes.InvalidArgument},
 		{"no capability", "vol", good, nil, "", codes.InvalidArgument},
@@ -165,6 +167,8 @@ func FuzzValidateRequest(f *testing.F) {
 		{2, "..", "x"}, {2, "vol\x00", "x"}, {2, strings.Repeat("a", 200), "x"}, {1, "vol", ""},
 		{2, "missing", "y"}, {2, "vol", "a/b"}, {2, "vol", "x/"}, {3, "vol", "tmp"}, {2, "blk", "b"},
 		{1, "vol", "plugins"}, {0, "vol", "relative"},
+		// Names the kernel refuses (ENAMETOOLONG): one overlong component, an overlong path.
+		{1, "vol", "pods/" + strings.Repeat("1", 1100) + "escape"}, {2, "vol", strings.Repeat("d/", 2100)},
 		// Through the symlinks below.
 		{2, "vol", "escape/x"}, {2, "vol", "escape/sub"}, {2, "vol", "escape/sub/x"}, {2, "vol", "escape"},
 		{1, "vol", "out/x"}, {1, "vol", "pods/escape/x"}, {2, "vol", "hop/x"}, {2, "vol", "hop/sub/x"},
