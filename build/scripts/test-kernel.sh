@@ -35,7 +35,8 @@ echo "test-kernel: packages with kernel tests: ${pkgs[*]}" >&2
 # control plane starts in 26-32 s, TestCrashSafety takes about 140 s and
 # TestCrashSafetyFindsLeaks about 90 s (on the host 28 s and 20 s);
 # TestProvisionFilesystemAndBlock (2 s) checks the enforced branch of the
-# capacity warning. The rest of the package would add minutes for no
+# capacity warning; TestCountStateFindsLeaks (1 s) proves the crash test's
+# count of leaked project ID claims and quota records sees them. The rest of the package would add minutes for no
 # quota code these do not already run. The negative control
 # (TestCrashSafetyFindsLeaks) runs on the host in test-unit; in the VM it
 # once ended with a deletion still pending after its settle (a volume's
@@ -43,7 +44,7 @@ echo "test-kernel: packages with kernel tests: ${pkgs[*]}" >&2
 # out until it is. The resizer's crash test grows filesystem volumes
 # under enforced quotas there (on the host their quota is not enforced).
 declare -A vm_tests=(
-	[./node/kubernetes/provisioner]='^(TestCrashSafety|TestProvisionFilesystemAndBlock)$'
+	[./node/kubernetes/provisioner]='^(TestCrashSafety|TestProvisionFilesystemAndBlock|TestCountStateFindsLeaks)$'
 	[./node/kubernetes/resizer]='^TestResizeCrashSafety$'
 )
 host_pkgs=()
@@ -82,5 +83,10 @@ done
 nodebin=
 trap 'rm -rf "$work" "$nodebin"' EXIT
 ktest_controlplane vm_args nodebin
+# csi-sanity, for the csi package's TestSanityWithEnforcedQuotas: the
+# CSI conformance suite against csi-serve on an XFS with prjquota (the
+# host's test-sanity runs it without quotas).
+sanity=$(build/scripts/csi-sanity.sh)
+vm_args+=(-with "$sanity" -env "PLINTH_CSI_SANITY_BIN=$sanity")
 echo "test-kernel: VM run ($(basename "$modules"))" >&2
 "$work/ktest" -kernel "$kernel/vmlinux" -modules "$modules" "${vm_args[@]}" "${tests[@]}" -- "$@"

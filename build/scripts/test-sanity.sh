@@ -27,7 +27,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 build/scripts/apt-install.sh xfsprogs util-linux mount
-sanity=$(build/scripts/go-tool.sh github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@v5.6.0)
+sanity=$(build/scripts/csi-sanity.sh)
 
 # Short paths: unix socket paths are limited to 107 bytes.
 work=$(mktemp -d /tmp/plinth-sanity.XXXXXX)

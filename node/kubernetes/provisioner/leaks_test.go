@@ -3,10 +3,16 @@ package provisioner
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
+	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/volume"
+	"source.plinth.dev/node/kubernetes/volume/volumetest"
 	"source.plinth.dev/pkg/fsquota"
 )
 
@@ -44,17 +50,7 @@ func quotaBaseline(t *testing.T, e *env) map[uint32]fsquota.Quota {
 // volumeRangeProjects lists the quota records with limits in the project
 // ID range of volumes, on m's data filesystem.
 func volumeRangeProjects(m *volume.Manager) (map[uint32]fsquota.Quota, error) {
-	all, err := fsquota.Projects(m.Data.Volumes.FullPath())
-	if err != nil {
-		return nil, err
-	}
-	out := map[uint32]fsquota.Quota{}
-	for id, q := range all {
-		if id >= volume.FirstProjectID && id <= volume.LastProjectID && q.Limits != (fsquota.Limits{}) {
-			out[id] = q
-		}
-	}
-	return out, nil
+	return volumetest.LimitedProjects(m.Data.Volumes.FullPath(), volume.FirstProjectID, volume.LastProjectID)
 }
 
 // countState counts the volume layer's state in m and reports what no
@@ -142,4 +138,89 @@ func countState(ctx context.Context, m *volume.Manager, entries []volume.Entry, 
 func (c stateCount) String() string {
 	return fmt.Sprintf("%d project ID claims, %d quota records, %d reclaim-policy records, %d intent records; %d leaked",
 		c.claims, c.quotas, c.records, c.intents, len(c.leaks))
+}
+
+// TestCountStateFindsLeaks is the negative control of countState, the
+// crash tests' count of the volume layer's leaked state: with one real
+// volume beside the state of a volume that is gone (its reclaim-policy
+// record, an intent record, and where quotas are enforced its project ID
+// claim and a quota on that ID), each piece must be reported, and the real
+// volume's own state must not be. Without it, a countState that lists but
+// never compares would let TestCrashSafety pass over every leak.
+func TestCountStateFindsLeaks(t *testing.T) {
+	e := newEnv(t, true)
+	ctx := context.Background()
+	baseline := quotaBaseline(t, e)
+	count := func() stateCount {
+		t.Helper()
+		entries, err := e.Vols.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := countState(ctx, e.Vols, entries, baseline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+
+	kept := ownership.VolumeIDFor("6d1b7c2e-4f0a-4b8e-9c3d-2a5e8f1b0c01")
+	if _, err := e.Vols.Create(ctx, kept, volume.Filesystem, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if c := count(); len(c.leaks) > 0 {
+		t.Fatalf("a single healthy volume counted as leaks: %s\n%s", c, strings.Join(c.leaks, "\n"))
+	}
+
+	gone := ownership.VolumeIDFor("6d1b7c2e-4f0a-4b8e-9c3d-2a5e8f1b0c02")
+	plant := func(dir *localstorage.Directory) {
+		t.Helper()
+		f, err := dir.ChildFile(gone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.WriteAtomic([]byte("{}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = f.Remove() })
+	}
+	plant(&e.Vols.Data.State.Records)
+	plant(&e.Vols.Data.State.Operations)
+	want := []string{"leaked reclaim-policy record of " + gone, "intent record of " + gone}
+	if e.Vols.CapacityEnforced() {
+		pid, err := e.Vols.ProjectIDs.Allocate(gone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A quota record outlives the directory it was set on.
+		scratch := filepath.Join(filepath.Dir(e.Vols.Data.Volumes.FullPath()), "leak-scratch")
+		setOnScratch := func(l fsquota.Limits) {
+			t.Helper()
+			if err := os.Mkdir(scratch, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			defer os.Remove(scratch)
+			if err := fsquota.SetQuota(scratch, pid, l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		setOnScratch(fsquota.Limits{Bytes: 1 << 20, Inodes: 100})
+		t.Cleanup(func() {
+			setOnScratch(fsquota.Limits{})
+			_ = e.Vols.ProjectIDs.Release(pid, gone)
+		})
+		want = append(want,
+			fmt.Sprintf("leaked project ID claim: %d held by %s, which is no volume", pid, gone),
+			fmt.Sprintf("leaked quota: project %d limited to %d bytes", pid, 1<<20))
+	}
+	c := count()
+	t.Logf("with the state of a volume that is gone planted: %s\n%s", c, strings.Join(c.leaks, "\n"))
+	for _, w := range want {
+		if !slices.ContainsFunc(c.leaks, func(l string) bool { return strings.HasPrefix(l, w) }) {
+			t.Errorf("countState did not report %q", w)
+		}
+	}
+	if len(c.leaks) != len(want) {
+		t.Errorf("countState reported %d leaks, want exactly the %d planted", len(c.leaks), len(want))
+	}
 }

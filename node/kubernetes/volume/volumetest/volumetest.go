@@ -54,3 +54,22 @@ func Tmpfs(t testing.TB, size int64) string {
 	})
 	return dir
 }
+
+// LimitedProjects lists the quota records with limits for project IDs in
+// [first, last] on the filesystem holding path: the volume layer's quotas
+// (callers pass volume.FirstProjectID and volume.LastProjectID), for tests
+// that look for quotas left behind. Records without limits are the
+// filesystem's bookkeeping of usage and no one's leak.
+func LimitedProjects(path string, first, last uint32) (map[uint32]fsquota.Quota, error) {
+	all, err := fsquota.Projects(path)
+	if err != nil {
+		return nil, fmt.Errorf("listing the quota records of %s: %w", path, err)
+	}
+	out := map[uint32]fsquota.Quota{}
+	for id, q := range all {
+		if id >= first && id <= last && q.Limits != (fsquota.Limits{}) {
+			out[id] = q
+		}
+	}
+	return out, nil
+}
