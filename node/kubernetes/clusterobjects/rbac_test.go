@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -36,7 +37,8 @@ import (
 // objects, provisioner, resizer, CSI plugin) runs with that identity
 // through a workload that takes every path that talks to the API server:
 // Ensure with everything installed, provisioning (filesystem, block,
-// Retain, a claim whose class appears late, so its failure Event repeats),
+// Retain, a claim whose class appears late, so its failure Event repeats,
+// a claim of an Immediate class the node takes),
 // the kubelet's part of the CSI plugin (publish, stats, unpublish), a
 // resize, an infeasible resize and its recovery, deletion of Released
 // Delete PVs, a Released Retain PV deleted by an administrator, and the
@@ -85,6 +87,8 @@ func TestNodeRoleIsWhatTheNodeUses(t *testing.T) {
 	blk := e.CreateClaim(controllertest.Claim{Name: "blk", Mode: corev1.PersistentVolumeBlock})
 	keep := e.CreateClaim(controllertest.Claim{Name: "keep", Class: retain})
 	waiting := e.CreateClaim(controllertest.Claim{Name: "waiting", Class: late})
+	// A claim of a class that binds immediately, which the node takes.
+	immediate := immediateClaim(t, e)
 	// A repeated Event is patched (its count raised), not created again:
 	// wait for the node's patch in the audit log itself. An Event's count
 	// of 2 is not enough: once, the second failure came as a second
@@ -99,7 +103,7 @@ func TestNodeRoleIsWhatTheNodeUses(t *testing.T) {
 		return false, nil
 	})
 	e.CreateClass(late, corev1.PersistentVolumeReclaimDelete, nil)
-	for _, c := range []*corev1.PersistentVolumeClaim{fs, blk, keep, waiting} {
+	for _, c := range []*corev1.PersistentVolumeClaim{fs, blk, keep, waiting, immediate} {
 		e.WaitBound(c.Name)
 	}
 
@@ -133,14 +137,14 @@ func TestNodeRoleIsWhatTheNodeUses(t *testing.T) {
 		e.WaitEvent(c.UID, "VolumeResizeSuccessful", "32Mi")
 	}
 
-	for _, c := range []*corev1.PersistentVolumeClaim{fs, blk, keep, waiting} {
+	for _, c := range []*corev1.PersistentVolumeClaim{fs, blk, keep, waiting, immediate} {
 		if err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	keepPV := ownership.VolumeIDFor(keep.UID)
 	controllertest.Eventually(t, 60*time.Second, "the Delete PVs gone and the Retain PV Released", func() (bool, error) {
-		for _, c := range []*corev1.PersistentVolumeClaim{fs, blk, waiting} {
+		for _, c := range []*corev1.PersistentVolumeClaim{fs, blk, waiting, immediate} {
 			if _, err := e.Client.CoreV1().PersistentVolumes().Get(ctx, ownership.VolumeIDFor(c.UID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return false, err
 			}
@@ -166,6 +170,27 @@ func TestNodeRoleIsWhatTheNodeUses(t *testing.T) {
 	p.Kill(syscall.SIGTERM)
 
 	checkRole(t, clusterobjects.ClusterRole().Rules, controllertest.NodeCalls(t, e.Node))
+}
+
+// immediateClaim creates a StorageClass of the driver that binds
+// immediately and a claim of it as a user makes one, without annotations:
+// no scheduler places it, so the node takes it by patching the claim.
+func immediateClaim(t *testing.T, e *controllertest.Env) *corev1.PersistentVolumeClaim {
+	t.Helper()
+	ctx := context.Background()
+	binding := storagev1.VolumeBindingImmediate
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: e.Class + "-immediate"}, Provisioner: names.DriverName, VolumeBindingMode: &binding}
+	if _, err := e.Client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Client.StorageV1().StorageClasses().Delete(ctx, sc.Name, metav1.DeleteOptions{}) })
+	obj := e.ClaimObject(controllertest.Claim{Name: "immediate", Class: sc.Name})
+	obj.Annotations = nil
+	pvc, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Create(ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pvc
 }
 
 // touch changes a label of claim name as fast as the API server takes it,

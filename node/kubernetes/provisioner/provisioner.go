@@ -63,6 +63,9 @@ type Volumes interface {
 	// after the PV is gone (an administrator deleted a Retain PV).
 	SetReclaimPolicy(ctx context.Context, id string, p volume.ReclaimPolicy) error
 	ReclaimPolicy(ctx context.Context, id string) (volume.ReclaimPolicy, error)
+	// Space measures what the data filesystem can still hold, by the
+	// accounting Create admits volumes with.
+	Space(ctx context.Context) (volume.Space, error)
 	// CapacityEnforced is false when filesystem volumes get no quota (the
 	// operator allowed that, or Create refuses them).
 	CapacityEnforced() bool

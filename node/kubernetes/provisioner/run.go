@@ -153,7 +153,7 @@ func (r *run) watch(ctx context.Context, inc *controller.Incarnation) error {
 
 func (r *run) onClaim(obj any) {
 	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
-	if !ok || !r.needsVolume(pvc) {
+	if !ok || !r.needsVolume(pvc) && !ownership.ClaimUnplaced(pvc, r.Driver) {
 		return
 	}
 	if key, err := cache.MetaNamespaceKeyFunc(pvc); err == nil {
@@ -177,7 +177,7 @@ func (r *run) needsVolume(pvc *corev1.PersistentVolumeClaim) bool {
 	return ownership.OwnsClaim(pvc, r.Driver, r.NodeName) && pvc.Spec.VolumeName == "" && pvc.DeletionTimestamp == nil
 }
 
-// onClass requeues our pending claims of a class that appeared or changed,
+// onClass requeues our pending claims, and unplaced ones, of a class that appeared or changed,
 // so claims created before their StorageClass are provisioned without
 // waiting for a resync.
 func (r *run) onClass(obj any) {
@@ -186,7 +186,7 @@ func (r *run) onClass(obj any) {
 		return
 	}
 	for _, o := range r.claimIdx.List() {
-		if pvc, ok := o.(*corev1.PersistentVolumeClaim); ok && r.needsVolume(pvc) &&
+		if pvc, ok := o.(*corev1.PersistentVolumeClaim); ok && (r.needsVolume(pvc) || ownership.ClaimUnplaced(pvc, r.Driver)) &&
 			pvc.Spec.StorageClassName != nil && *pvc.Spec.StorageClassName == sc.Name {
 			r.onClaim(pvc)
 		}

@@ -17,13 +17,17 @@ import (
 )
 
 // syncClaim provisions the volume and PV for one claim, or confirms an
-// earlier attempt did. It is safe to run any number of times, from any
+// earlier attempt did; for a claim no node was chosen for yet, it offers
+// this node (syncPlacement). It is safe to run any number of times, from any
 // point a previous run (or process) stopped at.
 func (r *run) syncClaim(ctx context.Context, key string) error {
 	pvc, ok := r.claim(key)
 	if !ok {
 		r.claimQ.Forget(key)
 		return nil
+	}
+	if ownership.ClaimUnplaced(pvc, r.Driver) {
+		return r.syncPlacement(ctx, key, pvc)
 	}
 	if !r.needsVolume(pvc) {
 		return nil

@@ -46,8 +46,11 @@ func (f *fakeVolumes) Delete(context.Context, string) error {
 	return nil
 }
 func (f *fakeVolumes) List(context.Context) ([]volume.Entry, error) { return nil, nil }
-func (f *fakeVolumes) CapacityEnforced() bool                       { return true }
-func (f *fakeVolumes) UnenforcedCapacity() (error, bool)            { return nil, false }
+func (f *fakeVolumes) Space(context.Context) (volume.Space, error) {
+	return volume.Space{Free: 1 << 40}, nil
+}
+func (f *fakeVolumes) CapacityEnforced() bool            { return true }
+func (f *fakeVolumes) UnenforcedCapacity() (error, bool) { return nil, false }
 func (f *fakeVolumes) SetReclaimPolicy(context.Context, string, volume.ReclaimPolicy) error {
 	return nil
 }

@@ -67,6 +67,15 @@ func OwnsClaim(pvc *corev1.PersistentVolumeClaim, driver, nodeName string) bool 
 	return pvc != nil && ClaimProvisioner(pvc) == driver && pvc.Annotations[AnnSelectedNode] == nodeName
 }
 
+// ClaimUnplaced reports whether the claim asks driver for a volume that no
+// node has been chosen for: the claim of a class that binds immediately,
+// which no scheduler places. Every node may offer itself for it (see the
+// provisioner's placement), so each keeps such claims whole.
+func ClaimUnplaced(pvc *corev1.PersistentVolumeClaim, driver string) bool {
+	return pvc != nil && ClaimProvisioner(pvc) == driver && pvc.Annotations[AnnSelectedNode] == "" &&
+		pvc.Spec.VolumeName == "" && pvc.DeletionTimestamp == nil
+}
+
 // VolumeIDFor is the volume handle and PV name for a claim.
 func VolumeIDFor(uid types.UID) string { return volumeIDPrefix + string(uid) }
 
@@ -204,7 +213,7 @@ func DescribeClaim(pvc *corev1.PersistentVolumeClaim) string {
 // them belong to other nodes or drivers. The informer transform below keeps
 // only a stub of those: a PartialObjectMetadata with the name and namespace
 // the informer's store needs for its key, nothing else (not even in an
-// index). Our own claims keep their spec and status but lose
+// index). Our own claims, and unplaced ones of our driver (ClaimUnplaced), keep their spec and status but lose
 // managedFields, which are often the largest part of an object and which
 // the controllers never read. Code reading the claim cache must therefore
 // type-check what it finds.
@@ -217,7 +226,7 @@ func ClaimTransform(driver, nodeName string) cache.TransformFunc {
 			// Tombstones and anything unexpected pass through untouched.
 			return obj, nil
 		}
-		if OwnsClaim(pvc, driver, nodeName) {
+		if OwnsClaim(pvc, driver, nodeName) || ClaimUnplaced(pvc, driver) {
 			pvc.ManagedFields = nil
 			return pvc, nil
 		}

@@ -99,6 +99,49 @@ func TestClaimTransform(t *testing.T) {
 	if keys, _ := IndexByUID(g); keys != nil {
 		t.Errorf("stub indexed by UID: %v", keys)
 	}
+	// A claim of our driver that no node was chosen for (an Immediate
+	// class) is every node's candidate, so it stays whole; one of
+	// another driver does not.
+	unplaced := testClaim(func(p *corev1.PersistentVolumeClaim) { delete(p.Annotations, AnnSelectedNode) })
+	if g, ok := mustTransform(tf, unplaced).(*corev1.PersistentVolumeClaim); !ok || g.Spec.Resources.Requests == nil {
+		t.Errorf("unplaced claim of our driver reduced to a stub")
+	}
+	other := testClaim(func(p *corev1.PersistentVolumeClaim) {
+		delete(p.Annotations, AnnSelectedNode)
+		p.Annotations[AnnStorageProvisioner] = "other.example.com"
+	})
+	if _, ok := mustTransform(tf, other).(*metav1.PartialObjectMetadata); !ok {
+		t.Errorf("unplaced claim of another driver kept whole")
+	}
+}
+
+func mustTransform(tf func(any) (any, error), obj any) any {
+	out, _ := tf(obj)
+	return out
+}
+
+func TestClaimUnplaced(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(*corev1.PersistentVolumeClaim)
+		want   bool
+	}{
+		{"placed", func(*corev1.PersistentVolumeClaim) {}, false},
+		{"unplaced", func(p *corev1.PersistentVolumeClaim) { delete(p.Annotations, AnnSelectedNode) }, true},
+		{"bound", func(p *corev1.PersistentVolumeClaim) {
+			delete(p.Annotations, AnnSelectedNode)
+			p.Spec.VolumeName = "pv"
+		}, false},
+		{"deleting", func(p *corev1.PersistentVolumeClaim) {
+			delete(p.Annotations, AnnSelectedNode)
+			p.DeletionTimestamp = &metav1.Time{}
+		}, false},
+		{"no provisioner yet", func(p *corev1.PersistentVolumeClaim) { p.Annotations = nil }, false},
+	} {
+		if got := ClaimUnplaced(testClaim(tc.change), testDriver); got != tc.want {
+			t.Errorf("%s: ClaimUnplaced = %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }
 
 func TestNodeLabelValue(t *testing.T) {

@@ -1,0 +1,152 @@
+package provisioner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"source.plinth.dev/node/kubernetes/internal/ownership"
+)
+
+// Claims of a class with volumeBindingMode Immediate are provisioned
+// before any pod uses them, so no scheduler picks their node. Every node
+// running the driver sees such a claim; each one whose labels the class's
+// allowedTopologies admit and whose data filesystem can hold the claim
+// offers itself by setting the selected-node annotation, the way the
+// scheduler would, in a patch conditional on the resourceVersion it saw.
+// The API server lets exactly one such patch through: the winner then owns
+// the claim by the usual rule (ownership.OwnsClaim) and provisions it, and
+// the others see the annotation and let it be. A node waits a delay derived
+// from the claim's UID and its own name before offering, so that usually
+// one node offers first and the others find the claim taken instead of
+// losing a write.
+
+// ReasonPlaced is the Event reason on a claim of an Immediate class when
+// this node took it.
+const ReasonPlaced = "PlacedOnNode"
+
+// maxPlacementDelay bounds the delay before a node offers itself for an
+// unplaced claim.
+const maxPlacementDelay = time.Second
+
+// placementDelay is this node's delay before it offers itself for the
+// claim with uid: spread over [0, maxPlacementDelay) by a hash of both, so
+// the order of nodes differs from claim to claim.
+func placementDelay(uid types.UID, node string) time.Duration {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(uid))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(node))
+	return time.Duration(h.Sum64() % uint64(maxPlacementDelay))
+}
+
+// topologyAdmits reports whether a node with labels may hold a volume of a
+// class with allowedTopologies terms: no terms admit every node; otherwise
+// one term must match, and a term matches when every expression's key has
+// one of its values among the labels.
+func topologyAdmits(terms []corev1.TopologySelectorTerm, labels map[string]string) bool {
+	if len(terms) == 0 {
+		return true
+	}
+	for _, term := range terms {
+		ok := true
+		for _, e := range term.MatchLabelExpressions {
+			v, has := labels[e.Key]
+			if !has || !slices.Contains(e.Values, v) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// immediate reports whether claims of class are bound without waiting for
+// a pod: the mode is Immediate, or unset (the API server defaults it).
+func immediate(class *storagev1.StorageClass) bool {
+	return class.VolumeBindingMode == nil || *class.VolumeBindingMode == storagev1.VolumeBindingImmediate
+}
+
+// syncPlacement offers this node for an unplaced claim of an Immediate
+// class (see the comment at the top of this file). It returns nil when the
+// claim is not this node's to take: another class mode, a topology or a
+// size this node cannot serve, or another node was faster.
+func (r *run) syncPlacement(ctx context.Context, key string, pvc *corev1.PersistentVolumeClaim) error {
+	if pvc.Spec.StorageClassName == nil || *pvc.Spec.StorageClassName == "" {
+		return nil
+	}
+	class, err := r.classes.Get(*pvc.Spec.StorageClassName)
+	if apierrors.IsNotFound(err) {
+		return nil // onClass requeues the claim once the class exists
+	} else if err != nil {
+		return fmt.Errorf("reading StorageClass %q: %w", *pvc.Spec.StorageClassName, err)
+	}
+	if class.Provisioner != r.Driver || !immediate(class) {
+		return nil
+	}
+	// A claim the node could not serve is left to other nodes; one that
+	// no node can serve stays Pending, and the PV controller's Event says
+	// it waits for this driver.
+	req, err := validateClaim(pvc, class, r.Driver)
+	if err != nil {
+		r.log.V(1).Infof("not placing claim %s here: %v", ownership.DescribeClaim(pvc), err)
+		return nil
+	}
+	if wait := placementDelay(pvc.UID, r.NodeName) - r.clock.Since(pvc.CreationTimestamp.Time); wait > 0 {
+		r.claimQ.AddAfter(key, wait)
+		return nil
+	}
+	node, err := r.Client.CoreV1().Nodes().Get(ctx, r.NodeName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		// No Node object: no pod could run here to use the volume.
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("reading Node %s: %w", r.NodeName, err)
+	}
+	if !topologyAdmits(class.AllowedTopologies, node.Labels) {
+		return nil
+	}
+	space, err := r.Volumes.Space(ctx)
+	if err != nil {
+		return err
+	}
+	if req.bytes > space.Available(req.overcommit) {
+		r.log.V(1).Infof("not placing claim %s here: %d bytes asked, %d available", ownership.DescribeClaim(pvc), req.bytes, space.Available(req.overcommit))
+		return nil
+	}
+	// The cache may be behind: the patch is conditional on the version
+	// this decision was made from.
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": pvc.ResourceVersion,
+		"annotations":     map[string]string{ownership.AnnSelectedNode: r.NodeName},
+	}})
+	if err != nil {
+		return err
+	}
+	placed, err := r.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Patch(ctx, pvc.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	switch {
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		// Another node took it, or the claim changed or went: the
+		// informer brings the new state, which is requeued if still
+		// unplaced.
+		return nil
+	case err != nil:
+		return fmt.Errorf("placing claim %s on this node: %w", ownership.DescribeClaim(pvc), err)
+	}
+	r.log.Infof("placed claim %s of Immediate StorageClass %s on this node", ownership.DescribeClaim(placed), class.Name)
+	r.recorder.Eventf(placed, corev1.EventTypeNormal, ReasonPlaced,
+		"StorageClass %s binds immediately; node %s took the claim and provisions its volume", class.Name, r.NodeName)
+	return nil
+}

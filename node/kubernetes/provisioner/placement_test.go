@@ -1,0 +1,191 @@
+package provisioner
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"source.plinth.dev/node/kubernetes/internal/controllertest"
+	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/node/kubernetes/names"
+)
+
+func TestTopologyAdmits(t *testing.T) {
+	host := func(values ...string) corev1.TopologySelectorTerm {
+		return corev1.TopologySelectorTerm{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{
+			{Key: names.TopologyKeyHostname, Values: values}}}
+	}
+	labels := map[string]string{names.TopologyKeyHostname: "a", "zone": "z1"}
+	for _, tc := range []struct {
+		name  string
+		terms []corev1.TopologySelectorTerm
+		want  bool
+	}{
+		{"no terms", nil, true},
+		{"this host", []corev1.TopologySelectorTerm{host("b", "a")}, true},
+		{"another host", []corev1.TopologySelectorTerm{host("b")}, false},
+		{"second term matches", []corev1.TopologySelectorTerm{host("b"), host("a")}, true},
+		{"every expression of a term", []corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{
+			{Key: names.TopologyKeyHostname, Values: []string{"a"}}, {Key: "zone", Values: []string{"z2"}}}}}, false},
+		{"a label the node lacks", []corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{
+			{Key: "rack", Values: []string{""}}}}}, false},
+	} {
+		if got := topologyAdmits(tc.terms, labels); got != tc.want {
+			t.Errorf("%s: topologyAdmits = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestPlacementDelay(t *testing.T) {
+	differ := false
+	for i := range 50 {
+		uid := types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", i))
+		a, b := placementDelay(uid, "node-a"), placementDelay(uid, "node-b")
+		if a < 0 || a >= maxPlacementDelay || b < 0 || b >= maxPlacementDelay {
+			t.Fatalf("delays %s, %s outside [0, %s)", a, b, maxPlacementDelay)
+		}
+		if a != placementDelay(uid, "node-a") {
+			t.Fatalf("delay of one claim and node changed between calls")
+		}
+		differ = differ || a < b
+	}
+	if !differ {
+		t.Errorf("node-a never came before node-b in 50 claims: the order does not vary with the claim")
+	}
+}
+
+// TestImmediateClaimsArePlaced runs two plinth-node processes (nodes with
+// Node objects, data directories side by side) against classes that bind
+// immediately. A claim of a class whose allowedTopologies name one node's
+// hostname is provisioned there; claims of a class without topology are
+// each provisioned exactly once, by one node, which says so in a
+// PlacedOnNode Event, and the other node holds no volume for them; a
+// claim of a class whose topology names no node, and a claim of a
+// WaitForFirstConsumer class that no scheduler placed, stay unplaced.
+func TestImmediateClaimsArePlaced(t *testing.T) {
+	a := newEnv(t, true)
+	bEnv := *a.Env
+	b := &env{Env: &bEnv}
+	b.Node = a.Node + "-b"
+	parent := t.TempDir()
+	var procs []*controllertest.NodeProcess
+	for _, e := range []*env{a, b} {
+		e.Dir = filepath.Join(parent, e.Node)
+		e.Vols = controllertest.NewVolumes(t, e.Dir, true)
+		e.CreateNode(e.Node, e.Node)
+		p := e.NodeProcess(t)
+		p.Start()
+		t.Cleanup(func() {
+			p.Kill(syscall.SIGTERM)
+			if t.Failed() {
+				t.Logf("plinth-node %s log (tail):\n%s", e.Node, p.LogTail())
+			}
+		})
+		procs = append(procs, p)
+	}
+	// Both nodes watch before the first claim exists, so both offer
+	// themselves for every claim and the conditional patch decides.
+	for _, p := range procs {
+		if !p.WaitLogged(provisionerStarted, 0, time.Minute, nil) {
+			t.Fatalf("a provisioner did not start within a minute")
+		}
+	}
+	ctx := context.Background()
+	immediateClass := func(name string, hosts ...string) string {
+		t.Helper()
+		binding := storagev1.VolumeBindingImmediate
+		sc := &storagev1.StorageClass{
+			ObjectMeta:        metav1.ObjectMeta{Name: a.Class + "-" + name},
+			Provisioner:       names.DriverName,
+			VolumeBindingMode: &binding,
+		}
+		if hosts != nil {
+			sc.AllowedTopologies = []corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{
+				{Key: names.TopologyKeyHostname, Values: hosts}}}}
+		}
+		if _, err := a.Client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = a.Client.StorageV1().StorageClasses().Delete(ctx, sc.Name, metav1.DeleteOptions{}) })
+		return sc.Name
+	}
+	// A claim as a user creates it: no annotation (the PV controller adds
+	// the provisioner's; no scheduler adds a node).
+	create := func(name, class string) *corev1.PersistentVolumeClaim {
+		t.Helper()
+		obj := a.ClaimObject(controllertest.Claim{Name: name, Class: class, Size: "1Mi"})
+		obj.Annotations = nil
+		pvc, err := a.Client.CoreV1().PersistentVolumeClaims(a.NS).Create(ctx, obj, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pvc
+	}
+
+	onB := create("on-b", immediateClass("b", b.Node))
+	nowhere := create("nowhere", immediateClass("nowhere", "no-such-node"))
+	waiting := create("waiting", a.Class) // WaitForFirstConsumer
+	anyClass := immediateClass("any")
+	var anywhere []*corev1.PersistentVolumeClaim
+	for i := range 8 {
+		anywhere = append(anywhere, create(fmt.Sprintf("any-%d", i), anyClass))
+	}
+
+	// holder waits for claim name to be Bound and returns the node its
+	// PV is on, after checking the Event and that only that node holds
+	// a volume for it.
+	holder := func(pvc *corev1.PersistentVolumeClaim) string {
+		t.Helper()
+		bound, pv := a.WaitBound(pvc.Name)
+		node := bound.Annotations[ownership.AnnSelectedNode]
+		if node != a.Node && node != b.Node {
+			t.Fatalf("claim %s bound with selected node %q", pvc.Name, node)
+		}
+		ev := a.WaitEvent(pvc.UID, ReasonPlaced, "node "+node+" took the claim")
+		if ev.Source.Host != "" && ev.Source.Host != node {
+			t.Errorf("claim %s: the PlacedOnNode Event comes from %s, the claim is on %s", pvc.Name, ev.Source.Host, node)
+		}
+		terms := pv.Spec.NodeAffinity.Required.NodeSelectorTerms
+		if len(terms) != 1 || len(terms[0].MatchExpressions) != 1 || !slices.Equal(terms[0].MatchExpressions[0].Values, []string{node}) {
+			t.Errorf("claim %s on %s: PV node affinity %+v", pvc.Name, node, terms)
+		}
+		id := ownership.VolumeIDFor(pvc.UID)
+		for _, e := range []*env{a, b} {
+			if has := slices.Contains(e.VolumeIDs(), id); has != (e.Node == node) {
+				t.Errorf("claim %s placed on %s: node %s holds its volume: %v", pvc.Name, node, e.Node, has)
+			}
+		}
+		return node
+	}
+	if n := holder(onB); n != b.Node {
+		t.Errorf("claim of a class allowing only %s was placed on %s", b.Node, n)
+	}
+	count := map[string]int{}
+	for _, pvc := range anywhere {
+		count[holder(pvc)]++
+	}
+	t.Logf("claims of a class without topology, by node: %v", count)
+
+	// The claims no node may take: still unplaced a while after the
+	// others were all provisioned (every node's delay is under a second).
+	time.Sleep(2 * maxPlacementDelay)
+	for _, pvc := range []*corev1.PersistentVolumeClaim{nowhere, waiting} {
+		got, err := a.Client.CoreV1().PersistentVolumeClaims(a.NS).Get(ctx, pvc.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, ok := got.Annotations[ownership.AnnSelectedNode]; ok || got.Spec.VolumeName != "" {
+			t.Errorf("claim %s was placed on %q (volume %q); no node may take it", pvc.Name, n, got.Spec.VolumeName)
+		}
+		a.NoPV(pvc.UID)
+	}
+}
