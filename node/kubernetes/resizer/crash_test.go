@@ -128,6 +128,11 @@ func TestResizeCrashSafety(t *testing.T) {
 	}
 	close(stopKiller)
 	killerDone.Wait()
+	if midResize == 0 {
+		// The schedule leaves the kill mid-resize to chance (a resize
+		// on this host's tmpfs takes milliseconds); make sure of it.
+		midResize = killMidResize(t, e, p, sizes, step)
+	}
 	t.Logf("%d kills, %d claims caught mid-resize", kills.Load(), midResize)
 	if kills.Load() < minKills {
 		t.Errorf("only %d kills; the test needs at least %d to mean something", kills.Load(), minKills)
@@ -168,6 +173,63 @@ func TestResizeCrashSafety(t *testing.T) {
 				name, st.Size, st.Blocks*512, want)
 		}
 	}
+}
+
+// killMidResize grows claims one at a time and SIGKILLs plinth-node as
+// soon as a watch shows a claim's resize in progress, then restarts it,
+// until a kill is seen to have landed mid-resize (the claim still in
+// progress right after it) or 12 tries are spent. It returns how many
+// kills landed so. The restarted node must finish those resizes, which
+// the test's final checks assert.
+func killMidResize(t *testing.T, e *env, p *controllertest.NodeProcess, sizes map[string]int64, step int64) int {
+	t.Helper()
+	ctx := context.Background()
+	for try := range 12 {
+		name := fmt.Sprintf("c%02d", try%len(sizes))
+		w, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		if err != nil {
+			t.Fatalf("watching claim %s: %v", name, err)
+		}
+		sizes[name] += step
+		e.requestRetrying(name, fmt.Sprintf("%dMi", sizes[name]))
+		killed := false
+		timeout := time.After(time.Minute)
+	watch:
+		for {
+			select {
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					break watch
+				}
+				if c, isClaim := ev.Object.(*corev1.PersistentVolumeClaim); isClaim &&
+					c.Status.AllocatedResourceStatuses[corev1.ResourceStorage] == corev1.PersistentVolumeClaimControllerResizeInProgress {
+					p.Kill(syscall.SIGKILL)
+					killed = true
+					break watch
+				}
+			case <-timeout:
+				break watch
+			}
+		}
+		w.Stop()
+		if !killed {
+			continue
+		}
+		logStart := p.LogSize()
+		c := e.claim(name)
+		landed := c.Status.AllocatedResourceStatuses[corev1.ResourceStorage] == corev1.PersistentVolumeClaimControllerResizeInProgress
+		t.Logf("forced kill %d, on claim %s's resize to %dMi: it was still in progress after the kill: %v", try+1, name, sizes[name], landed)
+		if err := p.StartErr(); err != nil {
+			t.Fatalf("restarting plinth-node: %v", err)
+		}
+		if ktest.InVM() && !p.WaitLogged(resizerStarted, logStart, 2*time.Minute, nil) {
+			t.Fatalf("plinth-node did not start its resizer within 2m after a forced kill")
+		}
+		if landed {
+			return 1
+		}
+	}
+	return 0
 }
 
 // minKills is the fewest SIGKILLs TestResizeCrashSafety accepts.
