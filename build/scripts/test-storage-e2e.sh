@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test-storage-e2e.sh — Kubernetes' own external-storage e2e suite (e2e.test,
-# focus External.Storage, test/storagesuite/testdriver.yaml) against
+# focus External.Storage, test/storagesuite/suite/testdriver.yaml) against
 # plinth-node on the cluster of test/launch; see test/storagesuite. Needs
 # root. PLINTH_STORAGE_SUITE_PROCS sets the number of ginkgo processes,
 # PLINTH_STORAGE_SUITE_FOCUS narrows the run to some specs (a regexp).

@@ -2,21 +2,16 @@ package storagesuite
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-)
 
-// testDriver declares Plinth's capabilities to the suite.
-//
-//go:embed testdriver.yaml
-var testDriver []byte
+	"source.plinth.dev/test/storagesuite/suite"
+)
 
 const (
 	// focus selects the specs of the driver definition.
@@ -25,20 +20,18 @@ const (
 	// specs that disrupt the node ([Disruptive]), want the cluster to
 	// themselves ([Serial]), take many minutes each ([Slow]), or need a
 	// feature gate or an optional cluster component ([Feature:...]). Then
-	// two specs by name:
-	//   - for a capability Plinth lacks, Immediate binding: a node provisions
-	//     only the claims the scheduler gave it (WaitForFirstConsumer, the
-	//     selected-node annotation), so a claim of an Immediate class stays
-	//     Pending and the spec waits 5 minutes to fail;
-	//   - for the test host, not Plinth: "volumeMode should not mount / map
-	//     unused volumes in a pod" lists the pod's directories under a
-	//     hard-coded /var/lib/kubelet (launch's kubelet keeps its root below
-	//     the data filesystem, and -kubelet-root-dir does not reach that
-	//     spec), from a host-exec pod that enters PID 1's mount namespace
-	//     with nsenter, which this host refuses even to root ("nsenter: can't
-	//     open '/rootfs/proc/1/ns/mnt': Permission denied").
+	// one spec by name, for the test host, not Plinth: "volumeMode should
+	// not mount / map unused volumes in a pod" lists the pod's directories
+	// under a hard-coded /var/lib/kubelet (launch's kubelet keeps its root
+	// below the data filesystem, and -kubelet-root-dir does not reach that
+	// spec), from a host-exec pod that enters PID 1's mount namespace with
+	// nsenter, which this host refuses even to root ("nsenter: can't open
+	// '/rootfs/proc/1/ns/mnt': Permission denied"). It runs, both patterns,
+	// on the VM node instead, where PID 1 is plinth-node and
+	// /var/lib/kubelet leads to the kubelet's root:
+	// TestStorageSuiteUnusedVolumes in test/e2evm (make test-e2e-vm, part
+	// of make test).
 	skip = `\[Disruptive\]|\[Serial\]|\[Slow\]|\[Feature:` +
-		`|\[Testpattern: Dynamic PV \(immediate binding\)\] topology should provision a volume and schedule a pod with AllowedTopologies` +
 		`|volumeMode should not mount / map unused volumes in a pod`
 	// focusEnv replaces focus, to run a few specs while working on them;
 	// minPassed then does not apply.
@@ -62,7 +55,7 @@ func TestExternalStorage(t *testing.T) {
 	c := clusterFor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), suiteTimeout+5*time.Minute)
 	defer cancel()
-	bin, err := suiteBinaries(ctx)
+	bin, err := suite.Binaries(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,77 +72,42 @@ func TestExternalStorage(t *testing.T) {
 
 	// Outputs go to the cluster's log directory, which stays when a test
 	// fails.
-	out := filepath.Join(c.LogDir, "storage-suite")
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	driver := filepath.Join(out, "testdriver.yaml")
-	if err := os.WriteFile(driver, testDriver, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(out, "e2e.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-
-	args := []string{
-		"--procs=" + strconv.Itoa(procs),
-		"--focus=" + specFocus,
-		"--skip=" + skip,
-		"--timeout=" + suiteTimeout.String(),
-		"--no-color",
-		"--output-dir=" + out,
-		"--json-report=report.json",
-		filepath.Join(bin, "e2e.test"),
-		"--",
-		"-kubeconfig=" + c.Kubeconfig,
-		// skeleton: a provider without cloud or SSH access ("local" would
-		// make specs that need SSH to the node try it).
-		"-provider=skeleton",
-		"-storage.testdriver=" + driver,
+	cfg := suite.Config{
+		Bin: bin, Kubeconfig: c.Kubeconfig,
+		Focus: specFocus, Skip: skip, Procs: procs, Timeout: suiteTimeout,
 		// The framework's idea of the kubelet's root directory (launch
 		// keeps it below the data filesystem, not at /var/lib/kubelet).
-		"-kubelet-root-dir=" + c.KubeletRootDir,
-		// The framework's log dump on failure reads node logs over SSH.
-		"-dump-logs-on-failure=false",
+		KubeletRootDir: c.KubeletRootDir,
+		OutDir:         filepath.Join(c.LogDir, "storage-suite"),
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(bin, "ginkgo"), args...)
-	cmd.Dir = out
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	t.Logf("running %s %s (output: %s)", cmd.Path, strings.Join(args, " "), logPath)
-	start := time.Now()
-	runErr := cmd.Run()
-	wall := time.Since(start)
-
-	rep, err := readReport(filepath.Join(out, "report.json"))
+	t.Logf("running ginkgo %s (output in %s)", strings.Join(cfg.Args(), " "), cfg.OutDir)
+	res, err := suite.Run(ctx, cfg)
 	if err != nil {
-		t.Fatalf("e2e.test run (%v, %s) left no usable report: %v; see %s", runErr, wall.Round(time.Second), err, logPath)
+		t.Fatal(err)
 	}
-	s := rep.summarize()
+	s := res.Summary
 	t.Logf("External.Storage with %d process(es): %d specs selected, %d passed, %d failed, %d skipped; wall time %s",
-		procs, s.selected, len(s.passed), len(s.failed), len(s.skipped), wall.Round(time.Second))
-	for _, reason := range sortedKeys(s.skipReasons) {
-		t.Logf("skipped %3d: %s", s.skipReasons[reason], reason)
+		procs, s.Selected, len(s.Passed), len(s.Failed), len(s.Skipped), res.Wall.Round(time.Second))
+	for _, reason := range sortedKeys(s.SkipReasons) {
+		t.Logf("skipped %3d: %s", s.SkipReasons[reason], reason)
 	}
-	for _, f := range s.failed {
-		t.Errorf("FAILED %s\n    %s", f.name, f.message)
+	for _, f := range s.Failed {
+		t.Errorf("FAILED %s\n    %s", f.Name, f.Message)
 	}
-	for _, sk := range s.skipped {
-		if why := allowedSkip(sk.message); why == "" {
-			t.Errorf("skipped for a reason no missing capability explains: %s\n    %s", sk.name, sk.message)
+	for _, sk := range s.Skipped {
+		if why := allowedSkip(sk.Message); why == "" {
+			t.Errorf("skipped for a reason no missing capability explains: %s\n    %s", sk.Name, sk.Message)
 		}
 	}
-	if len(s.passed) < floor {
-		t.Errorf("only %d specs passed, want at least %d: is the driver definition read right?", len(s.passed), floor)
+	if len(s.Passed) < floor {
+		t.Errorf("only %d specs passed, want at least %d: is the driver definition read right?", len(s.Passed), floor)
 	}
-	if runErr != nil && len(s.failed) == 0 {
-		t.Errorf("ginkgo failed (%v) but no spec did; see %s", runErr, logPath)
+	if res.Err != nil && len(s.Failed) == 0 {
+		t.Errorf("ginkgo failed (%v) but no spec did; see %s", res.Err, res.Log)
 	}
 	if t.Failed() {
-		t.Logf("full output: %s", logPath)
+		t.Logf("full output: %s", res.Log)
 	}
 	// For the record in go test -v output.
-	fmt.Fprintf(os.Stderr, "storage suite: %d passed, %d failed, %d skipped in %s\n", len(s.passed), len(s.failed), len(s.skipped), wall.Round(time.Second))
+	fmt.Fprintf(os.Stderr, "storage suite: %d passed, %d failed, %d skipped in %s\n", len(s.Passed), len(s.Failed), len(s.Skipped), res.Wall.Round(time.Second))
 }

@@ -195,6 +195,46 @@ func childArgs(cmdline map[string]string, initArgs []string) []string {
 	return append(args, initArgs...)
 }
 
+// kubeletDirOf is the --kubelet-dir the node process gets from args (the
+// last one, as the flag package reads them).
+func kubeletDirOf(args []string) string {
+	dir := ""
+	for i, a := range args {
+		if a == "--kubelet-dir" && i+1 < len(args) {
+			dir = args[i+1]
+		} else if v, ok := strings.CutPrefix(a, "--kubelet-dir="); ok {
+			dir = v
+		}
+	}
+	return dir
+}
+
+// linkKubeletDir makes bootKubeletDir below prefix a symlink to the
+// kubelet's root when that is elsewhere (on the data partition), so that
+// what assumes the kubelet's default root finds the kubelet's pods there:
+// node agents, and Kubernetes' own e2e specs, which list a pod's volume
+// directories under a hard-coded /var/lib/kubelet from the host's mount
+// namespace. Nothing the node runs uses the link. An existing
+// bootKubeletDir is left alone.
+func linkKubeletDir(prefix, kubeletDir string) error {
+	if kubeletDir == "" || filepath.Clean(kubeletDir) == bootKubeletDir {
+		return nil
+	}
+	link := filepath.Join("/", prefix, bootKubeletDir)
+	if _, err := os.Lstat(link); err == nil {
+		return nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("linking %s to the kubelet's root: %w", bootKubeletDir, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		return fmt.Errorf("linking %s to the kubelet's root: %w", bootKubeletDir, err)
+	}
+	if err := os.Symlink(kubeletDir, link); err != nil {
+		return fmt.Errorf("linking %s to the kubelet's root: %w", bootKubeletDir, err)
+	}
+	return nil
+}
+
 // superviseNode starts the node process and reaps every child of this
 // process (init's own and reparented orphans) until the node process has
 // ended. A SIGTERM, SIGINT (Ctrl-Alt-Del) or SIGPWR is passed on to the node
@@ -386,7 +426,11 @@ func bootAndSupervise(log logtree.LeveledLogger, lt *logtree.LogTree) haltDecisi
 	if err != nil {
 		exe = "/proc/self/exe"
 	}
-	st, shutdown, err := superviseNode(log, exe, childArgs(cmdline, os.Args[1:]), sigs)
+	args := childArgs(cmdline, os.Args[1:])
+	if err := linkKubeletDir("", kubeletDirOf(args)); err != nil {
+		log.Warningf("%v", err)
+	}
+	st, shutdown, err := superviseNode(log, exe, args, sigs)
 	return decideHalt(st, shutdown, err, settings)
 }
 

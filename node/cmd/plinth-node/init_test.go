@@ -333,3 +333,38 @@ func TestChildArgsWithConfigDisk(t *testing.T) {
 		t.Errorf("plinth.kubeletdir with plinth.config: %v, %+v", err, o)
 	}
 }
+
+// TestLinkKubeletDir: a node whose kubelet root is on the data partition
+// gets /var/lib/kubelet as a link to it (the default root needs none), the
+// effective --kubelet-dir is the last one given, and an existing
+// /var/lib/kubelet is kept.
+func TestLinkKubeletDir(t *testing.T) {
+	args := childArgs(parseCmdline("plinth.data=/dev/vda plinth.config=/dev/vdb"), nil)
+	if got := kubeletDirOf(args); got != bootKubeletDirOnData {
+		t.Fatalf("kubelet dir of %q = %q, want %q", args, got, bootKubeletDirOnData)
+	}
+	if got := kubeletDirOf(append(args, "--kubelet-dir=/elsewhere")); got != "/elsewhere" {
+		t.Errorf("a later --kubelet-dir= gives %q, want /elsewhere", got)
+	}
+
+	root := t.TempDir()
+	if err := linkKubeletDir(root, bootKubeletDir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(root, bootKubeletDir)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the default kubelet root was linked or made (%v)", err)
+	}
+	if err := linkKubeletDir(root, bootKubeletDirOnData); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.Readlink(filepath.Join(root, bootKubeletDir)); err != nil || got != bootKubeletDirOnData {
+		t.Fatalf("%s -> %q (%v), want %s", bootKubeletDir, got, err, bootKubeletDirOnData)
+	}
+	// A second boot's call, or one with another root, keeps what is there.
+	if err := linkKubeletDir(root, "/other"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.Readlink(filepath.Join(root, bootKubeletDir)); got != bootKubeletDirOnData {
+		t.Errorf("an existing link was replaced: now -> %q", got)
+	}
+}
