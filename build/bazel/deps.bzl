@@ -2,6 +2,35 @@ load("@bazel_gazelle//:deps.bzl", "go_repository")
 
 def go_dependencies():
     go_repository(
+        name = "co_honnef_go_tools",
+        build_file_proto_mode = "disable_global",
+        importpath = "honnef.co/go/tools",
+        sum = "h1:qTakTkI6ni6LFD5sBwwsdSO+AQqbSIxOauHTTQKZ/7o=",
+        version = "v0.1.3",
+    )
+    go_repository(
+        name = "com_github_ajstarks_deck",
+        build_file_proto_mode = "disable_global",
+        importpath = "github.com/ajstarks/deck",
+        sum = "h1:7kQgkwGRoLzC9K0oyXdJo7nve/bynv/KwUsxbiTlzAM=",
+        version = "v0.0.0-20200831202436-30c9fc6549a9",
+    )
+    go_repository(
+        name = "com_github_ajstarks_deck_generate",
+        build_file_proto_mode = "disable_global",
+        importpath = "github.com/ajstarks/deck/generate",
+        sum = "h1:iXUgAaqDcIUGbRoy2TdeofRG/j1zpGRSEmNK05T+bi8=",
+        version = "v0.0.0-20210309230005-c3f852c02e19",
+    )
+    go_repository(
+        name = "com_github_ajstarks_svgo",
+        build_file_proto_mode = "disable_global",
+        importpath = "github.com/ajstarks/svgo",
+        sum = "h1:slYM766cy2nI3BwyRiyQj/Ud48djTMtMebDqepE95rw=",
+        version = "v0.0.0-20211024235047-1546f124cd8b",
+    )
+
+    go_repository(
         name = "com_github_alecthomas_kingpin_v2",
         build_file_proto_mode = "disable_global",
         importpath = "github.com/alecthomas/kingpin/v2",
@@ -36,6 +65,27 @@ def go_dependencies():
         importpath = "github.com/blang/semver/v4",
         sum = "h1:1PFHFE6yCCTv8C1TeyNNarDzntLi7wMI5i/pzqYIsAM=",
         version = "v4.0.0",
+    )
+    go_repository(
+        name = "com_github_boombuler_barcode",
+        build_file_proto_mode = "disable_global",
+        importpath = "github.com/boombuler/barcode",
+        sum = "h1:NDBbPmhS+EqABEs5Kg3n/5ZNjy73Pz7SIV+KCeqyXcs=",
+        version = "v1.0.1",
+    )
+    go_repository(
+        name = "com_github_burntsushi_toml",
+        build_file_proto_mode = "disable_global",
+        importpath = "github.com/BurntSushi/toml",
+        sum = "h1:WXkYYl6Yr3qBf1K79EBnL4mak0OimBfB0XUf9Vl28OQ=",
+        version = "v0.3.1",
+    )
+    go_repository(
+        name = "com_github_campoy_embedmd",
+        build_file_proto_mode = "disable_global",
+        importpath = "github.com/campoy/embedmd",
+        sum = "h1:V4kI2qTJJLf4J29RzI/MAt2c3Bl4dQSYPuflzwFH2hY=",
+        version = "v1.0.0",
     )
 
     go_repository(
@@ -239,6 +289,14 @@ def go_dependencies():
         sum = "h1:Ov1cvc58UF3b5XjBnZv7+opcTcQFZebYjWzi34vdm4Q=",
         version = "v1.3.2",
     )
+    go_repository(
+        name = "com_github_golang_freetype",
+        build_file_proto_mode = "disable_global",
+        importpath = "github.com/golang/freetype",
+        sum = "h1:DACJavvAHhabrF08vX0COfcOBJRhZ8lUbR+ZWIs0Y5g=",
+        version = "v0.0.0-20170609003504-e2365dfdc4a0",
+    )
+
     go_repository(
         name = "com_github_golang_glog",
         build_file_proto_mode = "disable_global",
@@ -538,6 +596,14 @@ def go_dependencies():
         version = "v2.0.1+incompatible",
     )
     go_repository(
+        name = "com_github_phpdave11_gofpdi",
+        build_file_proto_mode = "disable_global",
+        importpath = "github.com/phpdave11/gofpdi",
+        sum = "h1:o61duiW8M9sMlkVXWlvP92sZJtGKENvW3VExs6dZukQ=",
+        version = "v1.0.13",
+    )
+
+    go_repository(
         name = "com_github_pkg_errors",
         build_file_proto_mode = "disable_global",
         importpath = "github.com/pkg/errors",
@@ -608,6 +674,14 @@ def go_dependencies():
         sum = "h1:JIOH55/0cWyOuilr9/qlrm0BSXldqnqwMsf35Ld67mk=",
         version = "v2.1.0",
     )
+    go_repository(
+        name = "com_github_ruudk_golang_pdf417",
+        build_file_proto_mode = "disable_global",
+        importpath = "github.com/ruudk/golang-pdf417",
+        sum = "h1:K1Xf3bKttbF+koVGaX5xngRIZ5bVjbmPnaxE/dR08uY=",
+        version = "v0.0.0-20201230142125-a7e3863a1245",
+    )
+
     go_repository(
         name = "com_github_santhosh_tekuri_jsonschema_v5",
         build_file_proto_mode = "disable_global",
@@ -696,6 +770,21 @@ def go_dependencies():
         sum = "h1:A2jO8jwOugrrovveCWfj0KEZOfqiLgAcwjpHPhzIGw0=",
         version = "v0.25.3",
     )
+    go_repository(
+        name = "ht_sr_git_sbinet_cmpimg",
+        build_file_proto_mode = "disable_global",
+        importpath = "git.sr.ht/~sbinet/cmpimg",
+        sum = "h1:E0zPRk2muWuCqSKSVZIWsgtU9pjsw3eKHi8VmQeScxo=",
+        version = "v0.1.0",
+    )
+    go_repository(
+        name = "ht_sr_git_sbinet_gg",
+        build_file_proto_mode = "disable_global",
+        importpath = "git.sr.ht/~sbinet/gg",
+        sum = "h1:YmNf7YKd7diDMTPm86hZa1EM3pbkOyD/zzjl0LZUdNM=",
+        version = "v0.7.0",
+    )
+
     go_repository(
         name = "in_gopkg_check_v1",
         build_file_proto_mode = "disable_global",
@@ -913,6 +1002,56 @@ def go_dependencies():
         version = "v1.45.0",
     )
     go_repository(
+        name = "io_rsc_pdf",
+        build_file_proto_mode = "disable_global",
+        importpath = "rsc.io/pdf",
+        sum = "h1:k1MczvYDUvJBe93bYd7wrZLLUEcLZAuF824/I4e5Xr4=",
+        version = "v0.1.1",
+    )
+    go_repository(
+        name = "org_codeberg_go_fonts_dejavu",
+        build_file_proto_mode = "disable_global",
+        importpath = "codeberg.org/go-fonts/dejavu",
+        sum = "h1:2yn58Vkh4CFK3ipacWUAIE3XVBGNa0y1bc95Bmfx91I=",
+        version = "v0.4.0",
+    )
+    go_repository(
+        name = "org_codeberg_go_fonts_latin_modern",
+        build_file_proto_mode = "disable_global",
+        importpath = "codeberg.org/go-fonts/latin-modern",
+        sum = "h1:vkRCc1y3whKA7iL9Ep0fSGVuJfqjix0ica9UflHORO8=",
+        version = "v0.4.0",
+    )
+    go_repository(
+        name = "org_codeberg_go_fonts_liberation",
+        build_file_proto_mode = "disable_global",
+        importpath = "codeberg.org/go-fonts/liberation",
+        sum = "h1:SsKoMO1v1OZmzkG2DY+7ZkCL9U+rrWI09niOLfQ5Bo0=",
+        version = "v0.5.0",
+    )
+    go_repository(
+        name = "org_codeberg_go_fonts_stix",
+        build_file_proto_mode = "disable_global",
+        importpath = "codeberg.org/go-fonts/stix",
+        sum = "h1:vHI1LmLWEcAdcf+5aRMtA1eYKJJ9ZjetVstBD/dRe1Q=",
+        version = "v0.3.0",
+    )
+    go_repository(
+        name = "org_codeberg_go_latex_latex",
+        build_file_proto_mode = "disable_global",
+        importpath = "codeberg.org/go-latex/latex",
+        sum = "h1:Ol/a6VHY06N+5gPfewswymoRb5ZcKDXWVaVegcx4hbI=",
+        version = "v0.2.0",
+    )
+    go_repository(
+        name = "org_codeberg_go_pdf_fpdf",
+        build_file_proto_mode = "disable_global",
+        importpath = "codeberg.org/go-pdf/fpdf",
+        sum = "h1:U8+coOTDVLxHIXZgGvkfQEi/q0hYHYvEHFuGNX2GzGs=",
+        version = "v0.11.1",
+    )
+
+    go_repository(
         name = "org_golang_google_genproto_googleapis_api",
         build_file_proto_mode = "disable_global",
         importpath = "google.golang.org/genproto/googleapis/api",
@@ -947,6 +1086,14 @@ def go_dependencies():
         sum = "h1:3ZVCjf8Ggz7zneR/EHRVx68Ctf+2pmIMP2UFhh9cC6M=",
         version = "v0.57.0",
     )
+    go_repository(
+        name = "org_golang_x_image",
+        build_file_proto_mode = "disable_global",
+        importpath = "golang.org/x/image",
+        sum = "h1:jD5RhkmVAnjqaCUXfbGBrn3lpxbknfN9w2UhHHU+5B4=",
+        version = "v0.30.0",
+    )
+
     go_repository(
         name = "org_golang_x_mod",
         build_file_proto_mode = "disable_global",
@@ -1018,6 +1165,21 @@ def go_dependencies():
         sum = "h1:VbpOemQlsSMrYmn7T2OUvQ4dqxQXU+ouZFQsZOx50z4=",
         version = "v0.17.0",
     )
+    go_repository(
+        name = "org_gonum_v1_plot",
+        build_file_proto_mode = "disable_global",
+        importpath = "gonum.org/v1/plot",
+        sum = "h1:d0DwPVBe9jnEGqQBoZGl/P2M9WciJbG2CnV59C9QBT4=",
+        version = "v0.17.0",
+    )
+    go_repository(
+        name = "org_gonum_v1_tools",
+        build_file_proto_mode = "disable_global",
+        importpath = "gonum.org/v1/tools",
+        sum = "h1:cJWOvXtcaFSGXz2F4z2AMM0VV7edDDGrxb5GLQH7ayQ=",
+        version = "v0.0.0-20200318103217-c168b003ce8c",
+    )
+
     go_repository(
         name = "org_uber_go_goleak",
         build_file_proto_mode = "disable_global",

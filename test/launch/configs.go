@@ -175,5 +175,6 @@ func (c *Cluster) kubeletConfig() (kubelet.Config, error) {
 		ServingKey:       key,
 		Address:          ip,
 		NoHealthz:        true,
+		MaxPods:          c.cfg.MaxPods,
 	}, nil
 }

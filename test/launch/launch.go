@@ -78,6 +78,14 @@ type Config struct {
 	// gets the runtime handler GVisorHandler and the cluster the
 	// RuntimeClass GVisorRuntimeClass. Empty: pods run under runc only.
 	GVisorBin string
+	// MaxPods is the kubelet's maxPods; zero keeps its default (110).
+	// Benchmarks that run hundreds of pods on the one node raise it.
+	MaxPods int
+	// ControllerManagerArgs are further kube-controller-manager flags, for
+	// experiments only (say, its client rate limit, to see what it
+	// costs): clusters users run have the defaults, and so must the
+	// figures a benchmark reports.
+	ControllerManagerArgs []string
 	// WaitForLock waits for another cluster on this host to stop instead of
 	// failing with *BusyError.
 	WaitForLock bool

@@ -380,7 +380,7 @@ func (c *Cluster) startAPIServer() error {
 func (c *Cluster) startControllers() error {
 	p := c.pki
 	kcm := c.kubeconfigPath("controller-manager")
-	if err := c.run("kube-controller-manager", filepath.Join(c.BinDir, "kube-controller-manager"), []string{
+	if err := c.run("kube-controller-manager", filepath.Join(c.BinDir, "kube-controller-manager"), append([]string{
 		"--kubeconfig=" + kcm,
 		// One instance: leader election would only delay the start.
 		"--leader-elect=false",
@@ -393,7 +393,7 @@ func (c *Cluster) startControllers() error {
 		// Bind claims to volumes within 2 s instead of 15 s.
 		"--pvclaimbinder-sync-period=2s",
 		"--v=1",
-	}, []string{hostPATH}); err != nil {
+	}, c.cfg.ControllerManagerArgs...), []string{hostPATH}); err != nil {
 		return err
 	}
 	return c.startScheduler()

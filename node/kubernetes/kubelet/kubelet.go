@@ -84,6 +84,9 @@ type Config struct {
 	// with other kubelets, whose port it must not take; test/launch waits
 	// for the Node to be Ready instead. Node.Runnable needs the endpoint.
 	NoHealthz bool
+	// MaxPods is the kubelet's maxPods; zero keeps its default (110).
+	// Benchmarks with hundreds of pods on one node raise it.
+	MaxPods int
 }
 
 // ManifestsDir is where the kubelet reads static pods from.
@@ -171,6 +174,9 @@ evictionHard:
 nodeStatusUpdateFrequency: 1s
 volumeStatsAggPeriod: 5s
 shutdownGracePeriod: 0s
+{{- if .MaxPods}}
+maxPods: {{.MaxPods}}
+{{- end}}
 `))
 
 // WriteFiles writes the kubelet's configuration (and kubeconfig and the
@@ -211,6 +217,7 @@ func (c Config) WriteFiles() ([]string, error) {
 	if err := configTemplate.Execute(&b, map[string]any{
 		"Address":          address,
 		"NoHealthz":        c.NoHealthz,
+		"MaxPods":          c.MaxPods,
 		"Node":             c.Node,
 		"Standalone":       standalone,
 		"ClientCAFile":     c.clientCAFile(),

@@ -47,6 +47,9 @@ func TestStandaloneConfig(t *testing.T) {
 	if strings.Contains(string(cfg), "tlsCertFile") {
 		t.Errorf("a serving certificate configured without one given:\n%s", cfg)
 	}
+	if strings.Contains(string(cfg), "maxPods") {
+		t.Errorf("maxPods configured without MaxPods (the kubelet's default is wanted):\n%s", cfg)
+	}
 	for _, want := range []string{"port: 10250", "mode: AlwaysAllow", "anonymous: {enabled: true}", "clusterDNS: [10.96.0.10]",
 		"clusterDomain: cluster.local", "cgroupDriver: cgroupfs", "staticPodPath: " + c.ManifestsDir(), "unix:///run/containerd/containerd.sock",
 		"address: 0.0.0.0", "healthzPort: 10248"} {
@@ -118,11 +121,12 @@ func TestHostClusterConfig(t *testing.T) {
 	c.Node.ClusterDNS, c.Node.ClusterDomain = netip.Addr{}, ""
 	c.Address = netip.MustParseAddr("10.1.2.3")
 	c.NoHealthz = true
+	c.MaxPods = 250
 	if _, err := c.WriteFiles(); err != nil {
 		t.Fatal(err)
 	}
 	cfg, _ := os.ReadFile(c.configFile())
-	for _, want := range []string{"address: 10.1.2.3\n", "healthzPort: 0\n", "mode: Webhook"} {
+	for _, want := range []string{"address: 10.1.2.3\n", "healthzPort: 0\n", "mode: Webhook", "\nmaxPods: 250\n"} {
 		if !strings.Contains(string(cfg), want) {
 			t.Errorf("config lacks %q:\n%s", want, cfg)
 		}

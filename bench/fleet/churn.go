@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"source.plinth.dev/bench/cluster"
+	"source.plinth.dev/bench/procstat"
+)
+
+// churnFigures are what one round of claim changes cost.
+type churnFigures struct {
+	// bytesPerChange and eventsPerChange are what the API server sent to
+	// claim watchers per claim change (all watchers together).
+	bytesPerChange, eventsPerChange float64
+	// apiCPUPerChange is kube-apiserver's CPU per change, its idle rate
+	// (measured just before) taken off; instCPUPerChange the same summed
+	// over the instances.
+	apiCPUPerChange, instCPUPerChange time.Duration
+}
+
+// churn changes n claims of the running nodes (an annotation, as any
+// controller's or user's update does: every watcher of claims receives
+// the whole object), waits until the API server has sent the last event,
+// and returns what that cost. idle is kube-apiserver's CPU rate (CPU per
+// wall second) before the round; instances are the measured processes
+// besides it.
+func (w *world) churn(ctx context.Context, nodes, n int, idleAPI, idleInst float64, instances []int) (churnFigures, error) {
+	var f churnFigures
+	// Every round writes values no earlier round wrote: a patch that sets
+	// what is already there changes nothing and sends no event.
+	w.round++
+	round := w.round
+	before, err := scrapeWatch(ctx, w.fast)
+	if err != nil {
+		return f, err
+	}
+	api, err := procstat.StartSampler(w.cp.APIServer)
+	if err != nil {
+		return f, err
+	}
+	var inst []*procstat.Sampler
+	for _, pid := range instances {
+		s, err := procstat.StartSampler(pid)
+		if err != nil {
+			return f, err
+		}
+		inst = append(inst, s)
+	}
+	perNode := w.o.claims / w.o.maxNodes()
+	if err := cluster.Parallel(n, 8, func(i int) error {
+		// Change i goes to node i%nodes, each change to another claim.
+		node, k := i%nodes, (round*n+i)/nodes%perNode
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{"bench.plinth.dev/touch":"%d-%d"}}}`, round, i)
+		_, err := w.churner.CoreV1().PersistentVolumeClaims(namespace).Patch(ctx, claimName(node, k, w.o.maxNodes()),
+			types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	}); err != nil {
+		return f, fmt.Errorf("changing claims: %w", err)
+	}
+	// The watchers have everything once the sent-event count stops.
+	after := before
+	for still := 0; still < 3; {
+		time.Sleep(time.Second)
+		cur, err := scrapeWatch(ctx, w.fast)
+		if err != nil {
+			return f, err
+		}
+		if cur.events == after.events {
+			still++
+		} else {
+			still = 0
+		}
+		after = cur
+	}
+	cpu, wall, err := api.Used()
+	if err != nil {
+		return f, err
+	}
+	f.apiCPUPerChange = (cpu - time.Duration(idleAPI*float64(wall))) / time.Duration(n)
+	var instCPU time.Duration
+	for _, s := range inst {
+		c, _, err := s.Used()
+		if err != nil {
+			return f, err
+		}
+		instCPU += c
+	}
+	f.instCPUPerChange = (instCPU - time.Duration(idleInst*float64(wall))) / time.Duration(n)
+	f.bytesPerChange = (after.bytes - before.bytes) / float64(n)
+	f.eventsPerChange = (after.events - before.events) / float64(n)
+	return f, nil
+}
+
+// idleRate is the CPU per wall second that pids used together over d.
+func idleRate(pids []int, d time.Duration) (float64, error) {
+	var ss []*procstat.Sampler
+	for _, pid := range pids {
+		s, err := procstat.StartSampler(pid)
+		if err != nil {
+			return 0, err
+		}
+		ss = append(ss, s)
+	}
+	time.Sleep(d)
+	var total time.Duration
+	var wall time.Duration
+	for _, s := range ss {
+		c, w, err := s.Used()
+		if err != nil {
+			return 0, err
+		}
+		total, wall = total+c, w
+	}
+	if wall == 0 {
+		return 0, nil
+	}
+	return total.Seconds() / wall.Seconds(), nil
+}
+
+// claimName is claim k of node (of nodes in all): claims are spread over
+// the nodes round robin.
+func claimName(node, k, nodes int) string { return fmt.Sprintf("c%05d", k*nodes+node) }
+
+func nodeName(i int) string { return fmt.Sprintf("fleet-%03d", i) }
+
+// labelSelectedNode is the label the design change would put on every
+// claim once its node is selected, so that each node can watch only its
+// own claims (a label selector the API server's watch cache filters by).
+const labelSelectedNode = "bench.plinth.dev/selected-node"
+
+// newWatchers starts n watches of claims from one process, all claims or,
+// selected, only those labelled for node i, and returns how to stop them
+// and how many events they have received in all (read it after stop).
+func newWatchers(ctx context.Context, c kubernetes.Interface, n int, selected bool) (stop func(), received func() int64, err error) {
+	list, err := c.CoreV1().PersistentVolumeClaims(namespace).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the claims' resource version: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	counts := make([]int64, n)
+	done := make(chan struct{}, n)
+	for i := range n {
+		opts := metav1.ListOptions{ResourceVersion: list.ResourceVersion}
+		if selected {
+			opts.LabelSelector = labelSelectedNode + "=" + nodeName(i)
+		}
+		wi, err := c.CoreV1().PersistentVolumeClaims(namespace).Watch(ctx, opts)
+		if err != nil {
+			cancel()
+			return nil, nil, fmt.Errorf("watching claims: %w", err)
+		}
+		go func() {
+			defer func() { done <- struct{}{} }()
+			defer wi.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case _, ok := <-wi.ResultChan():
+					if !ok {
+						return
+					}
+					counts[i]++
+				}
+			}
+		}()
+	}
+	stop = func() {
+		cancel()
+		for range n {
+			<-done
+		}
+	}
+	received = func() int64 {
+		var t int64
+		for _, c := range counts {
+			t += c
+		}
+		return t
+	}
+	return stop, received, nil
+}

@@ -1,0 +1,283 @@
+// Command fleet simulates many nodes on one control plane (issue 14,
+// item 5): 10, 50 and 100 plinth-node processes, each with its own node
+// name and data directory, against one bare control plane holding 10,000
+// claims spread over 100 node names. Every node's provisioner watches
+// every claim, so each claim change is sent to every node: at each fleet
+// size it measures kube-apiserver's CPU per claim change and its RSS, the
+// watch bytes sent per claim change (the API server's own metrics), and
+// each instance's RSS. Then, with the instances gone, the same changes
+// against as many plain watches of all claims, and against as many
+// watches that select a node's claims by label (the design change that
+// keeps a node's traffic to its own claims), so the notes can say which
+// part grows with nodes and what the change saves.
+//
+//	go run ./bench/fleet -out DIR [-runs N] [-quick]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"source.plinth.dev/bench/cluster"
+	"source.plinth.dev/bench/procstat"
+	"source.plinth.dev/bench/result"
+)
+
+const namespace = "fleet"
+
+type options struct {
+	out     string
+	runs    int
+	quick   bool
+	nodes   []int
+	claims  int
+	changes int
+}
+
+func (o options) maxNodes() int { return slices.Max(o.nodes) }
+
+func main() {
+	var o options
+	var nodes string
+	flag.StringVar(&o.out, "out", "", "results directory (required)")
+	flag.IntVar(&o.runs, "runs", 3, "rounds of claim changes measured at each fleet size")
+	flag.BoolVar(&o.quick, "quick", false, "smoke test: 2 and 4 instances, 200 claims, 100 changes, 1 run")
+	flag.StringVar(&nodes, "instances", "10,50,100", "fleet sizes, comma separated")
+	flag.IntVar(&o.claims, "claims", 10000, "claims, spread over the largest fleet's nodes")
+	flag.IntVar(&o.changes, "changes", 1000, "claim changes per round")
+	flag.Parse()
+	for _, s := range strings.Split(nodes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "fleet: bad -instances %q\n", nodes)
+			os.Exit(2)
+		}
+		o.nodes = append(o.nodes, n)
+	}
+	if o.quick {
+		o.nodes, o.claims, o.changes, o.runs = []int{2, 4}, 200, 100, 1
+	}
+	slices.Sort(o.nodes)
+	if o.out == "" || o.claims%o.maxNodes() != 0 {
+		fmt.Fprintln(os.Stderr, "fleet: -out is required, and -claims must be a multiple of the largest fleet")
+		os.Exit(2)
+	}
+	if err := run(context.Background(), o); err != nil {
+		fmt.Fprintf(os.Stderr, "fleet: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+type world struct {
+	o       options
+	cp      *cluster.ControlPlane
+	fast    kubernetes.Interface
+	churner kubernetes.Interface
+	tmp     string
+	round   int
+}
+
+// series collects one Result's points by series name.
+type series map[string][]result.Point
+
+func (s series) add(name string, x float64, runs ...float64) {
+	s[name] = append(s[name], result.Point{X: x, Runs: runs})
+}
+
+func (s series) list(names ...string) []result.Series {
+	var out []result.Series
+	for _, n := range names {
+		if len(s[n]) > 0 {
+			out = append(out, result.Series{Name: n, Points: s[n]})
+		}
+	}
+	return out
+}
+
+const (
+	seriesPlinth   = "plinth-node"
+	seriesAll      = "watch all claims"
+	seriesSelected = "watch own claims by label"
+)
+
+func run(ctx context.Context, o options) (err error) {
+	maxN := o.maxNodes()
+	fmt.Printf("fleet: expected wall time about %s (provisioning %d claims, %d fleet sizes x %d rounds of %d changes, then the watch comparison)\n",
+		(3*time.Minute + time.Duration(o.claims)*15*time.Millisecond + time.Duration(len(o.nodes)*o.runs*3)*(30*time.Second+time.Duration(o.changes)*10*time.Millisecond)).Round(time.Minute),
+		o.claims, len(o.nodes), o.runs, o.changes)
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "fl-")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err == nil {
+			_ = os.RemoveAll(tmp)
+		} else {
+			fmt.Fprintf(os.Stderr, "fleet: logs kept in %s\n", tmp)
+		}
+	}()
+	w := &world{o: o, tmp: tmp}
+	bin, err := cluster.BuildPlinthNode(ctx, tmp)
+	if err != nil {
+		return err
+	}
+	if w.cp, err = cluster.Start(ctx, filepath.Join(tmp, "cp")); err != nil {
+		return err
+	}
+	defer func() { _ = w.cp.Stop(context.Background()) }()
+	if w.fast, err = w.cp.Client(3000, 3000); err != nil {
+		return err
+	}
+	// Changes come at a steady 200 per second, as a busy cluster's would.
+	if w.churner, err = w.cp.Client(200, 20); err != nil {
+		return err
+	}
+	if err := cluster.CreateNamespace(ctx, w.fast, namespace); err != nil {
+		return err
+	}
+	if err := cluster.CreateClass(ctx, w.fast, cluster.PlinthClass, cluster.PlinthDriver); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := cluster.Parallel(o.claims, 32, func(i int) error {
+		node := nodeName(i % maxN)
+		c := cluster.Claim(namespace, fmt.Sprintf("c%05d", i), cluster.PlinthClass, cluster.PlinthDriver, node)
+		c.Labels = map[string]string{labelSelectedNode: node}
+		_, err := w.fast.CoreV1().PersistentVolumeClaims(namespace).Create(ctx, c, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return fmt.Errorf("creating claims: %w", err)
+	}
+	fmt.Printf("fleet: %d claims created in %s\n", o.claims, time.Since(start).Round(time.Second))
+
+	apiCPU, apiRSS, bytes, events, instRSS, instCPU := series{}, series{}, series{}, series{}, series{}, series{}
+	var notes []string
+	var procs []*cluster.Process
+	defer func() {
+		for _, p := range procs {
+			p.Stop()
+		}
+	}()
+	// x = 0: the control plane's own claim watchers (the PV controller and
+	// others in kube-controller-manager), what every later figure includes.
+	for _, n := range append([]int{0}, o.nodes...) {
+		start := time.Now()
+		for i := len(procs); i < n; i++ {
+			dir := filepath.Join(tmp, nodeName(i))
+			p, err := cluster.StartProcess(nodeName(i), bin, cluster.PlinthNodeArgs(w.cp, nodeName(i), dir), nil, dir+".log")
+			if err != nil {
+				return err
+			}
+			procs = append(procs, p)
+		}
+		if err := cluster.WaitBound(ctx, w.fast, namespace, o.claims/maxN*n, 15*time.Minute); err != nil {
+			return err
+		}
+		for _, p := range procs {
+			if p.Exited() {
+				return fmt.Errorf("%s exited (log in %s)", p.Name, tmp)
+			}
+		}
+		fmt.Printf("fleet: %d instances, their %d claims Bound after %s\n", n, o.claims/maxN*n, time.Since(start).Round(time.Second))
+		time.Sleep(10 * time.Second)
+		var pids []int
+		for _, p := range procs {
+			pids = append(pids, p.Pid())
+		}
+		x := float64(n)
+		var rss []float64
+		for _, pid := range pids {
+			r, err := procstat.RSS(pid)
+			if err != nil {
+				return err
+			}
+			rss = append(rss, float64(r)/(1<<20))
+		}
+		if n > 0 {
+			instRSS.add(seriesPlinth, x, rss...)
+		}
+		var cpus, sent, evs, icpu, arss []float64
+		for r := range o.runs {
+			idleAPI, err := idleRate([]int{w.cp.APIServer}, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			idleInst, err := idleRate(pids, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			f, err := w.churn(ctx, max(n, 1), o.changes, idleAPI, idleInst, pids)
+			if err != nil {
+				return err
+			}
+			a, err := procstat.RSS(w.cp.APIServer)
+			if err != nil {
+				return err
+			}
+			cpus, sent, evs = append(cpus, ms(f.apiCPUPerChange)), append(sent, f.bytesPerChange), append(evs, f.eventsPerChange)
+			icpu, arss = append(icpu, ms(f.instCPUPerChange)), append(arss, float64(a)/(1<<20))
+			fmt.Printf("fleet: %3d instances round %d: apiserver %.3f ms CPU/change (idle %.1f%%), RSS %.0f MiB; %.0f B and %.1f events sent per change; instances %.3f ms CPU/change, RSS median %.1f MiB\n",
+				n, r+1, ms(f.apiCPUPerChange), 100*idleAPI, float64(a)/(1<<20), f.bytesPerChange, f.eventsPerChange, ms(f.instCPUPerChange), result.Median(rss))
+		}
+		apiCPU.add(seriesPlinth, x, cpus...)
+		apiRSS.add(seriesPlinth, x, arss...)
+		bytes.add(seriesPlinth, x, sent...)
+		events.add(seriesPlinth, x, evs...)
+		if n > 0 {
+			instCPU.add(seriesPlinth, x, icpu...)
+		}
+	}
+	for _, p := range procs {
+		p.Stop()
+	}
+	procs = nil
+
+	// The design change, measured without plinth-node: n watches of all
+	// claims (what n nodes' informers are to the API server) against n
+	// watches of one node's claims each, by label.
+	for _, n := range o.nodes {
+		for _, selected := range []bool{false, true} {
+			name := map[bool]string{false: seriesAll, true: seriesSelected}[selected]
+			stop, received, err := newWatchers(ctx, w.fast, n, selected)
+			if err != nil {
+				return err
+			}
+			var cpus, sent []float64
+			for r := range o.runs {
+				idleAPI, err := idleRate([]int{w.cp.APIServer}, 10*time.Second)
+				if err != nil {
+					stop()
+					return err
+				}
+				f, err := w.churn(ctx, n, o.changes, idleAPI, 0, nil)
+				if err != nil {
+					stop()
+					return err
+				}
+				cpus, sent = append(cpus, ms(f.apiCPUPerChange)), append(sent, f.bytesPerChange)
+				fmt.Printf("fleet: %3d watchers (%s) round %d: apiserver %.3f ms CPU/change, %.0f B sent per change\n", n, name, r+1, ms(f.apiCPUPerChange), f.bytesPerChange)
+			}
+			stop()
+			fmt.Printf("fleet: %3d watchers (%s) received %d events for %d changes\n", n, name, received(), o.runs*o.changes)
+			apiCPU.add(name, float64(n), cpus...)
+			bytes.add(name, float64(n), sent...)
+		}
+	}
+	notes = append(notes, extrapolate(bytes, events, apiCPU, instRSS, o)...)
+	return writeResults(o, notes, apiCPU, apiRSS, bytes, events, instRSS, instCPU)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

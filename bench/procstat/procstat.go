@@ -1,0 +1,187 @@
+// Package procstat reads what a benchmark reports of a process from
+// /proc: its resident memory and the CPU time it has used. The footprint
+// and fleet benchmarks read the same figures of plinth-node, of its peers
+// and of kube-apiserver, so they read them the same way.
+package procstat
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat:
+// 100 on every Linux architecture Go supports.
+const clockTicks = 100
+
+// RSS is process pid's resident set size in bytes (VmRSS).
+func RSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("reading RSS: %w", err)
+	}
+	return parseRSS(string(b))
+}
+
+func parseRSS(status string) (int64, error) {
+	for _, l := range strings.Split(status, "\n") {
+		v, ok := strings.CutPrefix(l, "VmRSS:")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parsing VmRSS %q: %w", v, err)
+		}
+		return kb << 10, nil
+	}
+	return 0, errors.New("no VmRSS line (a kernel thread or a zombie)")
+}
+
+// CPU is the user plus system CPU time process pid has used so far.
+func CPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("reading CPU time: %w", err)
+	}
+	return parseCPU(string(b))
+}
+
+// statFields splits /proc/PID/stat after the command name, which is in
+// parentheses and may itself hold spaces and parentheses: fields[0] is
+// the state (field 3 of proc(5)).
+func statFields(stat string) ([]string, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return nil, fmt.Errorf("malformed stat %q", stat)
+	}
+	return strings.Fields(stat[i+1:]), nil
+}
+
+func parseCPU(stat string) (time.Duration, error) {
+	f, err := statFields(stat)
+	if err != nil {
+		return 0, err
+	}
+	// utime and stime are fields 14 and 15 of proc(5).
+	if len(f) < 13 {
+		return 0, fmt.Errorf("stat has %d fields after the name, want at least 13", len(f))
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parsing CPU ticks %q: %w", s, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// Child finds the process named name (its comm, as ps shows it) whose
+// parent is ppid: how a benchmark finds the kube-apiserver that its
+// control plane started.
+func Child(ppid int, name string) (int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, fmt.Errorf("listing processes: %w", err)
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		comm, parent, err := parseParent(string(b))
+		if err == nil && parent == ppid && comm == name {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no process %s with parent %d", name, ppid)
+}
+
+func parseParent(stat string) (comm string, ppid int, err error) {
+	open, end := strings.IndexByte(stat, '('), strings.LastIndexByte(stat, ')')
+	if open < 0 || end < open {
+		return "", 0, fmt.Errorf("malformed stat %q", stat)
+	}
+	f, err := statFields(stat)
+	if err != nil || len(f) < 2 {
+		return "", 0, fmt.Errorf("malformed stat %q", stat)
+	}
+	ppid, err = strconv.Atoi(f[1])
+	return stat[open+1 : end], ppid, err
+}
+
+// Sampler measures a process's CPU use over a window.
+type Sampler struct {
+	pid   int
+	cpu   time.Duration
+	since time.Time
+}
+
+// StartSampler starts a window on pid now.
+func StartSampler(pid int) (*Sampler, error) {
+	c, err := CPU(pid)
+	if err != nil {
+		return nil, err
+	}
+	return &Sampler{pid: pid, cpu: c, since: time.Now()}, nil
+}
+
+// Used is the CPU time used since the window started, and the window's
+// length.
+func (s *Sampler) Used() (cpu, wall time.Duration, err error) {
+	c, err := CPU(s.pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	return c - s.cpu, time.Since(s.since), nil
+}
+
+// Percent is the CPU used since the window started as a percentage of
+// one core.
+func (s *Sampler) Percent() (float64, error) {
+	cpu, wall, err := s.Used()
+	if err != nil {
+		return 0, err
+	}
+	return 100 * cpu.Seconds() / wall.Seconds(), nil
+}
+
+// Settled waits until pid's RSS has moved by less than tolerance bytes
+// over each of quiet consecutive reads interval apart (the runtime has
+// digested the last burst and returned what it freed; one quiet interval
+// is not enough, as a garbage collection can be minutes after a big
+// list), reading at most tries times, and returns the last RSS read.
+func Settled(pid int, interval time.Duration, tolerance int64, quiet, tries int) (int64, error) {
+	prev, err := RSS(pid)
+	if err != nil {
+		return 0, err
+	}
+	calm := 0
+	for range tries {
+		time.Sleep(interval)
+		cur, err := RSS(pid)
+		if err != nil {
+			return 0, err
+		}
+		if d := cur - prev; d < tolerance && d > -tolerance {
+			calm++
+		} else {
+			calm = 0
+		}
+		prev = cur
+		if calm >= quiet {
+			return cur, nil
+		}
+	}
+	return prev, nil
+}

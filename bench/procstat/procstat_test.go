@@ -1,0 +1,45 @@
+package procstat
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+func TestParse(t *testing.T) {
+	rss, err := parseRSS("Name:\tx\nVmPeak:\t  9000 kB\nVmRSS:\t   1234 kB\nRssAnon:\t 1 kB\n")
+	if err != nil || rss != 1234<<10 {
+		t.Errorf("parseRSS = %d, %v; want %d", rss, err, 1234<<10)
+	}
+	if _, err := parseRSS("Name:\tkthreadd\n"); err == nil {
+		t.Error("parseRSS without VmRSS: no error")
+	}
+	// A name with a space and a parenthesis; utime 250, stime 50 ticks.
+	stat := "42 (a b) c) S 7 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0 5 1000 10"
+	cpu, err := parseCPU(stat)
+	if err != nil || cpu != 3*time.Second {
+		t.Errorf("parseCPU = %v, %v; want 3s", cpu, err)
+	}
+	comm, ppid, err := parseParent(stat)
+	if err != nil || comm != "a b) c" || ppid != 7 {
+		t.Errorf("parseParent = %q, %d, %v; want \"a b) c\", 7", comm, ppid, err)
+	}
+}
+
+func TestSelf(t *testing.T) {
+	pid := os.Getpid()
+	rss, err := RSS(pid)
+	if err != nil || rss < 1<<20 {
+		t.Errorf("RSS(self) = %d, %v; want at least 1 MiB", rss, err)
+	}
+	s, err := StartSampler(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); {
+	}
+	cpu, _, err := s.Used()
+	if err != nil || cpu < 100*time.Millisecond {
+		t.Errorf("CPU used by a 300ms busy loop = %v, %v; want at least 100ms", cpu, err)
+	}
+}

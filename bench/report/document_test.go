@@ -1,0 +1,68 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"source.plinth.dev/bench/result"
+)
+
+// TestWriteReport writes a report of two results and checks that every
+// plot the Markdown links exists, that the raw results are kept beside
+// them, and that the header, goals and notes are there.
+func TestWriteReport(t *testing.T) {
+	out := t.TempDir()
+	r1 := fixture()
+	r1.Goals = []string{"plinth within 1.2x of the floor"}
+	r1.Notes = []string{"measured on a test cluster"}
+	r2 := &result.Result{Name: "stats", Title: "Stats", Y: result.Axis{Label: "time", Unit: "s"},
+		Series: []result.Series{{Name: "quota", Points: []result.Point{{Runs: []float64{2e-5}}}}}}
+	rn := run{Date: "2026-01-02", Machine: machine{CPU: "Test CPU", Cores: 2, Memory: "1.00 GiB", Kernel: "6.1", Go: "go1.26", Commit: "abc"}, Quick: true}
+	path, err := writeReport(out, rn, []*result.Result{r1, r2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if path != filepath.Join(out, "2026-01-02.md") {
+		t.Errorf("report at %s", path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(b)
+	for _, want := range []string{"| CPU | Test CPU, 2 cores |", "| commit | abc |", "A quick run", "- plinth within 1.2x of the floor",
+		"- measured on a test cluster", "| 100 | plinth | 31.0 s | 30.0–32.0 s | 3 | 1.55× |", "| quota | 20.0 µs | 20.0 µs | 1 | – |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	links := regexp.MustCompile(`!\[[^]]*\]\(([^)]+)\)`).FindAllStringSubmatch(md, -1)
+	if len(links) != 2 {
+		t.Fatalf("%d plot links, want 2", len(links))
+	}
+	for _, l := range links {
+		if _, err := os.Stat(filepath.Join(out, l[1])); err != nil {
+			t.Errorf("linked plot: %v", err)
+		}
+	}
+	kept, err := result.ReadDir(filepath.Join(out, "2026-01-02"))
+	if err != nil || len(kept) != 2 {
+		t.Errorf("raw results kept beside the plots: %d, %v", len(kept), err)
+	}
+}
+
+func TestProcField(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "cpuinfo")
+	if err := os.WriteFile(p, []byte("processor\t: 0\nmodel name\t: Some CPU @ 2.0GHz\nmodel name\t: second\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := procField(p, "model name"); err != nil || v != "Some CPU @ 2.0GHz" {
+		t.Errorf("procField = %q, %v", v, err)
+	}
+	if _, err := procField(p, "MemTotal"); err == nil {
+		t.Error("procField found a missing key")
+	}
+}
