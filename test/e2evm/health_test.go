@@ -69,7 +69,7 @@ func TestQuotaDamageReported(t *testing.T) {
 					VolumeMounts:    []corev1.VolumeMount{{Name: "volumes", MountPath: "/volumes"}},
 				}},
 				Volumes: []corev1.Volume{{Name: "volumes", VolumeSource: corev1.VolumeSource{
-					HostPath: &corev1.HostPathVolumeSource{Path: "/data/volumes"},
+					HostPath: &corev1.HostPathVolumeSource{Path: nodeDataDir + "/volumes"},
 				}}},
 			},
 		}

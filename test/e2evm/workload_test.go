@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,7 +25,8 @@ import (
 // fails with ENOSPC at exactly that size, besides everything it checks on
 // the host. The suite grows every claim while the pod runs, makes one
 // request infeasible (larger than the node's data disk) and recovers it,
-// then deletes everything and requires every PV gone.
+// then deletes everything and requires every PV gone, and nothing of the
+// volumes or the pod left on the node (nodeLeftovers).
 func TestWorkload(t *testing.T) {
 	w := vmWorld(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -92,6 +94,15 @@ func TestWorkload(t *testing.T) {
 	setRequest(t, w, ns, claim, workload.RecoverTo)
 	waitCapacity(t, w, ns, claim, workload.RecoverTo)
 
+	// What the node holds for the running pod, seen by the check that
+	// must find nothing after the teardown: it has to see every kind.
+	running, err := cs.CoreV1().Pods(ns).Get(ctx, spec.Pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{string(running.UID)}
+	checkSeesEverything(t, nodeLeftovers(t, w, ns, "leftovers-before", 0, pvs, keys))
+
 	// Teardown: pod, then claims; every PV must go (Delete policy).
 	if err := cs.CoreV1().Pods(ns).Delete(ctx, spec.Pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -110,6 +121,13 @@ func TestWorkload(t *testing.T) {
 			return false, fmt.Errorf("still there (%v)", err)
 		})
 	}
+	// And nothing on the node: volumes, records, project ID claims, quota
+	// limits, loop devices, mounts, kubelet files and device nodes.
+	after := nodeLeftovers(t, w, ns, "leftovers-after", 2*time.Minute, pvs, keys)
+	if !strings.HasPrefix(after, "[NODE-CLEAN]") || !strings.HasSuffix(after, "quota limits checked") {
+		t.Errorf("after the teardown: %s", after)
+	}
+	t.Logf("teardown on the node: %s", after)
 	t.Logf("VM node, quotas enforced: %d checks passed in the pod, %.1fs", passed, time.Since(start).Seconds())
 }
 

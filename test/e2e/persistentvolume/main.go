@@ -17,8 +17,14 @@
 // quota (damage.go) for the health tests, prints [DAMAGE-DONE] or
 // [DAMAGE-FAILED] <reason>, and waits for SIGTERM.
 //
-// It is static (CGO_ENABLED=0), uses nothing but the standard library,
-// golang.org/x/sys and pkg/fsquota, and needs nothing from the host: test/images packs it
+// With "-node-leftovers DATA,KUBELET,WAIT,VOLUME[+VOLUME...][,KEY...]" it looks
+// for what deleting those volumes' claims and their pod should have
+// removed from the node (leftovers.go), and prints [NODE-CLEAN] or
+// [NODE-LEFT] with what it found, then waits for SIGTERM.
+//
+// It is static (CGO_ENABLED=0), uses the standard library, golang.org/x/sys
+// and the project's node-side packages (no Kubernetes client), and needs
+// nothing from the host: test/images packs it
 // into plinth.local/persistentvolume:1, and the same image runs on the
 // host cluster and in the node VM.
 package main
@@ -40,6 +46,18 @@ func main() {
 	// pod on the node, and read the result in its log.
 	if len(os.Args) == 3 && os.Args[1] == "-damage-quota" {
 		fmt.Println(damageQuota(os.Args[2]))
+		<-ctx.Done()
+		return
+	}
+	// The leftovers mode: the e2e tests look, from a privileged pod on the
+	// node, for what deleting their claims and pod should have removed.
+	if len(os.Args) == 3 && os.Args[1] == "-node-leftovers" {
+		spec, err := parseLeftovers(os.Args[2])
+		if err != nil {
+			fmt.Printf("%s bad arguments: %v\n", markNodeLeft, err)
+		} else {
+			fmt.Println(nodeLeftovers(ctx, spec, time.Second))
+		}
 		<-ctx.Done()
 		return
 	}
