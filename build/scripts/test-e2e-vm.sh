@@ -9,7 +9,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH=/usr/local/go/bin:$PATH
 
-build/scripts/apt-install.sh qemu-system-x86 iproute2
+# busybox-static: the suite images (suiteimages) pack it, before nodeimage.sh
+# installs it for the node image.
+build/scripts/apt-install.sh qemu-system-x86 iproute2 busybox-static
 PLINTH_K8S_BIN=$(third_party/kubernetes/build.sh)
 PLINTH_K8S_E2E_BIN=$(third_party/kubernetes/e2e/build.sh)
 export PLINTH_K8S_BIN PLINTH_K8S_E2E_BIN
