@@ -21,27 +21,12 @@ import (
 // packages (containerdConfig, kubeletConfig) with what a host needs
 // differently.
 
-// writeTemplate renders t with data into path.
-func writeTemplate(path string, t *template.Template, data any) error {
-	var b strings.Builder
-	if err := t.Execute(&b, data); err != nil {
-		return fmt.Errorf("rendering %s: %w", filepath.Base(path), err)
-	}
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
-}
-
 // writeConfigs writes the configuration files of the control plane and,
 // with a node, its pod network. containerd's and the kubelet's are written
 // when they start (startContainerd, startKubelet): their directories are on
 // the data filesystem, which is mounted only then.
 func (c *Cluster) writeConfigs(node bool) error {
 	if node {
-		if err := c.writeRunscConfig(); err != nil {
-			return err
-		}
 		// The pod network is a Plinth node's, written by the node's own code.
 		if err := c.containerdConfig().WriteCNIConfig(containerd.CNI{
 			Bridge:  host.BridgeName,
@@ -138,10 +123,8 @@ func (c *Cluster) containerdConfig() containerd.Config {
 		Socket:              c.ContainerdSocket,
 		CNIBinDir:           c.cniBinDir,
 		CNIConfDir:          filepath.Join(c.Dir, "cni", "net.d"),
+		Runsc:               c.runsc(),
 		RestrictOOMScoreAdj: true,
-	}
-	if p := c.runscConfigPath(); p != "" {
-		cfg.Runsc = &containerd.Runsc{Handler: GVisorHandler, ConfigPath: p}
 	}
 	return cfg
 }

@@ -6,11 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"text/template"
 
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"source.plinth.dev/node/kubernetes/containerd"
 )
 
 // gVisor: when Config.GVisorBin names a directory with runsc and
@@ -24,41 +26,15 @@ const (
 	GVisorRuntimeClass = "gvisor"
 	// GVisorHandler is containerd's name for the runsc runtime, the
 	// RuntimeClass's handler.
-	GVisorHandler = "runsc"
+	GVisorHandler = containerd.RunscHandler
 	// GVisorBinEnv names the environment variable with the gVisor binaries'
 	// directory (what third_party/gvisor/build.sh prints); the make targets
 	// set it and pass it on as Config.GVisorBin.
 	GVisorBinEnv = "PLINTH_GVISOR_BIN"
-	// GVisorPlatform is how the sandbox intercepts the application's
-	// system calls: systrap, gVisor's default, which needs no
-	// virtualisation. (kvm would be faster but hangs on this kind of host, a
-	// VM whose /dev/kvm is nested; ptrace works too but is slower. See
-	// third_party/gvisor/README.md.)
-	GVisorPlatform = "systrap"
 )
 
 // gvisorBinaries are the files Config.GVisorBin must hold.
 var gvisorBinaries = []string{"runsc", "containerd-shim-runsc-v1"}
-
-// runscConfig is the shim's configuration (the runtime's ConfigPath): which
-// runsc to start, where it keeps its state and logs, and runsc's flags.
-//   - binary_name: the shim runs runsc by absolute path (containerd finds
-//     the shim on its PATH, see containerdPATH).
-//   - root: runsc's state below the work directory, so teardown and the
-//     host snapshot find the sandboxes by their command lines.
-//   - systemd-cgroup=false: the kubelet and runc use the cgroupfs driver;
-//     runsc must put sandboxes into the same cgroupfs paths.
-var runscConfig = template.Must(template.New("runsc").Parse(`# containerd-shim-runsc-v1 configuration, written by test/launch.
-binary_name = "{{.Runsc}}"
-root = "{{.Root}}"
-log_path = "{{.Logs}}/%ID%/shim.log"
-log_level = "info"
-
-[runsc_config]
-  platform = "{{.Platform}}"
-  systemd-cgroup = "false"
-  debug-log = "{{.Logs}}/%ID%/"
-`))
 
 // checkGVisorBinaries fails when dir lacks one of the gVisor binaries.
 func checkGVisorBinaries(dir string) error {
@@ -83,30 +59,21 @@ func (c *Cluster) containerdPATH() string {
 	return "PATH=" + c.GVisorBin + ":" + strings.TrimPrefix(hostPATH, "PATH=")
 }
 
-// runscConfigPath is where the shim's configuration is written, or "" when
-// the cluster has no gVisor (containerd then gets no runsc runtime).
-func (c *Cluster) runscConfigPath() string {
-	if c.GVisorBin == "" {
-		return ""
-	}
-	return filepath.Join(c.Dir, "runsc.toml")
-}
-
-// writeRunscConfig writes the shim's configuration; no-op without gVisor.
-func (c *Cluster) writeRunscConfig() error {
+// runsc is the host node's gVisor runtime in containerd, or nil when the
+// cluster has no gVisor (containerd then gets no runsc runtime). Its state
+// is below the work directory, so teardown and the host snapshot find the
+// sandboxes by their command lines; its logs are with the cluster's.
+func (c *Cluster) runsc() *containerd.Runsc {
 	if c.GVisorBin == "" {
 		return nil
 	}
-	logs := filepath.Join(c.LogDir, "runsc")
-	if err := os.MkdirAll(logs, 0o755); err != nil {
-		return fmt.Errorf("creating runsc log directory: %w", err)
+	return &containerd.Runsc{
+		Handler:    GVisorHandler,
+		ConfigPath: filepath.Join(c.Dir, "runsc.toml"),
+		Binary:     filepath.Join(c.GVisorBin, "runsc"),
+		Root:       filepath.Join(c.Dir, "run", "runsc"),
+		Logs:       filepath.Join(c.LogDir, "runsc"),
 	}
-	return writeTemplate(c.runscConfigPath(), runscConfig, map[string]string{
-		"Runsc":    filepath.Join(c.GVisorBin, "runsc"),
-		"Root":     filepath.Join(c.Dir, "run", "runsc"),
-		"Logs":     logs,
-		"Platform": GVisorPlatform,
-	})
 }
 
 // applyRuntimeClasses creates the gvisor RuntimeClass when the cluster has
@@ -116,8 +83,14 @@ func (c *Cluster) applyRuntimeClasses(ctx context.Context) error {
 	if c.GVisorBin == "" {
 		return nil
 	}
+	return CreateGVisorRuntimeClass(ctx, c.Client)
+}
+
+// CreateGVisorRuntimeClass creates the RuntimeClass GVisorRuntimeClass,
+// whose handler is containerd's runsc runtime; one already there is kept.
+func CreateGVisorRuntimeClass(ctx context.Context, cs kubernetes.Interface) error {
 	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: GVisorRuntimeClass}, Handler: GVisorHandler}
-	if _, err := c.Client.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := cs.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating RuntimeClass %s: %w", rc.Name, err)
 	}
 	return nil
@@ -147,10 +120,20 @@ const gvisorNoBlock = "gVisor has no driver for host block devices: the volumeDe
 // Runtimes lists the runtimes of the cluster: runc always, gVisor when the
 // cluster was started with its binaries.
 func (c *Cluster) Runtimes() []Runtime {
-	rs := []Runtime{{Name: "runc", Block: true}}
+	rs := []Runtime{RuncRuntime()}
 	if c.GVisorBin != "" {
-		class := GVisorRuntimeClass
-		rs = append(rs, Runtime{Name: "gvisor", RuntimeClassName: &class, NoBlockReason: gvisorNoBlock})
+		rs = append(rs, GVisorRuntime())
 	}
 	return rs
+}
+
+// RuncRuntime is a node's default runtime, runc.
+func RuncRuntime() Runtime { return Runtime{Name: "runc", Block: true} }
+
+// GVisorRuntime is gVisor, under the RuntimeClass CreateGVisorRuntimeClass
+// makes: on the host node with Config.GVisorBin, on a Plinth node whose
+// image has runsc.
+func GVisorRuntime() Runtime {
+	class := GVisorRuntimeClass
+	return Runtime{Name: "gvisor", RuntimeClassName: &class, NoBlockReason: gvisorNoBlock}
 }

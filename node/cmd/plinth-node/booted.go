@@ -36,6 +36,11 @@ const (
 	// containerdState is containerd's runtime directory and socket.
 	containerdState  = "/run/containerd"
 	containerdSocket = containerdState + "/containerd.sock"
+	// runscPath is gVisor's runsc, in images built with it: the node then
+	// gives containerd the runsc runtime (its shim is on the PATH beside
+	// it), and its sandboxes' state goes to runscState.
+	runscPath  = "/usr/bin/runsc"
+	runscState = "/run/runsc"
 )
 
 // configDeviceWait bounds how long the node waits for the configuration
@@ -125,8 +130,15 @@ func (b *bootedNode) kubeletService() core.Service {
 		Socket:     containerdSocket,
 		CNIBinDir:  cniBinDir,
 		CNIConfDir: filepath.Join(eph, "cni", "net.d"),
-		// The root filesystem is the initramfs.
-		NoPivotRoot: true,
+	}
+	if _, err := os.Stat(runscPath); err == nil {
+		cd.Runsc = &containerd.Runsc{
+			Handler:    containerd.RunscHandler,
+			ConfigPath: filepath.Join(eph, "containerd", "runsc.toml"),
+			Binary:     runscPath,
+			Root:       runscState,
+			Logs:       filepath.Join(eph, "runsc"),
+		}
 	}
 	node := kubelet.Node{
 		Containerd: cd,

@@ -395,6 +395,9 @@ func bootAndSupervise(log logtree.LeveledLogger, lt *logtree.LogTree) haltDecisi
 	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_CAD_OFF)
 
 	defaults, _ := parseBootSettings(nil)
+	if err := leaveRootfs(); err != nil {
+		return haltDecision{defaults.failCmd, defaults.failDelay, err.Error()}
+	}
 	if err := mountEarly("", earlyMounts(), log); err != nil {
 		return haltDecision{defaults.failCmd, defaults.failDelay, err.Error()}
 	}

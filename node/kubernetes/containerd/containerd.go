@@ -6,18 +6,14 @@
 //   - the root (images, snapshots) is on the data partition, the only
 //     disk; the state (sockets, shim bundles) is on /run, which ends with
 //     the boot like the containers it describes;
-//   - runc runs with NoPivotRoot (Config.NoPivotRoot, which the node
-//     sets): a node's root filesystem is the initramfs (rootfs), which
-//     cannot be pivoted away from, so runc must switch a container's root
-//     with MS_MOVE and chroot instead;
 //   - cgroupfs (SystemdCgroup = false): there is no systemd, and the
 //     kubelet uses the same driver;
 //   - no registry is ever reached: every image a node runs is imported
 //     from the node image (ImportImages), the sandbox image included.
 //
 // test/launch's host cluster writes its containerd configuration with
-// WriteConfig too, so there is one template; the fields after CNIConfDir
-// are what a host needs differently.
+// WriteConfig too, so there is one template; the fields after Runsc are
+// what a host needs differently.
 package containerd
 
 import (
@@ -66,30 +62,85 @@ type Config struct {
 	// configuration (see WriteCNIConfig).
 	CNIBinDir  string
 	CNIConfDir string
+	// Runsc, when set, adds gVisor as a runtime.
+	Runsc *Runsc
 
 	// The settings below differ between a node and the host cluster of
 	// test/launch, which renders its containerd configuration here too.
 
-	// NoPivotRoot makes runc switch a container's root with MS_MOVE and
-	// chroot: a node's root filesystem is the initramfs (rootfs), which
-	// pivot_root cannot leave. A host with a real root keeps pivot_root.
-	NoPivotRoot bool
 	// RestrictOOMScoreAdj clamps a container's oom_score_adj to
 	// containerd's own instead of failing the pod sandbox ("can't get final
 	// child's PID from pipe"): hosts that drop CAP_SYS_RESOURCE (some
 	// sandboxes) cannot lower it. A node has the capability.
 	RestrictOOMScoreAdj bool
-	// Runsc, when set, adds gVisor as a runtime.
-	Runsc *Runsc
 }
 
 // Runsc is gVisor's runtime in containerd. containerd finds
-// containerd-shim-runsc-v1 on its PATH.
+// containerd-shim-runsc-v1 on its PATH; the shim starts Binary.
 type Runsc struct {
 	// Handler is the runtime's name, which a RuntimeClass's handler names.
 	Handler string
-	// ConfigPath is the shim's configuration file (runsc's path and flags).
+	// ConfigPath is the shim's configuration file, which WriteConfig
+	// writes from the fields below.
 	ConfigPath string
+	// Binary is runsc's absolute path.
+	Binary string
+	// Root is runsc's state directory (its sandboxes' records).
+	Root string
+	// Logs gets a directory per sandbox with the shim's log and runsc's
+	// debug logs.
+	Logs string
+	// Platform is how the sandbox intercepts the application's system
+	// calls (runsc --platform); empty means RunscPlatform.
+	Platform string
+}
+
+// RunscHandler is the runsc runtime's name in containerd, which a
+// RuntimeClass of gVisor names as its handler.
+const RunscHandler = "runsc"
+
+// RunscPlatform is the platform sandboxes run on unless Runsc.Platform
+// says otherwise: systrap, gVisor's default, which needs no
+// virtualisation. (kvm would be faster but hangs where /dev/kvm is nested,
+// as on the test hosts; ptrace works too but is slower. See
+// third_party/gvisor/README.md.)
+const RunscPlatform = "systrap"
+
+// runscTemplate is the shim's configuration:
+//   - binary_name: the shim runs runsc by absolute path;
+//   - systemd-cgroup=false: the kubelet and runc use the cgroupfs driver,
+//     and runsc must put sandboxes into the same cgroupfs paths.
+var runscTemplate = template.Must(template.New("runsc").Parse(`# containerd-shim-runsc-v1 configuration. Written on every start; edits are lost.
+binary_name = "{{.Binary}}"
+root = "{{.Root}}"
+log_path = "{{.Logs}}/%ID%/shim.log"
+log_level = "info"
+
+[runsc_config]
+  platform = "{{.Platform}}"
+  systemd-cgroup = "false"
+  debug-log = "{{.Logs}}/%ID%/"
+`))
+
+// writeConfig writes the shim's configuration and creates runsc's
+// directories.
+func (r Runsc) writeConfig() error {
+	if r.Platform == "" {
+		r.Platform = RunscPlatform
+	}
+	for _, d := range []string{filepath.Dir(r.ConfigPath), r.Root, r.Logs} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("writing runsc's shim configuration: %w", err)
+		}
+	}
+	var b strings.Builder
+	if err := runscTemplate.Execute(&b, r); err != nil {
+		return fmt.Errorf("writing runsc's shim configuration: %w", err)
+	}
+	if err := os.WriteFile(r.ConfigPath, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("writing runsc's shim configuration: %w", err)
+	}
+	return nil
 }
 
 func (c Config) binary() string { return orDefault(c.Binary, "containerd") }
@@ -141,10 +192,6 @@ disabled_plugins = [
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         # The kubelet uses the cgroupfs driver; both must agree.
         SystemdCgroup = false
-{{- if .NoPivotRoot}}
-        # The root filesystem is the initramfs: pivot_root cannot leave it.
-        NoPivotRoot = true
-{{- end}}
 {{- with .Runsc}}
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{{.Handler}}]
       runtime_type = "io.containerd.runsc.v1"
@@ -158,11 +205,16 @@ disabled_plugins = [
 `))
 
 // WriteConfig writes containerd's configuration file and creates its
-// directories.
+// directories, and with Runsc the shim's configuration.
 func (c Config) WriteConfig() error {
 	for _, d := range []string{filepath.Dir(c.ConfigFile), c.Root, c.State, c.CNIConfDir, filepath.Dir(c.Socket)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("writing containerd configuration: %w", err)
+		}
+	}
+	if c.Runsc != nil {
+		if err := c.Runsc.writeConfig(); err != nil {
+			return err
 		}
 	}
 	var b strings.Builder

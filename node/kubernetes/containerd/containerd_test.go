@@ -29,17 +29,18 @@ func testConfig(t *testing.T) Config {
 
 func TestWriteConfigs(t *testing.T) {
 	c := testConfig(t)
-	c.NoPivotRoot = true // as the node sets it
 	if err := c.WriteConfig(); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(c.ConfigFile)
-	for _, want := range []string{`root = "` + c.Root + `"`, "NoPivotRoot = true", "SystemdCgroup = false", `snapshotter = "overlayfs"`, `sandbox_image = "plinth.local/pause:1"`} {
+	for _, want := range []string{`root = "` + c.Root + `"`, "SystemdCgroup = false", `snapshotter = "overlayfs"`, `sandbox_image = "plinth.local/pause:1"`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("containerd config lacks %q:\n%s", want, b)
 		}
 	}
-	for _, unwanted := range []string{"restrict_oom_score_adj", "runsc"} {
+	// NoPivotRoot: runc pivots a container's root, on a node too (init
+	// made the initramfs a mount with a parent, see leaveRootfs).
+	for _, unwanted := range []string{"restrict_oom_score_adj", "runsc", "NoPivotRoot"} {
 		if strings.Contains(string(b), unwanted) {
 			t.Errorf("a node's containerd config has %q:\n%s", unwanted, b)
 		}
@@ -66,13 +67,37 @@ func TestWriteConfigs(t *testing.T) {
 }
 
 // TestWriteHostConfig: the host cluster's settings (test/launch) appear in
-// the same template, and the node's NoPivotRoot does not.
+// the same template.
 func TestWriteHostConfig(t *testing.T) {
 	c := testConfig(t)
 	c.RestrictOOMScoreAdj = true
-	c.Runsc = &Runsc{Handler: "runsc", ConfigPath: "/work/runsc.toml"}
+	dir := t.TempDir()
+	c.Runsc = &Runsc{
+		Handler: "runsc", ConfigPath: filepath.Join(dir, "runsc.toml"), Binary: "/opt/gvisor/runsc",
+		Root: filepath.Join(dir, "run/runsc"), Logs: filepath.Join(dir, "logs/runsc"),
+	}
 	if err := c.WriteConfig(); err != nil {
 		t.Fatal(err)
+	}
+	shim, err := os.ReadFile(c.Runsc.ConfigPath)
+	if err != nil {
+		t.Fatalf("the shim's configuration: %v", err)
+	}
+	for _, want := range []string{
+		`binary_name = "/opt/gvisor/runsc"`,
+		`root = "` + c.Runsc.Root + `"`,
+		`platform = "` + RunscPlatform + `"`,
+		`systemd-cgroup = "false"`,
+		`debug-log = "` + c.Runsc.Logs + `/%ID%/"`,
+	} {
+		if !strings.Contains(string(shim), want) {
+			t.Errorf("the shim's configuration lacks %q:\n%s", want, shim)
+		}
+	}
+	for _, d := range []string{c.Runsc.Root, c.Runsc.Logs} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("runsc's directory: %v", err)
+		}
 	}
 	b, _ := os.ReadFile(c.ConfigFile)
 	for _, want := range []string{
@@ -84,8 +109,5 @@ func TestWriteHostConfig(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("host containerd config lacks %q:\n%s", want, b)
 		}
-	}
-	if strings.Contains(string(b), "NoPivotRoot") {
-		t.Errorf("host containerd config has NoPivotRoot:\n%s", b)
 	}
 }

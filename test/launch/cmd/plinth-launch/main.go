@@ -16,6 +16,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"source.plinth.dev/node/kubernetes/containerd"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/test/images"
 	"source.plinth.dev/test/launch"
@@ -182,7 +183,7 @@ func runtimesWord(c *launch.Cluster) string {
 		return "runc only (no --gvisor-bin given)"
 	}
 	return fmt.Sprintf("runc (default); gVisor with runtimeClassName: %s (runsc from %s, platform %s)",
-		launch.GVisorRuntimeClass, c.GVisorBin, launch.GVisorPlatform)
+		launch.GVisorRuntimeClass, c.GVisorBin, containerd.RunscPlatform)
 }
 
 func nodeWord(running bool) string {
