@@ -56,6 +56,17 @@ func DebianPrograms() []Program {
 	}
 }
 
+// GVisorPrograms are gVisor's runsc and its containerd shim, static
+// programs from dir (third_party/gvisor/build.sh), at RunscPath and
+// RunscShimPath: a node whose image has runsc gives containerd the runsc
+// runtime.
+func GVisorPrograms(dir string) []Program {
+	return []Program{
+		{Path: RunscPath, Host: filepath.Join(dir, "runsc")},
+		{Path: RunscShimPath, Host: filepath.Join(dir, "containerd-shim-runsc-v1")},
+	}
+}
+
 // DebianPackages are the packages DebianPrograms come from.
 var DebianPackages = []string{"containerd", "runc", "containernetworking-plugins", "xfsprogs", "busybox-static"}
 
@@ -75,6 +86,10 @@ var DefaultModules = []string{"virtio_mmio", "virtio_blk", "virtio_net", "xfs", 
 const (
 	InitPath    = "/init"
 	KubeletPath = "/usr/bin/kubelet"
+	// RunscPath is gVisor's runsc, optional; RunscShimPath its
+	// containerd shim, on containerd's PATH.
+	RunscPath     = "/usr/bin/runsc"
+	RunscShimPath = "/usr/bin/containerd-shim-runsc-v1"
 	// ModuleList is what plinth-node's init loads at boot (kmod.FormatList).
 	ModuleList = "/etc/plinth/modules.list"
 	// ModuleDir holds the modules, named <name>.ko.

@@ -9,7 +9,8 @@
 # The layout is NODE-CONTRACT.md's "Image layout"; the builder is
 # build/nodeimage. Its inputs come from the project's own caches: plinth-node
 # built static from this checkout, the patched kubelet
-# (third_party/kubernetes/build.sh), Debian's containerd, runc, CNI plugins,
+# (third_party/kubernetes/build.sh), gVisor's runsc and its shim
+# (third_party/gvisor/build.sh), Debian's containerd, runc, CNI plugins,
 # xfsprogs and busybox-static, the test kernel's modules, and the pause and
 # busybox images of test/images. Extra container images: -image FILE.tar
 # (repeatable); extra kernel modules: -module NAME. The key hashes every
@@ -30,6 +31,7 @@ build/scripts/apt-install.sh containerd runc containernetworking-plugins busybox
 kernel=$(build/ktest/kernel.sh)
 modules=$(echo "$kernel"/lib/modules/*)
 kubelet=$(third_party/kubernetes/build.sh)/kubelet
+gvisor=$(third_party/gvisor/build.sh)
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -37,5 +39,5 @@ trap 'rm -rf "$work"' EXIT
 # the same key, from any checkout.
 CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$work/plinth-node" ./node/cmd/plinth-node
 go build -trimpath -o "$work/nodeimage" ./build/nodeimage/cmd/nodeimage
-"$work/nodeimage" -repo . -init "$work/plinth-node" -kubelet "$kubelet" -moddir "$modules" "$@"
+"$work/nodeimage" -repo . -init "$work/plinth-node" -kubelet "$kubelet" -gvisor "$gvisor" -moddir "$modules" "$@"
 echo "$kernel"

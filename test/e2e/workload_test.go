@@ -31,20 +31,7 @@ import (
 func workloadRuntimes(c *launch.Cluster) []workload.Runtime {
 	var rts []workload.Runtime
 	for _, r := range c.Runtimes() {
-		rt := workload.Runtime{Name: r.Name}
-		if r.RuntimeClassName != nil {
-			rt.Class = *r.RuntimeClassName
-		}
-		if !r.Block {
-			rt.SkipBlock = r.NoBlockReason
-		}
-		if r.RuntimeClassName != nil && *r.RuntimeClassName == launch.GVisorRuntimeClass {
-			// Measured: statfs in a gVisor pod shows flags 0x0 for the
-			// claim, whose bind mount on the node is nosuid,nodev
-			// (checkTargetOptions checks that mount on the host).
-			rt.SkipMountFlags = "gVisor's sandbox kernel shows mount flags of its own (0x0), not the node's nosuid,nodev mount, which the suite checks on the host"
-		}
-		rts = append(rts, rt)
+		rts = append(rts, workload.RuntimeOf(r))
 	}
 	return rts
 }

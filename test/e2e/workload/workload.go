@@ -19,6 +19,7 @@ import (
 
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/test/images"
+	"source.plinth.dev/test/launch"
 )
 
 // Runtime is a container runtime the workload runs under.
@@ -34,6 +35,27 @@ type Runtime struct {
 	// filesystem claim's nosuid/nodev from inside: a runtime whose sandbox
 	// shows mount flags of its own. The suite checks the node's mount.
 	SkipMountFlags string
+}
+
+// RuntimeOf is the workload's setting for a runtime of a cluster or node:
+// a runtime that cannot pass block devices into the pod gets SkipBlock,
+// with its reason; gVisor gets SkipMountFlags.
+func RuntimeOf(r launch.Runtime) Runtime {
+	rt := Runtime{Name: r.Name}
+	if r.RuntimeClassName != nil {
+		rt.Class = *r.RuntimeClassName
+	}
+	if !r.Block {
+		rt.SkipBlock = r.NoBlockReason
+	}
+	if rt.Class == launch.GVisorRuntimeClass {
+		// Measured: statfs in a gVisor pod shows flags 0x0 for the
+		// claim, whose bind mount on the node is nosuid,nodev (test/e2e
+		// checks that mount on the host; the runc run checks the flags
+		// from inside).
+		rt.SkipMountFlags = "gVisor's sandbox kernel shows mount flags of its own (0x0), not the node's nosuid,nodev mount"
+	}
+	return rt
 }
 
 // The workload's claims: each request, and what the suite grows them to.

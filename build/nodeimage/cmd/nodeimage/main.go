@@ -37,6 +37,7 @@ func main() {
 		images  list
 		modules list
 		noDeb   bool
+		gvisor  string
 	)
 	defCache := filepath.Join(os.Getenv("PLINTH_CACHE"), "nodeimage")
 	if os.Getenv("PLINTH_CACHE") == "" {
@@ -52,6 +53,7 @@ func main() {
 	flag.Var(&images, "image", "extra docker-archive tarball for "+nodeimage.ImageDir+" (repeatable)")
 	flag.Var(&modules, "module", "extra kernel module (repeatable)")
 	flag.BoolVar(&noDeb, "no-debian", false, "leave out the Debian programs (for experiments only)")
+	flag.StringVar(&gvisor, "gvisor", "", "directory with gVisor's runsc and containerd-shim-runsc-v1 (third_party/gvisor/build.sh), installed as "+nodeimage.RunscPath+" and its shim")
 	flag.Parse()
 	if in.Init == "" || in.ModDir == "" || flag.NArg() != 0 {
 		flag.Usage()
@@ -62,6 +64,9 @@ func main() {
 	node.Modules = append(node.Modules, modules...)
 	if noDeb {
 		node.Programs = nil
+	}
+	if gvisor != "" {
+		node.Programs = append(node.Programs, nodeimage.GVisorPrograms(gvisor)...)
 	}
 	in = node
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
