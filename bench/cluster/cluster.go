@@ -13,11 +13,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -211,29 +210,15 @@ func CreateNamespace(ctx context.Context, c kubernetes.Interface, ns string) err
 	return nil
 }
 
-// Parallel runs fn(i) for i in [0,n) on workers goroutines and returns
-// the first error.
+// Parallel runs fn(i) for i in [0,n), at most workers at a time, and
+// returns the first error.
 func Parallel(n, workers int, fn func(i int) error) error {
-	var next atomic.Int64
-	var firstErr error
-	var once sync.Once
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				if err := fn(i); err != nil {
-					once.Do(func() { firstErr = err })
-					return
-				}
-			}
-		})
+	var g errgroup.Group
+	g.SetLimit(workers)
+	for i := range n {
+		g.Go(func() error { return fn(i) })
 	}
-	wg.Wait()
-	return firstErr
+	return g.Wait()
 }
 
 // WaitBound polls until at least want claims in ns are Bound, or timeout.

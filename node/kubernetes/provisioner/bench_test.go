@@ -7,12 +7,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,30 +49,6 @@ func clientWith(tb testing.TB, qps float32, burst int) kubernetes.Interface {
 		tb.Fatal(err)
 	}
 	return c
-}
-
-// parallel runs fn(i) for i in [0,n) on workers goroutines.
-func parallel(n, workers int, fn func(i int) error) error {
-	var next atomic.Int64
-	var firstErr error
-	var once sync.Once
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				if err := fn(i); err != nil {
-					once.Do(func() { firstErr = err })
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return firstErr
 }
 
 // BenchmarkProvision500 measures how fast 500 filesystem claims become
@@ -124,11 +99,16 @@ func provisionBatch(b *testing.B, impl string, i int) (created, bound time.Durat
 	fast := clientWith(b, 2000, 2000)
 	ctx := context.Background()
 	claims := make([]*corev1.PersistentVolumeClaim, benchCount)
-	if err := parallel(benchCount, 32, func(i int) error {
-		var err error
-		claims[i], err = fast.CoreV1().PersistentVolumeClaims(e.NS).Create(ctx, e.ClaimObject(controllertest.Claim{Name: fmt.Sprintf("c%04d", i)}), metav1.CreateOptions{})
-		return err
-	}); err != nil {
+	var creates errgroup.Group
+	creates.SetLimit(32)
+	for i := range benchCount {
+		creates.Go(func() error {
+			var err error
+			claims[i], err = fast.CoreV1().PersistentVolumeClaims(e.NS).Create(ctx, e.ClaimObject(controllertest.Claim{Name: fmt.Sprintf("c%04d", i)}), metav1.CreateOptions{})
+			return err
+		})
+	}
+	if err := creates.Wait(); err != nil {
 		b.Fatal(err)
 	}
 	client := clientWith(b, benchQPS, benchBurst)
@@ -139,17 +119,22 @@ func provisionBatch(b *testing.B, impl string, i int) (created, bound time.Durat
 		class := testClass()
 		class.Name = e.Class
 		go func() {
-			_ = parallel(benchCount, DefaultClaimWorkers, func(i int) error {
-				req, err := validateClaim(claims[i], class, names.DriverName)
-				if err != nil {
+			var pvs errgroup.Group
+			pvs.SetLimit(DefaultClaimWorkers)
+			for i := range benchCount {
+				pvs.Go(func() error {
+					req, err := validateClaim(claims[i], class, names.DriverName)
+					if err != nil {
+						return err
+					}
+					_, err = client.CoreV1().PersistentVolumes().Create(ctx, buildPV(claims[i], req, names.DriverName, e.Node, ownership.NodeLabelValue(e.Node)), metav1.CreateOptions{})
+					if err != nil {
+						b.Error(err)
+					}
 					return err
-				}
-				_, err = client.CoreV1().PersistentVolumes().Create(ctx, buildPV(claims[i], req, names.DriverName, e.Node, ownership.NodeLabelValue(e.Node)), metav1.CreateOptions{})
-				if err != nil {
-					b.Error(err)
-				}
-				return err
-			})
+				})
+			}
+			_ = pvs.Wait()
 		}()
 	} else {
 		c, err := New(Config{
@@ -357,12 +342,17 @@ func BenchmarkForeignClaimsRSS(b *testing.B) {
 
 		fast := clientWith(b, 3000, 3000)
 		ctx := context.Background()
-		if err := parallel(foreign, 32, func(i int) error {
-			c := e.ClaimObject(controllertest.Claim{Name: fmt.Sprintf("f%05d", i), Node: "some-other-node"})
-			c.Labels = map[string]string{"app": "database", "tier": "backend"}
-			_, err := fast.CoreV1().PersistentVolumeClaims(e.NS).Create(ctx, c, metav1.CreateOptions{})
-			return err
-		}); err != nil {
+		var creates errgroup.Group
+		creates.SetLimit(32)
+		for i := range foreign {
+			creates.Go(func() error {
+				c := e.ClaimObject(controllertest.Claim{Name: fmt.Sprintf("f%05d", i), Node: "some-other-node"})
+				c.Labels = map[string]string{"app": "database", "tier": "backend"}
+				_, err := fast.CoreV1().PersistentVolumeClaims(e.NS).Create(ctx, c, metav1.CreateOptions{})
+				return err
+			})
+		}
+		if err := creates.Wait(); err != nil {
 			b.Fatal(err)
 		}
 		plinth.watched, informer.watched = settledRSS(b, node.Pid()), settledRSS(b, base.Pid())
