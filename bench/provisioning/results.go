@@ -67,8 +67,8 @@ func (r *recorder) results(o options) []*result.Result {
 			"sharing its 20 QPS with its Events (several per claim); Plinth provisions within a fraction of a second of being named, and the scheduler's 1 s binding poll adds about 0.5 s. The stage summaries below show it for this run. " +
 			"Plinth binding its own claims was measured and not taken (README: the kubelet refuses a claim without status Bound, and the whole bind needs every node to patch every claim).",
 	}
-	if o.runs200 < o.runs && slices.Contains(o.ns, 200) {
-		notes = append(notes, fmt.Sprintf("N=200 has %d runs (others %d): one local-path run there takes minutes, and the whole benchmark must fit make bench's budget.", o.runs200, o.runs))
+	if runs := o.runSummary(); runs != "" {
+		notes = append(notes, "Runs per point: "+runs+". A local-path run takes minutes (about 10 at N = 200), and the whole benchmark must fit make bench's budget; a point of one run shows no spread.")
 	}
 	if len(o.kcmArgs) > 0 || len(o.nodeArgs) > 0 || o.prebind {
 		notes = append(notes, fmt.Sprintf("EXPERIMENT, not the benchmark's setting: kube-controller-manager %v, plinth-node %v, claims pre-bound by the benchmark %v.", o.kcmArgs, o.nodeArgs, o.prebind))
@@ -104,6 +104,25 @@ func (r *recorder) results(o options) []*result.Result {
 		out = append(out, deletion)
 	}
 	return out
+}
+
+// runSummary says how many runs each series had at each N, when that is
+// not the same everywhere.
+func (o options) runSummary() string {
+	var parts []string
+	same := true
+	for _, s := range o.series {
+		var at []string
+		for _, n := range o.ns {
+			at = append(at, fmt.Sprintf("%d at N=%d", o.runsAt(s, n), n))
+			same = same && o.runsAt(s, n) == o.runsAt(o.series[0], o.ns[0])
+		}
+		parts = append(parts, s.name+" "+strings.Join(at, ", "))
+	}
+	if same {
+		return ""
+	}
+	return strings.Join(parts, "; ")
 }
 
 // stageNotes summarise, per series at its largest N, where the time of

@@ -55,11 +55,11 @@ func TestTraceSummary(t *testing.T) {
 }
 
 func TestResultsValidateWithBaselines(t *testing.T) {
-	o := options{ns: []int{50, 200}, runs: 2, runs200: 1}
+	o := options{ns: []int{50, 200}, runs: 2, runs200: 1, runsLocalPath: 3, series: allSeries}
 	rec := newRecorder(allSeries)
 	for _, s := range allSeries {
 		for _, n := range o.ns {
-			for r := range o.runsAt(n) {
+			for r := range o.runsAt(s, n) {
 				d := time.Duration(n*(r+1)) * 100 * time.Millisecond
 				rec.add(s.name, n, &measurement{running: d, deletion: d / 2,
 					trace: fakeTrace(s.letter, map[string]map[stage]time.Duration{s.letter + "0": {created: 1, running: d}})})
@@ -90,7 +90,11 @@ func TestResultsValidateWithBaselines(t *testing.T) {
 	if got := result.Median(p[0].Runs); got != 7.5 {
 		t.Errorf("median at N=50 = %g, want 7.5", got)
 	}
-	if !strings.Contains(strings.Join(res[0].Notes, "\n"), "N=200 has 1 runs") {
-		t.Errorf("notes do not say why N=200 has fewer runs: %q", res[0].Notes)
+	if l := res[1].Series[1].Points; len(l) != 2 || len(l[0].Runs) != 3 || len(l[1].Runs) != 1 {
+		t.Errorf("local-path points %+v, want N=50 with 3 runs, N=200 with 1", l)
+	}
+	want := "Runs per point: emptydir 2 at N=50, 1 at N=200; plinth 2 at N=50, 1 at N=200; local-path 3 at N=50, 1 at N=200."
+	if !strings.Contains(strings.Join(res[0].Notes, "\n"), want) {
+		t.Errorf("notes do not say the runs per point (%q): %q", want, res[0].Notes)
 	}
 }
