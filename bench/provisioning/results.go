@@ -65,7 +65,7 @@ func (r *recorder) results(o options) []*result.Result {
 		"The control plane has upstream defaults (kube-controller-manager client 20 QPS, burst 30) except --pvclaimbinder-sync-period=2s.",
 		"What stands between plinth and emptydir (bench/provisioning/README.md, measured by stage): the kube-controller-manager's PV controller, which names the provisioner on each claim and then binds it in one worker, " +
 			"sharing its 20 QPS with its Events (several per claim); Plinth provisions within a fraction of a second of being named, and the scheduler's 1 s binding poll adds about 0.5 s. The stage summaries below show it for this run. " +
-			"Plinth binding its own claims was measured and not taken (README: the kubelet refuses a claim without status Bound, and the whole bind needs every node to patch every claim).",
+			"Plinth setting only the fields of a bind the scheduler waits for was measured and made pods slower (the kubelet refuses a claim whose status is not Bound); the whole bind, status included, is not measured yet (README).",
 	}
 	if runs := o.runSummary(); runs != "" {
 		notes = append(notes, "Runs per point: "+runs+". A local-path run takes minutes (about 10 at N = 200), and the whole benchmark must fit make bench's budget; a point of one run shows no spread.")
