@@ -250,3 +250,25 @@ func WaitBound(ctx context.Context, c kubernetes.Interface, ns string, want int,
 		}
 	}
 }
+
+// WorkDir creates a program's results directory out and a temporary work
+// directory for its processes' logs and data, named prefix and a random
+// suffix: keep prefix short, since the processes' sockets live under it
+// and a unix socket's path holds at most 107 bytes. Deferred with the run's
+// error, done removes the work directory after a success and keeps it
+// after a failure, printing where, since its logs say what went wrong.
+func WorkDir(program, prefix, out string) (tmp string, done func(err error), err error) {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return "", nil, fmt.Errorf("creating results directory: %w", err)
+	}
+	if tmp, err = os.MkdirTemp("", prefix); err != nil {
+		return "", nil, fmt.Errorf("creating work directory: %w", err)
+	}
+	return tmp, func(err error) {
+		if err == nil {
+			_ = os.RemoveAll(tmp)
+		} else {
+			fmt.Fprintf(os.Stderr, "%s: logs kept in %s\n", program, tmp)
+		}
+	}, nil
+}

@@ -115,20 +115,11 @@ func run(ctx context.Context, o options) (err error) {
 	fmt.Printf("fleet: expected wall time about %s (provisioning %d claims, %d fleet sizes x %d rounds of %d changes, then the watch comparison)\n",
 		(3*time.Minute + time.Duration(o.claims)*15*time.Millisecond + time.Duration(len(o.nodes)*o.runs*3)*(30*time.Second+time.Duration(o.changes)*10*time.Millisecond)).Round(time.Minute),
 		o.claims, len(o.nodes), o.runs, o.changes)
-	if err := os.MkdirAll(o.out, 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.MkdirTemp("", "fl-")
+	tmp, done, err := cluster.WorkDir("fleet", "fl-", o.out)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err == nil {
-			_ = os.RemoveAll(tmp)
-		} else {
-			fmt.Fprintf(os.Stderr, "fleet: logs kept in %s\n", tmp)
-		}
-	}()
+	defer func() { done(err) }()
 	w := &world{o: o, tmp: tmp}
 	bin, err := cluster.BuildPlinthNode(ctx, tmp)
 	if err != nil {

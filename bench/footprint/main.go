@@ -83,20 +83,11 @@ func run(ctx context.Context, o options) (err error) {
 	per := 20*time.Second + o.idle
 	fmt.Printf("footprint: expected wall time about %s (%d runs x 3 loads x %s, plus setup)\n",
 		(time.Duration(3*o.runs)*per + 2*time.Minute).Round(time.Minute), o.runs, per)
-	if err := os.MkdirAll(o.out, 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.MkdirTemp("", "fp-")
+	tmp, done, err := cluster.WorkDir("footprint", "fp-", o.out)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err == nil {
-			_ = os.RemoveAll(tmp)
-		} else {
-			fmt.Fprintf(os.Stderr, "footprint: logs kept in %s\n", tmp)
-		}
-	}()
+	defer func() { done(err) }()
 	w := &world{o: o, tmp: tmp, node: "fp-node"}
 	if w.plinthBin, err = cluster.BuildPlinthNode(ctx, tmp); err != nil {
 		return err
