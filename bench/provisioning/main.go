@@ -151,8 +151,12 @@ func (o options) expected() time.Duration {
 
 func run(ctx context.Context, o options) error {
 	start := time.Now()
-	fmt.Fprintf(os.Stderr, "provisioning: N=%v, series %s, runs %d (N>100: %d; local-path %d, N>100: %d); expected wall time about %s\n",
-		o.ns, seriesNames(o.series), o.runs, o.runs200, o.runsLocalPath, min(1, o.runsLocalPath), o.expected().Round(time.Minute))
+	runs := o.runSummary()
+	if runs == "" {
+		runs = fmt.Sprint(o.runs, " everywhere")
+	}
+	fmt.Fprintf(os.Stderr, "provisioning: N=%v, series %s, runs per point: %s; expected wall time about %s\n",
+		o.ns, seriesNames(o.series), runs, o.expected().Round(time.Minute))
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
