@@ -106,6 +106,7 @@ func TestNodeRoleIsWhatTheNodeUses(t *testing.T) {
 	for _, c := range []*corev1.PersistentVolumeClaim{fs, blk, keep, waiting, immediate} {
 		e.WaitBound(c.Name)
 	}
+	nodeBinds(t, e, keep.Name)
 
 	kubeletPublishes(t, kubelet, e.Dir, ownership.VolumeIDFor(fs.UID))
 
@@ -319,4 +320,31 @@ func allows(rules []rbacv1.PolicyRule, a access, name string) bool {
 		}
 	}
 	return false
+}
+
+// nodeBinds waits for the node's binding of claim name in the audit log:
+// its patch of the claim (which it never places: the claim arrived with
+// its node selected), and, where that patch was accepted, of the claim's
+// status. The PV controller may bind first, and the node's patch then
+// meets a conflict and is its last.
+func nodeBinds(t *testing.T, e *controllertest.Env, name string) {
+	t.Helper()
+	controllertest.Eventually(t, 30*time.Second, "the node binding claim "+name, func() (bool, error) {
+		accepted, status := -1, false
+		for _, c := range controllertest.NodeCalls(t, e.Node) {
+			if c.Verb != "patch" || c.ObjectRef == nil || c.ObjectRef.Resource != "persistentvolumeclaims" || c.ObjectRef.Name != name {
+				continue
+			}
+			switch c.ObjectRef.Subresource {
+			case "":
+				accepted = max(accepted, 0)
+				if code := c.Code(); code >= 200 && code < 300 {
+					accepted = 1
+				}
+			case "status":
+				status = true
+			}
+		}
+		return accepted == 0 || (accepted == 1 && status), nil
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,6 +42,8 @@ type run struct {
 	firstSeen map[string]time.Time // orphan candidates and when we first saw them
 	reported  map[string]bool      // entries left alone, already logged
 	kept      map[string]bool      // unreferenced volumes kept (Retain), already reported
+
+	bindRefused atomic.Bool // a binding write was refused and said so (see bindFailed)
 }
 
 // Run provisions and deletes volumes until ctx ends.

@@ -17,7 +17,8 @@ import (
 )
 
 // syncClaim provisions the volume and PV for one claim, or confirms an
-// earlier attempt did; for a claim no node was chosen for yet, it offers
+// earlier attempt did, and binds the claim to its PV (bindClaim); for a
+// claim no node was chosen for yet, it offers
 // this node (syncPlacement). It is safe to run any number of times, from any
 // point a previous run (or process) stopped at.
 func (r *run) syncClaim(ctx context.Context, key string) error {
@@ -40,8 +41,8 @@ func (r *run) syncClaim(ctx context.Context, key string) error {
 	if pvc, ok = r.claim(key); !ok || !r.needsVolume(pvc) || ownership.VolumeIDFor(pvc.UID) != id {
 		return nil
 	}
-	if r.provisioned(pvc, id) {
-		return nil
+	if pv, done := r.provisioned(pvc, id); done {
+		return r.bindClaim(ctx, pvc, pv)
 	}
 	// An attempt, counted from here: whatever happens next is this
 	// node trying to provision the claim.
@@ -69,23 +70,27 @@ func (r *run) syncClaim(ctx context.Context, key string) error {
 		}
 		return err
 	}
+	// The claim first: its pod waits for the binding, not for the record
+	// or the Event.
+	err = r.bindClaim(ctx, pvc, pv)
 	r.reportProvisioned(ctx, pvc, req, pv)
-	return nil
+	return err
 }
 
-// provisioned reports whether the PV of an earlier attempt exists; the PV
-// controller then binds it and there is nothing to do.
-func (r *run) provisioned(pvc *corev1.PersistentVolumeClaim, id string) bool {
+// provisioned reports whether the PV of an earlier attempt exists, and
+// returns it; what is left is binding the claim to it.
+func (r *run) provisioned(pvc *corev1.PersistentVolumeClaim, id string) (*corev1.PersistentVolume, bool) {
 	pv, exists := r.volumes.Get(id)
 	if !exists {
-		return false
+		return nil, false
 	}
 	// A PV of that name for another claim cannot exist since the name
-	// contains this claim's UID, but say so if it does.
+	// contains this claim's UID, but say so if it does (bindClaim leaves
+	// such a pair alone).
 	if pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != pvc.UID {
 		r.log.Warningf("PV %s exists but is not for claim %s; leaving both alone", id, ownership.DescribeClaim(pvc))
 	}
-	return true
+	return pv, true
 }
 
 // resolveRequest reads the claim's StorageClass and validates the claim

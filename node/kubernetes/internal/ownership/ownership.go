@@ -31,12 +31,19 @@ import (
 // Annotations and labels the controllers read or write. The provisioner and
 // selected-node annotations are set by Kubernetes' PV controller and
 // scheduler; provisioned-by is how the PV controller knows an external
-// deleter owns a PV.
+// deleter owns a PV; the binding annotations are set by whichever of the PV
+// controller and the provisioner binds a claim first.
 const (
 	AnnStorageProvisioner     = "volume.kubernetes.io/storage-provisioner"
 	AnnBetaStorageProvisioner = "volume.beta.kubernetes.io/storage-provisioner"
 	AnnSelectedNode           = "volume.kubernetes.io/selected-node"
 	AnnProvisionedBy          = "pv.kubernetes.io/provisioned-by"
+	// AnnBindCompleted and AnnBoundByController are what the PV
+	// controller's bind puts on a claim: the scheduler's binding wait ends
+	// on the first (with spec.volumeName), and the second says a
+	// controller, not the user, chose the volume.
+	AnnBindCompleted     = "pv.kubernetes.io/bind-completed"
+	AnnBoundByController = "pv.kubernetes.io/bound-by-controller"
 
 	// LabelNode marks the PVs this node provisioned (value: NodeLabelValue),
 	// so a PV informer can watch only this node's PVs (a label selector,
