@@ -63,7 +63,6 @@ type options struct {
 	series                          []series
 	kcmArgs, nodeArgs               []string
 	timeout                         time.Duration
-	prebind                         bool
 }
 
 func main() {
@@ -81,7 +80,6 @@ func main() {
 	var kcm, node argList
 	flag.Var(&kcm, "kcm-arg", "EXPERIMENT ONLY: extra kube-controller-manager flag (repeatable); the results say so")
 	flag.Var(&node, "plinth-node-arg", "EXPERIMENT ONLY: extra plinth-node flag (repeatable); the results say so")
-	flag.BoolVar(&o.prebind, "experiment-prebind", false, "EXPERIMENT ONLY: the benchmark binds each plinth claim to its PV as soon as the PV appears (what the PV controller's bind would do), to measure what provisioner-side binding would gain")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "longest wait for one stage of one run")
 	flag.Parse()
 	o.kcmArgs, o.nodeArgs = kcm, node
@@ -234,9 +232,6 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	var w watcher
-	if o.prebind {
-		w.prebind = cs
-	}
 	if err := w.start(ctx, cs); err != nil {
 		return err
 	}

@@ -70,8 +70,8 @@ func (r *recorder) results(o options) []*result.Result {
 	if runs := o.runSummary(); runs != "" {
 		notes = append(notes, "Runs per point: "+runs+". A local-path run takes minutes (about 10 at N = 200), and the whole benchmark must fit make bench's budget; a point of one run shows no spread.")
 	}
-	if len(o.kcmArgs) > 0 || len(o.nodeArgs) > 0 || o.prebind {
-		notes = append(notes, fmt.Sprintf("EXPERIMENT, not the benchmark's setting: kube-controller-manager %v, plinth-node %v, claims pre-bound by the benchmark %v.", o.kcmArgs, o.nodeArgs, o.prebind))
+	if len(o.kcmArgs) > 0 || len(o.nodeArgs) > 0 {
+		notes = append(notes, fmt.Sprintf("EXPERIMENT, not the benchmark's setting: kube-controller-manager %v, plinth-node %v.", o.kcmArgs, o.nodeArgs))
 	}
 	notes = append(notes, r.stageNotes()...)
 	running := &result.Result{

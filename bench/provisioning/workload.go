@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -15,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -48,9 +46,6 @@ func (s series) stages() []stage {
 // measurement's trace.
 type watcher struct {
 	cur atomic.Pointer[trace]
-	// prebind, when set, binds each claim to its PV the moment the PV
-	// appears, as a provisioner could (see prebind).
-	prebind kubernetes.Interface
 }
 
 // start runs informers on the benchmark's pods and claims and on all PVs.
@@ -84,13 +79,7 @@ func (w *watcher) start(ctx context.Context, cs kubernetes.Interface) error {
 			UpdateFunc: func(_, o any) { on(func(t *trace, o any) { t.observeClaim(o.(*corev1.PersistentVolumeClaim)) })(o) },
 		}},
 		{pvs, cache.ResourceEventHandlerFuncs{
-			AddFunc: on(func(t *trace, o any) {
-				pv := o.(*corev1.PersistentVolume)
-				t.observePV(pv, namespace)
-				if w.prebind != nil {
-					go prebind(ctx, w.prebind, pv)
-				}
-			}),
+			AddFunc:    on(func(t *trace, o any) { t.observePV(o.(*corev1.PersistentVolume), namespace) }),
 			DeleteFunc: on(func(t *trace, o any) { t.observePVGone(o.(*corev1.PersistentVolume), namespace) }),
 		}},
 	}
@@ -107,31 +96,6 @@ func (w *watcher) start(ctx context.Context, cs kubernetes.Interface) error {
 		}
 	}
 	return nil
-}
-
-// prebind is an EXPERIMENT (-experiment-prebind): it completes the
-// claim's side of the binding of a freshly provisioned PV (claimRef set by
-// the provisioner) the way the PV controller's bind does it: spec.volumeName
-// and the bind-completed annotation, which is all the scheduler waits for,
-// then the claim's status Bound, without which the kubelet refuses to mount
-// ("not bound") and backs off. It measures what a provisioner that binds
-// its own claims would gain; the PV controller still writes the PV's status.
-func prebind(ctx context.Context, cs kubernetes.Interface, pv *corev1.PersistentVolume) {
-	ref := pv.Spec.ClaimRef
-	if ref == nil || ref.Namespace != namespace || pv.Spec.CSI == nil {
-		return
-	}
-	claims := cs.CoreV1().PersistentVolumeClaims(namespace)
-	patch := fmt.Sprintf(`{"metadata":{"uid":%q,"annotations":{"pv.kubernetes.io/bind-completed":"yes","pv.kubernetes.io/bound-by-controller":"yes"}},"spec":{"volumeName":%q}}`, ref.UID, pv.Name)
-	if _, err := claims.Patch(ctx, ref.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		fmt.Fprintf(os.Stderr, "provisioning: prebind %s: %v\n", ref.Name, err)
-		return
-	}
-	size := pv.Spec.Capacity[corev1.ResourceStorage]
-	status := fmt.Sprintf(`{"metadata":{"uid":%q},"status":{"phase":"Bound","accessModes":["ReadWriteOnce"],"capacity":{"storage":%q}}}`, ref.UID, size.String())
-	if _, err := claims.Patch(ctx, ref.Name, types.MergePatchType, []byte(status), metav1.PatchOptions{}, "status"); err != nil {
-		fmt.Fprintf(os.Stderr, "provisioning: prebind %s status: %v\n", ref.Name, err)
-	}
 }
 
 // measurement is one run of one series at one N.
