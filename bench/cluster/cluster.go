@@ -10,9 +10,12 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -247,6 +250,39 @@ func WaitBound(ctx context.Context, c kubernetes.Interface, ns string, want int,
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(3 * time.Second):
+		}
+	}
+}
+
+// WaitReady polls plinth-node's /readyz at addr (its --metrics-address)
+// until it answers 200: every controller has filled its informers and
+// runs. A process restarted on volumes it provisioned before is then in
+// the state it would be in had it never stopped.
+func WaitReady(ctx context.Context, addr string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	url := "http://" + addr + "/readyz"
+	var last string
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return fmt.Errorf("asking %s: %w", url, err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Sprintf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready after %s (last answer: %s)", url, timeout, last)
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }

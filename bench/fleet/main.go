@@ -1,8 +1,10 @@
 // Command fleet simulates many nodes on one control plane (issue 14,
 // item 5): 10, 50 and 100 plinth-node processes, each with its own node
 // name and data directory, against one bare control plane holding 10,000
-// claims spread over 100 node names. Every node's provisioner watches
-// every claim, so each claim change is sent to every node: at each fleet
+// claims spread over 100 node names, all provisioned and Bound first (by
+// instances in batches, so that binding never competes with a large
+// fleet's fan-out). Every node's provisioner watches every claim, so each
+// claim change is sent to every node: at each fleet
 // size it measures kube-apiserver's CPU per claim change and its RSS, the
 // watch bytes sent per claim change (the API server's own metrics), and
 // each instance's RSS. Then, with the instances gone, the same changes
@@ -31,6 +33,7 @@ import (
 	"source.plinth.dev/bench/cluster"
 	"source.plinth.dev/bench/procstat"
 	"source.plinth.dev/bench/result"
+	"source.plinth.dev/test/launch"
 )
 
 const namespace = "fleet"
@@ -154,6 +157,13 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	fmt.Printf("fleet: %d claims created in %s\n", o.claims, time.Since(start).Round(time.Second))
 
+	// Every claim is provisioned and Bound before any round is measured:
+	// binding 10,000 claims while 100 instances watch them would starve
+	// the control plane of the very fan-out the rounds measure.
+	if err := w.provision(ctx, bin); err != nil {
+		return err
+	}
+
 	apiCPU, apiRSS, bytes, events, instRSS, instCPU := series{}, series{}, series{}, series{}, series{}, series{}
 	var notes []string
 	var procs []*cluster.Process
@@ -166,23 +176,26 @@ func run(ctx context.Context, o options) (err error) {
 	// others in kube-controller-manager), what every later figure includes.
 	for _, n := range append([]int{0}, o.nodes...) {
 		start := time.Now()
+		var started []*cluster.Process
+		var addrs []string
 		for i := len(procs); i < n; i++ {
-			dir := filepath.Join(tmp, nodeName(i))
-			p, err := cluster.StartProcess(nodeName(i), bin, cluster.PlinthNodeArgs(w.cp, nodeName(i), dir), nil, dir+".log")
+			p, addr, err := w.startInstance(bin, i)
 			if err != nil {
 				return err
 			}
-			procs = append(procs, p)
+			procs, started, addrs = append(procs, p), append(started, p), append(addrs, addr)
 		}
-		if err := cluster.WaitBound(ctx, w.fast, namespace, o.claims/maxN*n, 15*time.Minute); err != nil {
-			return err
+		for k, addr := range addrs {
+			if err := cluster.WaitReady(ctx, addr, 5*time.Minute); err != nil {
+				return fmt.Errorf("%s: %w (log in %s)", started[k].Name, err, tmp)
+			}
 		}
 		for _, p := range procs {
 			if p.Exited() {
 				return fmt.Errorf("%s exited (log in %s)", p.Name, tmp)
 			}
 		}
-		fmt.Printf("fleet: %d instances, their %d claims Bound after %s\n", n, o.claims/maxN*n, time.Since(start).Round(time.Second))
+		fmt.Printf("fleet: %d instances ready on their provisioned claims after %s\n", n, time.Since(start).Round(time.Second))
 		time.Sleep(10 * time.Second)
 		var pids []int
 		for _, p := range procs {
@@ -269,6 +282,61 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	notes = append(notes, extrapolate(bytes, events, apiCPU, instRSS, o)...)
 	return writeResults(o, notes, apiCPU, apiRSS, bytes, events, instRSS, instCPU)
+}
+
+// provisionBatch is how many instances provision at once.
+const provisionBatch = 10
+
+// provision has every node's instance make its volumes and PVs, a batch
+// of instances at a time, each batch until its claims are Bound, then
+// stopped. The measured instances restart on what they made.
+func (w *world) provision(ctx context.Context, bin string) error {
+	maxN, perNode := w.o.maxNodes(), w.o.claims/w.o.maxNodes()
+	for first := 0; first < maxN; first += provisionBatch {
+		start := time.Now()
+		last := min(first+provisionBatch, maxN)
+		var batch []*cluster.Process
+		stop := func() {
+			for _, p := range batch {
+				p.Stop()
+			}
+		}
+		for i := first; i < last; i++ {
+			p, _, err := w.startInstance(bin, i)
+			if err != nil {
+				stop()
+				return err
+			}
+			batch = append(batch, p)
+		}
+		err := cluster.WaitBound(ctx, w.fast, namespace, perNode*last, 15*time.Minute)
+		for _, p := range batch {
+			if err == nil && p.Exited() {
+				err = fmt.Errorf("%s exited while provisioning (log in %s)", p.Name, w.tmp)
+			}
+		}
+		stop()
+		if err != nil {
+			return fmt.Errorf("provisioning for instances %d to %d: %w", first, last-1, err)
+		}
+		fmt.Printf("fleet: instances %d to %d provisioned %d claims in %s\n", first, last-1, perNode*(last-first), time.Since(start).Round(time.Second))
+	}
+	return nil
+}
+
+// startInstance starts plinth-node for node i, its data directory and
+// log the same at every start, and returns it with the address of its
+// health endpoint.
+func (w *world) startInstance(bin string, i int) (*cluster.Process, string, error) {
+	ports, err := launch.FreePorts(1)
+	if err != nil {
+		return nil, "", err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
+	dir := filepath.Join(w.tmp, nodeName(i))
+	args := append(cluster.PlinthNodeArgs(w.cp, nodeName(i), dir), "--metrics-address="+addr)
+	p, err := cluster.StartProcess(nodeName(i), bin, args, nil, dir+".log")
+	return p, addr, err
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -255,11 +255,11 @@ func nodeIP() (string, error) {
 	return "", fmt.Errorf("finding the node IP: no global IPv4 address on any interface")
 }
 
-// freePorts asks the kernel for n distinct unused TCP ports (bound on all
+// FreePorts asks the kernel for n distinct unused TCP ports (bound on all
 // addresses, so each is free for loopback and the node IP alike). Another
 // process could take one before the component binds it; the host lock keeps
 // our own launches from racing, which is what matters in practice.
-func freePorts(n int) ([]int, error) {
+func FreePorts(n int) ([]int, error) {
 	var ports []int
 	for i := 0; i < n; i++ {
 		l, err := net.Listen("tcp", ":0")

@@ -140,7 +140,7 @@ func (c *Cluster) initPaths(ctx context.Context, node bool) error {
 			return fmt.Errorf("CNI plugins: %w (install containernetworking-plugins)", err)
 		}
 	}
-	ports, err := freePorts(5)
+	ports, err := FreePorts(5)
 	if err != nil {
 		return err
 	}
