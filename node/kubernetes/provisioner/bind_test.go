@@ -1,0 +1,145 @@
+package provisioner
+
+import (
+	"context"
+	"os"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"source.plinth.dev/node/kubernetes/clusterobjects"
+	"source.plinth.dev/node/kubernetes/internal/controllertest"
+	"source.plinth.dev/node/kubernetes/internal/ownership"
+)
+
+// A cluster that forbids nodes to bind claims (here an admission policy
+// on the test's namespace) still gets them bound, by the PV controller;
+// the node tries each claim once and says once that it was refused.
+func TestBindRefusedLeavesClaimToPVController(t *testing.T) {
+	e := newEnv(t, true)
+	refuseBinding(t, e)
+
+	p := e.NodeProcess(t)
+	p.Start()
+	t.Cleanup(func() {
+		p.Kill(syscall.SIGTERM)
+		if t.Failed() {
+			t.Logf("plinth-node log (tail):\n%s", p.LogTail())
+		}
+	})
+	names := []string{"one", "two", "three"}
+	for _, name := range names {
+		c := e.CreateClaim(controllertest.Claim{Name: name})
+		pvc, pv := e.WaitBound(name)
+		if pv.Name != ownership.VolumeIDFor(c.UID) || pvc.Spec.VolumeName != pv.Name {
+			t.Errorf("claim %s bound to %q (PV %s)", name, pvc.Spec.VolumeName, pv.Name)
+		}
+	}
+	// Let a retry, if there were one, come before the log is read.
+	time.Sleep(2 * time.Second)
+	p.Kill(syscall.SIGTERM)
+
+	// By claim: the node's patches of it, and how many the policy refused
+	// (a conflict instead means the PV controller bound it first).
+	patches, refused := map[string]int{}, 0
+	for _, c := range controllertest.NodeCalls(t, e.Node) {
+		ref := c.ObjectRef
+		if c.Verb != "patch" || ref == nil || ref.Resource != "persistentvolumeclaims" || ref.Subresource != "" || ref.Namespace != e.NS || c.Code() == 0 {
+			continue
+		}
+		patches[ref.Name]++
+		switch code := c.Code(); {
+		case code < 300:
+			t.Errorf("the node's patch of claim %s was accepted despite the policy", ref.Name)
+		case code == 422:
+			refused++
+		}
+	}
+	for _, name := range names {
+		if patches[name] > 1 {
+			t.Errorf("the node patched claim %s %d times: it retried a refused binding", name, patches[name])
+		}
+	}
+	if refused == 0 {
+		t.Fatalf("no binding of the node's was refused (patches by claim: %v)", patches)
+	}
+	log, err := os.ReadFile(p.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warned := regexp.MustCompile(`(?m)^W\d{4} .*binding claim .* refused`).FindAllString(string(log), -1)
+	if len(warned) != 1 {
+		t.Errorf("%d warnings about refused bindings in the node's log, want 1: %q", len(warned), warned)
+	}
+}
+
+// refuseBinding installs, for the test's namespace only, an admission
+// policy that refuses node agents any change of a claim's volumeName, and
+// waits until the API server applies it to the node's identity.
+func refuseBinding(t *testing.T, e *env) {
+	t.Helper()
+	ctx := context.Background()
+	name := "refuse-binding-" + e.NS
+	deny := admissionv1.Deny
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			MatchConstraints: &admissionv1.MatchResources{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": e.NS}},
+				ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Update},
+					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"persistentvolumeclaims"}},
+				}}},
+			},
+			MatchConditions: []admissionv1.MatchCondition{{
+				Name:       "node-agents",
+				Expression: "'" + clusterobjects.NodeAgentGroup + "' in request.userInfo.groups",
+			}},
+			Validations: []admissionv1.Validation{{
+				Expression: "object.spec.?volumeName.orValue('') == oldObject.spec.?volumeName.orValue('')",
+				Message:    "nodes may not bind claims in this namespace",
+			}},
+		},
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name, ValidationActions: []admissionv1.ValidationAction{deny}},
+	}
+	api := e.Client.AdmissionregistrationV1()
+	if _, err := api.ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = api.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{}) })
+	if _, err := api.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = api.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{}) })
+
+	// The policy is in force once a node's dry-run binding is refused.
+	cfg, err := clientcmd.BuildConfigFromFlags("", controllertest.ControlPlane(t).NodeKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := e.CreateClaim(controllertest.Claim{Name: "probe", Node: "no-such-node"})
+	controllertest.Eventually(t, 30*time.Second, "the policy refusing a node's binding", func() (bool, error) {
+		_, err := node.CoreV1().PersistentVolumeClaims(e.NS).Patch(ctx, probe.Name, types.MergePatchType,
+			[]byte(`{"spec":{"volumeName":"pvc-probe"}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil && !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
+			return false, err
+		}
+		return err != nil && strings.Contains(err.Error(), "nodes may not bind"), nil
+	})
+}
