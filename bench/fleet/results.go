@@ -31,7 +31,7 @@ func extrapolate(bytes, events, apiCPU, instRSS series, o options) []string {
 	var notes []string
 	if e0, per, ok := slope(events[seriesPlinth]); ok {
 		notes = append(notes, fmt.Sprintf(
-			"Each plinth-node adds %.2f claim watch events per claim change (%.1f with no node): it holds two watches of all claims, the provisioner's and the resizer's (each controller.Base.Begin makes its own claim informer). One shared claim informer would halve every per-node figure here before any other change.",
+			"Each plinth-node adds %.2f claim watch events per claim change (%.1f with no node): one per watch of all claims it holds. Its controllers share one claim informer (controller.Shared); before that, the provisioner and the resizer each had their own and a node received every change twice (2.0 per node in the run of 2026-11-24).",
 			per, e0))
 	}
 	if b0, per, ok := slope(bytes[seriesPlinth]); ok {

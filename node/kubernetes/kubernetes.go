@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -180,6 +181,19 @@ func (s *Service) Run(ctx context.Context) error {
 		NodeName:    s.NodeName,
 		Metrics:     s.Metrics,
 	}
+	// One claim informer and one PV informer for the whole process: each
+	// claim change in the cluster then reaches this node once, not once
+	// per controller.
+	if base.Shared, err = controller.NewShared(base); err != nil {
+		return err
+	}
+	sharedCtx, stopShared := context.WithCancel(ctx)
+	var shared sync.WaitGroup
+	shared.Go(func() { base.Shared.Run(sharedCtx) })
+	defer func() {
+		stopShared()
+		shared.Wait()
+	}()
 	prov, err := provisioner.New(provisioner.Config{
 		Base:                    base,
 		Volumes:                 s.Volumes,

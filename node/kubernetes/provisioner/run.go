@@ -22,8 +22,9 @@ import (
 	"source.plinth.dev/pkg/supervisor"
 )
 
-// run is the state of one incarnation of the controller. Nothing in it
-// outlives Run, so a restarted controller never sees a stale cache or queue.
+// run is the state of one incarnation of the controller. Its queues and
+// handlers do not outlive Run; its claim and PV informers may be the
+// process's shared ones (controller.Shared), kept current by their watches.
 type run struct {
 	*Controller
 	log      logtree.LeveledLogger
@@ -123,11 +124,8 @@ func (r *run) reportUnenforcedCapacity() {
 }
 
 // watch adds what the provisioner needs to the incarnation's informers
-// (the claims' UID index, StorageClasses) and connects its handlers.
+// (StorageClasses) and connects its handlers.
 func (r *run) watch(ctx context.Context, inc *controller.Incarnation) error {
-	if err := inc.Claims.AddIndexers(cache.Indexers{ownership.UIDIndex: ownership.IndexByUID}); err != nil {
-		return fmt.Errorf("adding PVC index: %w", err)
-	}
 	classInf := inc.Cluster.Storage().V1().StorageClasses().Informer()
 	r.claimIdx = inc.Claims.GetIndexer()
 	r.classes = inc.Cluster.Storage().V1().StorageClasses().Lister()

@@ -49,6 +49,10 @@ type Base struct {
 	// Metrics, if set, counts the controller's operations and its work
 	// queues.
 	Metrics *metrics.Metrics
+	// Shared, if set, are the process's claim and PV informers, which
+	// Begin then uses instead of building its own; Shared.Run must be
+	// running.
+	Shared *Shared
 }
 
 // Complete checks the required fields and fills in the defaults; what
@@ -72,9 +76,11 @@ func (b *Base) Complete(what string) error {
 
 // Incarnation is what one run of a controller starts from: its logger,
 // this node's hostname label, an Event recorder, and informers of the
-// claims (foreign ones as stubs, see ownership.ClaimTransform) and of this
-// node's PVs (selected by label on the server, so foreign PVs never reach
-// memory). Nothing in it outlives the run.
+// claims (foreign ones as stubs, see ownership.ClaimTransform; ours indexed
+// by UID, ownership.UIDIndex) and of this node's PVs (selected by label on
+// the server, so foreign PVs never reach memory). Nothing in it outlives
+// the run but the claim and PV informers when they are Base.Shared's; the
+// handlers the run adds to those are removed when it stops.
 type Incarnation struct {
 	Log      logtree.LeveledLogger
 	Hostname string
@@ -87,6 +93,8 @@ type Incarnation struct {
 
 	stopInformers func()
 	stopEvents    func()
+	// shared are Claims and Volumes when they are Base.Shared's.
+	shared []*handlers
 }
 
 // Begin sets up an incarnation: it looks up the node's hostname label,
@@ -103,10 +111,14 @@ func (b *Base) Begin(ctx context.Context) (*Incarnation, error) {
 	inc.Cluster = informers.NewSharedInformerFactoryWithOptions(b.Client, b.Resync,
 		informers.WithTransform(ownership.StripManagedFields))
 	inc.Node = b.NodeInformers()
-	inc.Claims = inc.Cluster.Core().V1().PersistentVolumeClaims().Informer()
-	if err := inc.Claims.SetTransform(ownership.ClaimTransform(b.Driver, b.NodeName)); err != nil {
+	if b.Shared != nil {
+		claims, volumes := &handlers{SharedIndexInformer: b.Shared.claims}, &handlers{SharedIndexInformer: b.Shared.volumes}
+		inc.Claims, inc.Volumes, inc.shared = claims, volumes, []*handlers{claims, volumes}
+		return inc, nil
+	}
+	if inc.Claims, err = claimInformer(inc.Cluster, *b); err != nil {
 		inc.Stop()
-		return nil, fmt.Errorf("setting PVC transform: %w", err)
+		return nil, err
 	}
 	inc.Volumes = inc.Node.Core().V1().PersistentVolumes().Informer()
 	return inc, nil
@@ -129,12 +141,30 @@ func (b *Base) NodeInformers() informers.SharedInformerFactory {
 func (inc *Incarnation) Sync(ctx context.Context) error {
 	stop, err := StartInformers(ctx, inc.Cluster, inc.Node)
 	inc.stopInformers = stop
-	return err
+	if err != nil {
+		return err
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), func() bool {
+		for _, h := range inc.shared {
+			if !h.synced() {
+				return false
+			}
+		}
+		return true
+	}) {
+		return fmt.Errorf("syncing the shared informers: %w", ctx.Err())
+	}
+	return nil
 }
 
-// Stop ends the incarnation: informers are stopped and waited for, and
-// the Event recorder stops.
+// Stop ends the incarnation: its informers are stopped and waited for, its
+// handlers removed from the shared ones, and the Event recorder stops.
 func (inc *Incarnation) Stop() {
 	inc.stopInformers()
+	for _, h := range inc.shared {
+		if err := h.removeAll(); err != nil {
+			inc.Log.Warningf("removing event handlers: %v", err)
+		}
+	}
 	inc.stopEvents()
 }

@@ -1,0 +1,117 @@
+package controller_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/tools/cache"
+
+	"source.plinth.dev/node/kubernetes/internal/controller"
+	"source.plinth.dev/node/kubernetes/internal/controllertest"
+	"source.plinth.dev/pkg/supervisor"
+)
+
+func TestMain(m *testing.M) { controllertest.Main(m) }
+
+// seen collects the names of the claims an incarnation's handler was
+// given, as added.
+type seen struct {
+	mu    sync.Mutex
+	names map[string]bool
+}
+
+func (s *seen) add(obj any) {
+	if m, err := meta.Accessor(obj); err == nil {
+		s.mu.Lock()
+		s.names[m.GetName()] = true
+		s.mu.Unlock()
+	}
+}
+
+func (s *seen) has(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.names[name]
+}
+
+// incarnation runs one incarnation of base under a supervisor, as a
+// controller's Run does, with a handler on its claims, until stop.
+func incarnation(t *testing.T, base controller.Base) (*seen, context.CancelFunc) {
+	t.Helper()
+	s := &seen{names: map[string]bool{}}
+	synced := make(chan struct{})
+	stop, _ := supervisor.TestHarness(t, func(ctx context.Context) error {
+		inc, err := base.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer inc.Stop()
+		if _, err := inc.Claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    s.add,
+			UpdateFunc: func(_, o any) { s.add(o) },
+		}); err != nil {
+			return err
+		}
+		if err := inc.Sync(ctx); err != nil {
+			return err
+		}
+		close(synced)
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	select {
+	case <-synced:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the incarnation did not sync within 30 s")
+	}
+	return s, stop
+}
+
+// Two incarnations share one claim informer; one that stops no longer
+// hears of claims, the other still does, and a later one is given every
+// claim in the cache when it starts, as if it had listed them.
+func TestSharedInformersOutliveIncarnations(t *testing.T) {
+	e := controllertest.NewEnv(t, true)
+	base := e.Base(e.Node)
+	shared, err := controller.NewShared(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { shared.Run(ctx) })
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	base.Shared = shared
+
+	first, stopFirst := incarnation(t, base)
+	second, _ := incarnation(t, base)
+	e.CreateClaim(controllertest.Claim{Name: "before"})
+	controllertest.Eventually(t, 30*time.Second, "both incarnations hearing of claim before", func() (bool, error) {
+		return first.has("before") && second.has("before"), nil
+	})
+
+	stopFirst()
+	// A claim of another node: the shared informer keeps it as a stub,
+	// and handlers are given it all the same.
+	e.CreateClaim(controllertest.Claim{Name: "after", Node: "another-node"})
+	controllertest.Eventually(t, 30*time.Second, "the running incarnation hearing of claim after", func() (bool, error) {
+		return second.has("after"), nil
+	})
+	if first.has("after") {
+		t.Error("a stopped incarnation's handler was still called")
+	}
+
+	third, _ := incarnation(t, base)
+	for _, name := range []string{"before", "after"} {
+		if !third.has(name) {
+			t.Errorf("a new incarnation was not given claim %s at its start", name)
+		}
+	}
+}
