@@ -77,7 +77,12 @@ func (r *run) patchClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim,
 	if subresource != "" {
 		sub = []string{subresource}
 	}
-	return r.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Patch(ctx, pvc.Name, types.MergePatchType, body, metav1.PatchOptions{}, sub...)
+	// On an error the client returns an empty claim, not nil.
+	patched, err := r.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Patch(ctx, pvc.Name, types.MergePatchType, body, metav1.PatchOptions{}, sub...)
+	if err != nil {
+		return nil, err
+	}
+	return patched, nil
 }
 
 // bindFailed decides what a failed binding write means. A conflict or a
