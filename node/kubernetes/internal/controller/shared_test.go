@@ -77,6 +77,9 @@ func incarnation(t *testing.T, base controller.Base) (*seen, context.CancelFunc)
 func TestSharedInformersOutliveIncarnations(t *testing.T) {
 	e := controllertest.NewEnv(t, true)
 	base := e.Base(e.Node)
+	if err := base.Complete("test"); err != nil {
+		t.Fatal(err)
+	}
 	shared, err := controller.NewShared(base)
 	if err != nil {
 		t.Fatal(err)
@@ -104,6 +107,8 @@ func TestSharedInformersOutliveIncarnations(t *testing.T) {
 	controllertest.Eventually(t, 30*time.Second, "the running incarnation hearing of claim after", func() (bool, error) {
 		return second.has("after"), nil
 	})
+	// Give a handler that was not removed time to be called too.
+	time.Sleep(time.Second)
 	if first.has("after") {
 		t.Error("a stopped incarnation's handler was still called")
 	}
