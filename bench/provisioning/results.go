@@ -63,9 +63,8 @@ func (r *recorder) results(o options) []*result.Result {
 		"Running: first create to the last pod Running, as the benchmark's watch saw it. Deletion: pods (grace 1 s) and claims deleted at once, until the last PV is gone (emptyDir: the last pod).",
 		"local-path-provisioner v0.0.30 runs on the host with the admin kubeconfig and its defaults (4 workers, client-go's default 5 QPS, one helper pod per volume, polled once a second); its helper image is the project's busybox tagged as busybox.",
 		"The control plane has upstream defaults (kube-controller-manager client 20 QPS, burst 30) except --pvclaimbinder-sync-period=2s.",
-		"What stands between plinth and emptydir (bench/provisioning/README.md, measured by stage): the kube-controller-manager's PV controller, which names the provisioner on each claim and then binds it in one worker, " +
-			"sharing its 20 QPS with its Events (several per claim); Plinth provisions within a fraction of a second of being named, and the scheduler's 1 s binding poll adds about 0.5 s. The stage summaries below show it for this run. " +
-			"Plinth setting only the fields of a bind the scheduler waits for was measured and made pods slower (the kubelet refuses a claim whose status is not Bound); the whole bind, status included, is not measured yet (README).",
+		"What stands between plinth and emptydir (bench/provisioning/README.md, measured by stage): plinth-node binds the claims it provisions (claim and status, 0.1-0.2 s after the PV), so the PV controller's serial bind is off the pods' path; " +
+			"what is left is the PV controller naming the provisioner on each claim (its 20 QPS, shared with its Events), which Plinth waits for, and the scheduler's 1 s binding poll (about 0.5-0.7 s). The stage summaries below show it for this run.",
 	}
 	if runs := o.runSummary(); runs != "" {
 		notes = append(notes, "Runs per point: "+runs+". A local-path run takes minutes (about 10 at N = 200), and the whole benchmark must fit make bench's budget; a point of one run shows no spread.")
