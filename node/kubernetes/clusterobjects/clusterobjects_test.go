@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
@@ -138,14 +137,7 @@ func TestEnsureRestricted(t *testing.T) {
 	if err := clusterobjects.Ensure(ctx, c, logger(t)); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", controllertest.ControlPlane(t).NodeKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	node := controllertest.NodeClient(t)
 	before := versions(t, c)
 	if err := clusterobjects.Ensure(ctx, node, logger(t)); err != nil {
 		t.Fatalf("Ensure as the node with everything in place: %v", err)

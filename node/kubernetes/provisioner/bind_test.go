@@ -13,8 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
@@ -125,14 +123,7 @@ func refuseBinding(t *testing.T, e *env) {
 	t.Cleanup(func() { _ = api.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{}) })
 
 	// The policy is in force once a node's dry-run binding is refused.
-	cfg, err := clientcmd.BuildConfigFromFlags("", controllertest.ControlPlane(t).NodeKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	node := controllertest.NodeClient(t)
 	probe := e.CreateClaim(controllertest.Claim{Name: "probe", Node: "no-such-node"})
 	controllertest.Eventually(t, 30*time.Second, "the policy refusing a node's binding", func() (bool, error) {
 		_, err := node.CoreV1().PersistentVolumeClaims(e.NS).Patch(ctx, probe.Name, types.MergePatchType,

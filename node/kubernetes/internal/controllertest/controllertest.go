@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/node/core/localstorage"
@@ -124,6 +125,22 @@ func ControlPlane(t testing.TB) *launch.ControlPlane {
 		t.Fatalf("starting control plane: %v", controlPlane.err)
 	}
 	return controlPlane.cp
+}
+
+// NodeClient is a client of the control plane with the restricted
+// identity plinth-node processes run with (NodeProcess), for tests that
+// check what that identity may do.
+func NodeClient(t testing.TB) kubernetes.Interface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", ControlPlane(t).NodeKubeconfig)
+	if err != nil {
+		t.Fatalf("reading the node kubeconfig: %v", err)
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatalf("building the node client: %v", err)
+	}
+	return c
 }
 
 // Env is one test's world: a namespace, a StorageClass, a node name and a
