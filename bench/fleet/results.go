@@ -40,7 +40,11 @@ func extrapolate(bytes, events, apiCPU, instRSS series, o options) []string {
 			"Watch bytes grow linearly with nodes: %.0f B more per claim change for every plinth-node (the claim's encoded size, sent to each), %.0f B with no node. At %d nodes: %.1f MB per claim change; a cluster changing 20 claims a second (binds, resizes, deletions, any controller's annotation) sends %.0f MB/s of claim events, almost all to nodes that drop them.",
 			per, b0, extrapolationNodes, at/1e6, 20*at/1e6))
 	}
-	if c0, per, ok := slope(apiCPU[seriesPlinth]); ok {
+	if c0, per, ok := slope(apiCPU[seriesPlinth]); ok && per <= 0 {
+		notes = append(notes, fmt.Sprintf(
+			"kube-apiserver CPU per claim change cannot be extrapolated from this run: its median falls by %.4f ms per plinth-node, so the idle rate taken before each round (the instances load the same cores as the API server) varies more than the changes add.",
+			-per))
+	} else if ok {
 		at := c0 + per*extrapolationNodes
 		notes = append(notes, fmt.Sprintf(
 			"kube-apiserver CPU per claim change grows by %.4f ms per plinth-node (%.3f ms with none): at %d nodes %.0f ms per change, so 20 changes a second would take %.1f cores of the API server for claim events alone.",
