@@ -44,7 +44,7 @@ func (r *run) bindClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim, 
 		},
 		"spec": map[string]any{"volumeName": pv.Name},
 	})
-	if bound == nil {
+	if err != nil {
 		return r.bindFailed(pvc, pv, "", err)
 	}
 	status := map[string]any{
@@ -59,15 +59,16 @@ func (r *run) bindClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim, 
 		"metadata": map[string]any{"resourceVersion": bound.ResourceVersion},
 		"status":   status,
 	})
-	if done == nil {
+	if err != nil {
 		return r.bindFailed(bound, pv, "status", err)
 	}
 	r.log.V(1).Infof("bound claim %s to PV %s", ownership.DescribeClaim(done), pv.Name)
 	return nil
 }
 
-// patchClaim merge-patches the claim (or its subresource) and returns the
-// result, or nil and the error.
+// patchClaim merge-patches the claim (or its subresource) with patch,
+// encoded as JSON, and returns the result. As with the client's own calls,
+// the claim returned beside an error is not one to use.
 func (r *run) patchClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim, subresource string, patch map[string]any) (*corev1.PersistentVolumeClaim, error) {
 	body, err := json.Marshal(patch)
 	if err != nil {
@@ -77,12 +78,7 @@ func (r *run) patchClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim,
 	if subresource != "" {
 		sub = []string{subresource}
 	}
-	// On an error the client returns an empty claim, not nil.
-	patched, err := r.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Patch(ctx, pvc.Name, types.MergePatchType, body, metav1.PatchOptions{}, sub...)
-	if err != nil {
-		return nil, err
-	}
-	return patched, nil
+	return r.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Patch(ctx, pvc.Name, types.MergePatchType, body, metav1.PatchOptions{}, sub...)
 }
 
 // bindFailed decides what a failed binding write means. A conflict or a

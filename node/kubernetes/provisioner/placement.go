@@ -2,7 +2,6 @@ package provisioner
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -128,14 +127,10 @@ func (r *run) syncPlacement(ctx context.Context, key string, pvc *corev1.Persist
 	}
 	// The cache may be behind: the patch is conditional on the version
 	// this decision was made from.
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+	placed, err := r.patchClaim(ctx, pvc, "", map[string]any{"metadata": map[string]any{
 		"resourceVersion": pvc.ResourceVersion,
 		"annotations":     map[string]string{ownership.AnnSelectedNode: r.NodeName},
 	}})
-	if err != nil {
-		return err
-	}
-	placed, err := r.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Patch(ctx, pvc.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	switch {
 	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 		// Another node took it, or the claim changed or went: the
