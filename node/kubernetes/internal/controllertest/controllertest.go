@@ -278,6 +278,9 @@ type Claim struct {
 	Class   string
 	Node    string
 	BetaAnn bool
+	// Unnamed leaves the claim as the scheduler does, before the PV
+	// controller names the driver: the selected node only.
+	Unnamed bool
 }
 
 // CreateClaim creates c in the env's namespace.
@@ -308,9 +311,11 @@ func (e *Env) ClaimObject(c Claim) *corev1.PersistentVolumeClaim {
 		c.Node = e.Node
 	}
 	ann := map[string]string{ownership.AnnSelectedNode: c.Node}
-	if c.BetaAnn {
+	switch {
+	case c.Unnamed:
+	case c.BetaAnn:
 		ann[ownership.AnnBetaStorageProvisioner] = names.DriverName
-	} else {
+	default:
 		ann[ownership.AnnStorageProvisioner] = names.DriverName
 	}
 	mode := c.Mode
