@@ -22,9 +22,7 @@ import (
 // writes, each conditional on the version it was computed from:
 //
 //  1. the claim: spec.volumeName and the binding annotations, which is
-//     what the scheduler's binding wait ends on, and the annotation naming
-//     the driver, which the PV controller may not have written yet (see
-//     asksForDriver);
+//     what the scheduler's binding wait ends on;
 //  2. its status: Bound, with the PV's capacity and access modes, without
 //     which the kubelet refuses to mount ("PVC is not bound").
 //
@@ -42,10 +40,7 @@ func (r *run) bindClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim, 
 	bound, err := r.patchClaim(ctx, pvc, "", map[string]any{
 		"metadata": map[string]any{
 			"resourceVersion": pvc.ResourceVersion,
-			"annotations": map[string]string{
-				ownership.AnnBindCompleted: "yes", ownership.AnnBoundByController: "yes",
-				ownership.AnnStorageProvisioner: r.Driver,
-			},
+			"annotations":     map[string]string{ownership.AnnBindCompleted: "yes", ownership.AnnBoundByController: "yes"},
 		},
 		"spec": map[string]any{"volumeName": pv.Name},
 	})
@@ -109,29 +104,4 @@ func (r *run) bindFailed(pvc *corev1.PersistentVolumeClaim, pv *corev1.Persisten
 		return nil
 	}
 	return fmt.Errorf("binding claim %s to PV %s (%s): %w", ownership.DescribeClaim(pvc), pv.Name, what, err)
-}
-
-// adoptClaim writes the annotation naming the driver on a claim bound to
-// this node's PV without it (see needsAdoption), so that the claim is this
-// node's by the rule every controller uses (ownership.OwnsClaim) and, for
-// one, the resizer grows it. Like the binding, the write is conditional on
-// the version it was decided from; a conflict brings the new version, a
-// refusal is logged and not retried.
-func (r *run) adoptClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
-	_, err := r.patchClaim(ctx, pvc, "", map[string]any{"metadata": map[string]any{
-		"resourceVersion": pvc.ResourceVersion,
-		"annotations":     map[string]string{ownership.AnnStorageProvisioner: r.Driver},
-	}})
-	switch {
-	case err == nil:
-		r.log.Infof("claim %s, bound to this node's PV %s, now names driver %s", ownership.DescribeClaim(pvc), pvc.Spec.VolumeName, r.Driver)
-		return nil
-	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-		return nil
-	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
-		r.log.Warningf("claim %s is bound to this node's PV %s but does not name driver %s, and writing it was refused (%v): this node does not resize it",
-			ownership.DescribeClaim(pvc), pvc.Spec.VolumeName, r.Driver, err)
-		return nil
-	}
-	return fmt.Errorf("writing driver %s on claim %s: %w", r.Driver, ownership.DescribeClaim(pvc), err)
 }

@@ -85,37 +85,8 @@ func TestBindRefused(t *testing.T) {
 // waits until the API server applies it to the node's identity.
 func refuseBinding(t *testing.T, e *env) {
 	t.Helper()
-	node := controllertest.NodeClient(t)
-	refuseClaimUpdates(t, e, claimPolicy{
-		name:       "refuse-binding",
-		who:        "'" + clusterobjects.NodeAgentGroup + "' in request.userInfo.groups",
-		validation: "object.spec.?volumeName.orValue('') == oldObject.spec.?volumeName.orValue('')",
-		message:    "nodes may not bind claims in this namespace",
-		probe: func(ctx context.Context, claim string) error {
-			_, err := node.CoreV1().PersistentVolumeClaims(e.NS).Patch(ctx, claim, types.MergePatchType,
-				[]byte(`{"spec":{"volumeName":"pvc-probe"}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
-			return err
-		},
-	})
-}
-
-// claimPolicy is an admission policy on a test's namespace that holds one
-// identity's updates of claims to a rule.
-type claimPolicy struct {
-	name       string // prefix of the policy's name; the namespace is added
-	who        string // CEL match condition: the identity held to the rule
-	validation string // CEL: what the identity's update must keep
-	message    string // the refusal's message
-	// probe is a dry-run update of a claim, as the identity, that the
-	// policy refuses once the API server applies it.
-	probe func(ctx context.Context, claim string) error
-}
-
-// refuseClaimUpdates installs p and waits until it is in force.
-func refuseClaimUpdates(t *testing.T, e *env, p claimPolicy) {
-	t.Helper()
 	ctx := context.Background()
-	name := p.name + "-" + e.NS
+	name := "refuse-binding-" + e.NS
 	deny := admissionv1.Deny
 	policy := &admissionv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -127,8 +98,14 @@ func refuseClaimUpdates(t *testing.T, e *env, p claimPolicy) {
 					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"persistentvolumeclaims"}},
 				}}},
 			},
-			MatchConditions: []admissionv1.MatchCondition{{Name: "identity", Expression: p.who}},
-			Validations:     []admissionv1.Validation{{Expression: p.validation, Message: p.message}},
+			MatchConditions: []admissionv1.MatchCondition{{
+				Name:       "node-agents",
+				Expression: "'" + clusterobjects.NodeAgentGroup + "' in request.userInfo.groups",
+			}},
+			Validations: []admissionv1.Validation{{
+				Expression: "object.spec.?volumeName.orValue('') == oldObject.spec.?volumeName.orValue('')",
+				Message:    "nodes may not bind claims in this namespace",
+			}},
 		},
 	}
 	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
@@ -145,13 +122,15 @@ func refuseClaimUpdates(t *testing.T, e *env, p claimPolicy) {
 	}
 	t.Cleanup(func() { _ = api.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{}) })
 
-	// A claim on no node, which nothing else writes, to probe with.
-	probe := e.CreateClaim(controllertest.Claim{Name: "probe-" + p.name, Node: "no-such-node"})
-	controllertest.Eventually(t, 30*time.Second, "policy "+p.name+" in force", func() (bool, error) {
-		err := p.probe(ctx, probe.Name)
+	// The policy is in force once a node's dry-run binding is refused.
+	node := controllertest.NodeClient(t)
+	probe := e.CreateClaim(controllertest.Claim{Name: "probe", Node: "no-such-node"})
+	controllertest.Eventually(t, 30*time.Second, "the policy refusing a node's binding", func() (bool, error) {
+		_, err := node.CoreV1().PersistentVolumeClaims(e.NS).Patch(ctx, probe.Name, types.MergePatchType,
+			[]byte(`{"spec":{"volumeName":"pvc-probe"}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil && !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
 			return false, err
 		}
-		return err != nil && strings.Contains(err.Error(), p.message), nil
+		return err != nil && strings.Contains(err.Error(), "nodes may not bind"), nil
 	})
 }

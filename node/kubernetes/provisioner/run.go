@@ -154,7 +154,7 @@ func (r *run) watch(ctx context.Context, inc *controller.Incarnation) error {
 
 func (r *run) onClaim(obj any) {
 	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
-	if !ok || !r.needsVolume(pvc) && !ownership.ClaimUnplaced(pvc, r.Driver) && !r.needsAdoption(pvc) {
+	if !ok || !r.needsVolume(pvc) && !ownership.ClaimUnplaced(pvc, r.Driver) {
 		return
 	}
 	if key, err := cache.MetaNamespaceKeyFunc(pvc); err == nil {
@@ -173,53 +173,9 @@ func (r *run) claim(key string) (*corev1.PersistentVolumeClaim, bool) {
 	return pvc, ok
 }
 
-// needsVolume reports whether a claim is ours and still waits for a volume:
-// placed on this node (ownership.ClaimOnNode), unbound, and asking for this
-// driver (asksForDriver).
+// needsVolume reports whether a claim is ours and still waits for a volume.
 func (r *run) needsVolume(pvc *corev1.PersistentVolumeClaim) bool {
-	return ownership.ClaimOnNode(pvc, r.NodeName) && pvc.Spec.VolumeName == "" && pvc.DeletionTimestamp == nil &&
-		r.asksForDriver(pvc)
-}
-
-// asksForDriver reports whether a claim asks for this driver: by the PV
-// controller's annotation (ownership.ClaimProvisioner), or, while it has
-// none, by its StorageClass, which is what that controller reads to write
-// the annotation. Waiting for the annotation would put every claim through
-// that controller's one worker and its client budget first: at N = 100
-// claims the median claim waited 2.4 s for it, the last 5.1 s
-// (bench/provisioning's README). bindClaim writes the annotation with the
-// binding, and adoptClaim on a claim the PV controller bound without it,
-// so a bound claim of this node names the driver as ownership.OwnsClaim
-// expects.
-func (r *run) asksForDriver(pvc *corev1.PersistentVolumeClaim) bool {
-	switch ownership.ClaimProvisioner(pvc) {
-	case r.Driver:
-		return true
-	case "":
-		if pvc.Spec.StorageClassName == nil || *pvc.Spec.StorageClassName == "" {
-			return false
-		}
-		class, err := r.classes.Get(*pvc.Spec.StorageClassName)
-		return err == nil && class.Provisioner == r.Driver
-	}
-	return false
-}
-
-// needsAdoption reports whether a claim is bound to the PV this node made
-// for it but does not name the driver: the PV controller bound it (after a
-// crash between the PV and the binding, or when the node's bind lost a
-// race) before it had written the annotation, which it then never does.
-func (r *run) needsAdoption(pvc *corev1.PersistentVolumeClaim) bool {
-	if !ownership.ClaimOnNode(pvc, r.NodeName) || ownership.ClaimProvisioner(pvc) != "" || pvc.DeletionTimestamp != nil ||
-		pvc.Spec.VolumeName != ownership.VolumeIDFor(pvc.UID) {
-		return false
-	}
-	pv, ok := r.volumes.Get(pvc.Spec.VolumeName)
-	if !ok || pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != pvc.UID {
-		return false
-	}
-	ours, _ := ownership.OwnsVolume(pv, r.Driver, r.hostname)
-	return ours
+	return ownership.OwnsClaim(pvc, r.Driver, r.NodeName) && pvc.Spec.VolumeName == "" && pvc.DeletionTimestamp == nil
 }
 
 // onClass requeues our pending claims, and unplaced ones, of a class that appeared or changed,
@@ -242,16 +198,8 @@ func (r *run) onClass(obj any) {
 // policy on the node (an administrator may change it at any time) and
 // deletes the volume of a released Delete PV.
 func (r *run) onVolume(obj any) {
-	pv, ok := obj.(*corev1.PersistentVolume)
-	if !ok {
-		return
-	}
-	r.volumeQ.Add(pv.Name)
-	// A claim whose PV reached the cache after the claim did.
-	if ref := pv.Spec.ClaimRef; ref != nil {
-		if pvc, ok := r.claim(ref.Namespace + "/" + ref.Name); ok && r.needsAdoption(pvc) {
-			r.onClaim(pvc)
-		}
+	if pv, ok := obj.(*corev1.PersistentVolume); ok {
+		r.volumeQ.Add(pv.Name)
 	}
 }
 

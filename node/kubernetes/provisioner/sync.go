@@ -18,9 +18,8 @@ import (
 
 // syncClaim provisions the volume and PV for one claim, or confirms an
 // earlier attempt did, and binds the claim to its PV (bindClaim); for a
-// claim no node was chosen for yet, it offers this node (syncPlacement),
-// and a claim bound without naming the driver it makes name it
-// (adoptClaim). It is safe to run any number of times, from any
+// claim no node was chosen for yet, it offers
+// this node (syncPlacement). It is safe to run any number of times, from any
 // point a previous run (or process) stopped at.
 func (r *run) syncClaim(ctx context.Context, key string) error {
 	pvc, ok := r.claim(key)
@@ -30,9 +29,6 @@ func (r *run) syncClaim(ctx context.Context, key string) error {
 	}
 	if ownership.ClaimUnplaced(pvc, r.Driver) {
 		return r.syncPlacement(ctx, key, pvc)
-	}
-	if r.needsAdoption(pvc) {
-		return r.adoptClaim(ctx, pvc)
 	}
 	if !r.needsVolume(pvc) {
 		return nil

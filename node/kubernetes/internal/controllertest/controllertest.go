@@ -278,9 +278,6 @@ type Claim struct {
 	Class   string
 	Node    string
 	BetaAnn bool
-	// Unnamed leaves the claim as the scheduler does, before the PV
-	// controller names the driver: the selected node only.
-	Unnamed bool
 }
 
 // CreateClaim creates c in the env's namespace.
@@ -311,11 +308,9 @@ func (e *Env) ClaimObject(c Claim) *corev1.PersistentVolumeClaim {
 		c.Node = e.Node
 	}
 	ann := map[string]string{ownership.AnnSelectedNode: c.Node}
-	switch {
-	case c.Unnamed:
-	case c.BetaAnn:
+	if c.BetaAnn {
 		ann[ownership.AnnBetaStorageProvisioner] = names.DriverName
-	default:
+	} else {
 		ann[ownership.AnnStorageProvisioner] = names.DriverName
 	}
 	mode := c.Mode

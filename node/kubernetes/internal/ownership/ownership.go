@@ -74,16 +74,6 @@ func OwnsClaim(pvc *corev1.PersistentVolumeClaim, driver, nodeName string) bool 
 	return pvc != nil && ClaimProvisioner(pvc) == driver && pvc.Annotations[AnnSelectedNode] == nodeName
 }
 
-// ClaimOnNode reports whether the scheduler chose node nodeName for the
-// claim, whatever it asks for. A claim of this driver is on its node before
-// the PV controller names the driver in it (ClaimProvisioner): the
-// provisioner recognises it by its StorageClass and need not wait for that
-// controller (see the provisioner's needsVolume), so the claims on a node
-// stay whole in its cache.
-func ClaimOnNode(pvc *corev1.PersistentVolumeClaim, nodeName string) bool {
-	return pvc != nil && pvc.Annotations[AnnSelectedNode] == nodeName
-}
-
 // ClaimUnplaced reports whether the claim asks driver for a volume that no
 // node has been chosen for: the claim of a class that binds immediately,
 // which no scheduler places. Every node may offer itself for it (see the
@@ -230,12 +220,10 @@ func DescribeClaim(pvc *corev1.PersistentVolumeClaim) string {
 // them belong to other nodes or drivers. The informer transform below keeps
 // only a stub of those: a PartialObjectMetadata with the name and namespace
 // the informer's store needs for its key, nothing else (not even in an
-// index). The claims on this node (ClaimOnNode, ours and the few of other
-// drivers, told apart later), and unplaced ones of our driver
-// (ClaimUnplaced), keep their spec and status but lose managedFields, which
-// are often the largest part of an object and which the controllers never
-// read. Code reading the claim cache must therefore type-check what it
-// finds, and check ownership itself.
+// index). Our own claims, and unplaced ones of our driver (ClaimUnplaced), keep their spec and status but lose
+// managedFields, which are often the largest part of an object and which
+// the controllers never read. Code reading the claim cache must therefore
+// type-check what it finds.
 
 // ClaimTransform returns the informer transform for the PVCs of a node.
 func ClaimTransform(driver, nodeName string) cache.TransformFunc {
@@ -245,7 +233,7 @@ func ClaimTransform(driver, nodeName string) cache.TransformFunc {
 			// Tombstones and anything unexpected pass through untouched.
 			return obj, nil
 		}
-		if ClaimOnNode(pvc, nodeName) || ClaimUnplaced(pvc, driver) {
+		if OwnsClaim(pvc, driver, nodeName) || ClaimUnplaced(pvc, driver) {
 			pvc.ManagedFields = nil
 			return pvc, nil
 		}
@@ -264,9 +252,8 @@ func StripManagedFields(obj any) (any, error) {
 	return obj, nil
 }
 
-// UIDIndex indexes the claims kept whole by UID, so the provisioner's
-// orphan check can tell in O(1) whether the claim a volume was made for
-// still exists.
+// UIDIndex indexes our claims by UID, so the provisioner's orphan check
+// can tell in O(1) whether the claim a volume was made for still exists.
 // Stubs of foreign claims are not indexed (an index entry costs more than
 // the stub). A claim that stopped being ours before its volume got a PV
 // (the scheduler picked another node) thus makes the volume an orphan,

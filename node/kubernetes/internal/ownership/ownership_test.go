@@ -99,15 +99,6 @@ func TestClaimTransform(t *testing.T) {
 	if keys, _ := IndexByUID(g); keys != nil {
 		t.Errorf("stub indexed by UID: %v", keys)
 	}
-	// A claim placed on this node stays whole whatever it asks for: the
-	// PV controller may not have named the driver yet, and the
-	// provisioner tells the drivers apart by class.
-	for _, ann := range []map[string]string{{AnnSelectedNode: testNode}, {AnnSelectedNode: testNode, AnnStorageProvisioner: "other.example.com"}} {
-		placed := testClaim(func(p *corev1.PersistentVolumeClaim) { p.Annotations = ann })
-		if g, ok := mustTransform(tf, placed).(*corev1.PersistentVolumeClaim); !ok || g.Spec.Resources.Requests == nil {
-			t.Errorf("claim on this node with annotations %v reduced to a stub", ann)
-		}
-	}
 	// A claim of our driver that no node was chosen for (an Immediate
 	// class) is every node's candidate, so it stays whole; one of
 	// another driver does not.
