@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"source.plinth.dev/build/microvm"
+	"source.plinth.dev/node/core/imagelayout"
 
 	"source.plinth.dev/build/ktest/initramfs"
 )
@@ -173,7 +174,7 @@ func programPaths(in Inputs) []string {
 			ps = append(ps, p.Path)
 		}
 	}
-	ps = append(ps, KubeletPath)
+	ps = append(ps, imagelayout.Kubelet)
 	return append(ps, BusyboxLinks[0], "/bin/sh")
 }
 

@@ -26,6 +26,7 @@ import (
 	"strings"
 
 	"source.plinth.dev/build/ktest/initramfs"
+	"source.plinth.dev/node/core/imagelayout"
 	"source.plinth.dev/pkg/kmod"
 )
 
@@ -48,22 +49,22 @@ func DebianPrograms() []Program {
 		{Path: "/usr/bin/containerd-shim-runc-v2", Host: "/usr/bin/containerd-shim-runc-v2"},
 		{Path: "/usr/bin/ctr", Host: "/usr/bin/ctr"},
 		{Path: "/usr/sbin/runc", Host: "/usr/sbin/runc"},
-		{Path: "/usr/lib/cni/bridge", Host: "/usr/lib/cni/bridge"},
-		{Path: "/usr/lib/cni/host-local", Host: "/usr/lib/cni/host-local"},
-		{Path: "/usr/lib/cni/loopback", Host: "/usr/lib/cni/loopback"},
+		{Path: imagelayout.CNIBinDir + "/bridge", Host: "/usr/lib/cni/bridge"},
+		{Path: imagelayout.CNIBinDir + "/host-local", Host: "/usr/lib/cni/host-local"},
+		{Path: imagelayout.CNIBinDir + "/loopback", Host: "/usr/lib/cni/loopback"},
 		{Path: "/sbin/mkfs.xfs", Host: "/sbin/mkfs.xfs"},
 		{Path: BusyboxPath, Host: "/bin/busybox"},
 	}
 }
 
 // GVisorPrograms are gVisor's runsc and its containerd shim, static
-// programs from dir (third_party/gvisor/build.sh), at RunscPath and
-// RunscShimPath: a node whose image has runsc gives containerd the runsc
+// programs from dir (third_party/gvisor/build.sh), at imagelayout.Runsc
+// and imagelayout.RunscShim: a node whose image has runsc gives containerd the runsc
 // runtime.
 func GVisorPrograms(dir string) []Program {
 	return []Program{
-		{Path: RunscPath, Host: filepath.Join(dir, "runsc")},
-		{Path: RunscShimPath, Host: filepath.Join(dir, "containerd-shim-runsc-v1")},
+		{Path: imagelayout.Runsc, Host: filepath.Join(dir, "runsc")},
+		{Path: imagelayout.RunscShim, Host: filepath.Join(dir, "containerd-shim-runsc-v1")},
 	}
 }
 
@@ -82,23 +83,6 @@ var BusyboxLinks = []string{"/bin/mount", "/bin/umount", "/bin/sh"}
 // traffic seen by netfilter, and loop devices for block volumes.
 var DefaultModules = []string{"virtio_mmio", "virtio_blk", "virtio_net", "xfs", "overlay", "bridge", "veth", "loop", "br_netfilter"}
 
-// Paths inside the image that the node relies on.
-const (
-	InitPath    = "/init"
-	KubeletPath = "/usr/bin/kubelet"
-	// RunscPath is gVisor's runsc, optional; RunscShimPath its
-	// containerd shim, on containerd's PATH.
-	RunscPath     = "/usr/bin/runsc"
-	RunscShimPath = "/usr/bin/containerd-shim-runsc-v1"
-	// ModuleList is what plinth-node's init loads at boot (kmod.FormatList).
-	ModuleList = "/etc/plinth/modules.list"
-	// ModuleDir holds the modules, named <name>.ko.
-	ModuleDir = "/lib/modules"
-	// ImageDir holds docker-archive tarballs the node imports into
-	// containerd.
-	ImageDir = "/usr/share/plinth/images"
-)
-
 // Inputs are everything an image is made of.
 type Inputs struct {
 	// Init is the static program run as /init: plinth-node on a node,
@@ -112,7 +96,7 @@ type Inputs struct {
 	// Modules the modules to take from it (with their dependencies).
 	ModDir  string
 	Modules []string
-	// Images are docker-archive tarballs, stored under ImageDir by their
+	// Images are docker-archive tarballs, stored under imagelayout.ImageDir by their
 	// base names.
 	Images []string
 	// Compression of the archive: "none", "gzip" or "lz4".
@@ -173,11 +157,11 @@ func plan(in Inputs) ([]entry, error) {
 	if err := requireStatic(in.Init); err != nil {
 		return nil, err
 	}
-	es = append(es, entry{path: InitPath, kind: 'f', mode: 0o755, source: in.Init})
+	es = append(es, entry{path: imagelayout.Init, kind: 'f', mode: 0o755, source: in.Init})
 
 	progs := append([]Program{}, in.Programs...)
 	if in.Kubelet != "" {
-		progs = append(progs, Program{Path: KubeletPath, Host: in.Kubelet})
+		progs = append(progs, Program{Path: imagelayout.Kubelet, Host: in.Kubelet})
 	}
 	hosts := make([]string, 0, len(progs))
 	seen := map[string]bool{}
@@ -220,11 +204,11 @@ func plan(in Inputs) ([]entry, error) {
 		}
 		var list []string
 		for _, m := range mods {
-			p := ModuleDir + "/" + m.Name + ".ko"
+			p := imagelayout.ModuleDir + "/" + m.Name + ".ko"
 			es = append(es, entry{path: p, kind: 'f', mode: 0o644, source: m.Path, strip: true})
 			list = append(list, p)
 		}
-		file(ModuleList, 0o644, kmod.FormatList(list))
+		file(imagelayout.ModuleList, 0o644, kmod.FormatList(list))
 	}
 
 	names := map[string]string{}
@@ -237,7 +221,7 @@ func plan(in Inputs) ([]entry, error) {
 			return nil, fmt.Errorf("images %s and %s have the same name", other, img)
 		}
 		names[base] = img
-		es = append(es, entry{path: ImageDir + "/" + base, kind: 'f', mode: 0o644, source: img})
+		es = append(es, entry{path: imagelayout.ImageDir + "/" + base, kind: 'f', mode: 0o644, source: img})
 	}
 
 	file("/etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\n"))

@@ -25,6 +25,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"source.plinth.dev/node/core/imagelayout"
 	"source.plinth.dev/pkg/kmod"
 )
 
@@ -43,11 +44,11 @@ func checks() []check {
 		{args: []string{"/usr/bin/ctr", "--version"}, want: "ctr"},
 		// runc also prints the libseccomp it loaded.
 		{args: []string{"/usr/sbin/runc", "--version"}, want: "libseccomp"},
-		{args: []string{"/usr/bin/kubelet", "--version"}, want: "Kubernetes"},
+		{args: []string{imagelayout.Kubelet, "--version"}, want: "Kubernetes"},
 		{args: []string{"/sbin/mkfs.xfs", "-V"}, want: "mkfs.xfs version"},
-		{args: []string{"/usr/lib/cni/bridge"}, env: cni, want: "cniVersion"},
-		{args: []string{"/usr/lib/cni/host-local"}, env: cni, want: "cniVersion"},
-		{args: []string{"/usr/lib/cni/loopback"}, env: cni, want: "cniVersion"},
+		{args: []string{imagelayout.CNIBinDir + "/bridge"}, env: cni, want: "cniVersion"},
+		{args: []string{imagelayout.CNIBinDir + "/host-local"}, env: cni, want: "cniVersion"},
+		{args: []string{imagelayout.CNIBinDir + "/loopback"}, env: cni, want: "cniVersion"},
 		{args: []string{"/bin/sh", "-c", "echo sh runs"}, want: "sh runs"},
 		// busybox mount without arguments lists the mounts (proc is one).
 		{args: []string{"/bin/mount"}, want: "proc"},
@@ -72,10 +73,10 @@ func main() {
 	// The time from boot to here is mostly unpacking the image.
 	started := uptime()
 	total++
-	if mods, err := loadModules(moduleList); err != nil {
+	if mods, err := loadModules(imagelayout.ModuleList); err != nil {
 		fail("modules: %v", err)
 	} else {
-		log("ok modules: loaded %d from %s", mods, moduleList)
+		log("ok modules: loaded %d from %s", mods, imagelayout.ModuleList)
 	}
 	log("init started %.1fs after boot", started)
 	for _, c := range checks() {
@@ -102,10 +103,6 @@ func main() {
 	}
 	select {} // PID 1 must not exit
 }
-
-// moduleList is nodeimage.ModuleList (not imported: this program stays
-// small and depends on no build code).
-const moduleList = "/etc/plinth/modules.list"
 
 // loadModules loads every module of the list, in order, as plinth-node's
 // init does.

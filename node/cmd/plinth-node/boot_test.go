@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"source.plinth.dev/build/microvm"
+	"source.plinth.dev/node/core/imagelayout"
 
 	"source.plinth.dev/build/ktest/initramfs"
 	"source.plinth.dev/pkg/kmod"
@@ -163,11 +164,11 @@ func writeInitrd(work, bin, modDir string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		name := "/lib/modules/" + m.Name + ".ko"
+		name := imagelayout.ModuleDir + "/" + m.Name + ".ko"
 		w.File(name, 0o644, initramfs.StripSignature(ko))
 		list = append(list, name)
 	}
-	w.File(bootModuleList, 0o644, kmod.FormatList(list))
+	w.File(imagelayout.ModuleList, 0o644, kmod.FormatList(list))
 	if err := w.Close(); err != nil {
 		return "", err
 	}

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"source.plinth.dev/node/core"
+	"source.plinth.dev/node/core/imagelayout"
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/core/network"
 	"source.plinth.dev/node/core/nodeconfig"
@@ -23,23 +24,19 @@ import (
 // A booted node with a configuration disk (--config-device, from
 // plinth.config= on the kernel command line) is a whole Kubernetes node:
 // beyond what plinth-node does anywhere, it formats a blank data disk,
-// brings up its network and runs containerd and the kubelet. The layout of
-// what it runs, fixed by the node image (see NODE-CONTRACT in the
-// project's notes and build/nodeimage):
+// brings up its network and runs containerd and the kubelet. The programs
+// and files it runs are where the node image puts them (imagelayout; see
+// NODE-CONTRACT in the project's notes and build/nodeimage); what it makes
+// at run time is here:
 const (
 	// uplink is the node's only network link besides lo.
 	uplink = "eth0"
-	// imagesDir holds the image tarballs imported into containerd.
-	imagesDir = "/usr/share/plinth/images"
-	// cniBinDir holds the CNI plugins (Debian's containernetworking-plugins).
-	cniBinDir = "/usr/lib/cni"
 	// containerdState is containerd's runtime directory and socket.
 	containerdState  = "/run/containerd"
 	containerdSocket = containerdState + "/containerd.sock"
-	// runscPath is gVisor's runsc, in images built with it: the node then
-	// gives containerd the runsc runtime (its shim is on the PATH beside
-	// it), and its sandboxes' state goes to runscState.
-	runscPath  = "/usr/bin/runsc"
+	// runscState holds the state of gVisor's sandboxes, in images built
+	// with runsc (imagelayout.Runsc): the node then gives containerd the
+	// runsc runtime.
 	runscState = "/run/runsc"
 )
 
@@ -128,14 +125,14 @@ func (b *bootedNode) kubeletService() core.Service {
 		Root:       filepath.Join(data, "containerd"),
 		State:      containerdState,
 		Socket:     containerdSocket,
-		CNIBinDir:  cniBinDir,
+		CNIBinDir:  imagelayout.CNIBinDir,
 		CNIConfDir: filepath.Join(eph, "cni", "net.d"),
 	}
-	if _, err := os.Stat(runscPath); err == nil {
+	if _, err := os.Stat(imagelayout.Runsc); err == nil {
 		cd.Runsc = &containerd.Runsc{
 			Handler:    containerd.RunscHandler,
 			ConfigPath: filepath.Join(eph, "containerd", "runsc.toml"),
-			Binary:     runscPath,
+			Binary:     imagelayout.Runsc,
 			Root:       runscState,
 			Logs:       filepath.Join(eph, "runsc"),
 		}
@@ -157,7 +154,7 @@ func (b *bootedNode) kubeletService() core.Service {
 			ServingCert:      b.cfg.KubeletCert,
 			ServingKey:       b.cfg.KubeletKey,
 		},
-		ImagesDir: imagesDir,
+		ImagesDir: imagelayout.ImageDir,
 	}
 	return core.Service{Name: "kubelet", Runnable: func(*core.Env) supervisor.Runnable { return node.Runnable() }}
 }

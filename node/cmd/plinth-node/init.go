@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"source.plinth.dev/node/core"
+	"source.plinth.dev/node/core/imagelayout"
 	"source.plinth.dev/pkg/kmod"
 	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/mountinfo"
@@ -43,10 +44,6 @@ const bootKubeletDir = "/var/lib/kubelet"
 // <root>/data, because pods need disk rather than the initramfs's RAM
 // (node/kubernetes/kubelet says more).
 const bootKubeletDirOnData = "/data/kubelet"
-
-// bootModuleList lists the kernel modules init loads before starting the
-// node (see loadModules).
-const bootModuleList = "/etc/plinth/modules.list"
 
 // defaultPath is the PATH of the node process when the kernel gave none.
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -419,7 +416,7 @@ func bootAndSupervise(log logtree.LeveledLogger, lt *logtree.LogTree) haltDecisi
 			log.Warningf("setting host name %q: %v", h, err)
 		}
 	}
-	loadModules(bootModuleList, log)
+	loadModules(imagelayout.ModuleList, log)
 	// The kernel starts init without PATH; the node's child processes
 	// (and anything they run) need one.
 	if os.Getenv("PATH") == "" {

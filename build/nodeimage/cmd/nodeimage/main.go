@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"source.plinth.dev/build/nodeimage"
+	"source.plinth.dev/node/core/imagelayout"
 )
 
 type list []string
@@ -50,10 +51,10 @@ func main() {
 	flag.StringVar(&in.Compression, "compression", nodeimage.DefaultCompression, "archive compression: none, gzip or lz4")
 	flag.StringVar(&cache, "cache", defCache, "cache directory of built images")
 	flag.StringVar(&repo, "repo", ".", "the repository root, to build the pause image")
-	flag.Var(&images, "image", "extra docker-archive tarball for "+nodeimage.ImageDir+" (repeatable)")
+	flag.Var(&images, "image", "extra docker-archive tarball for "+imagelayout.ImageDir+" (repeatable)")
 	flag.Var(&modules, "module", "extra kernel module (repeatable)")
 	flag.BoolVar(&noDeb, "no-debian", false, "leave out the Debian programs (for experiments only)")
-	flag.StringVar(&gvisor, "gvisor", "", "directory with gVisor's runsc and containerd-shim-runsc-v1 (third_party/gvisor/build.sh), installed as "+nodeimage.RunscPath+" and its shim")
+	flag.StringVar(&gvisor, "gvisor", "", "directory with gVisor's runsc and containerd-shim-runsc-v1 (third_party/gvisor/build.sh), installed as "+imagelayout.Runsc+" and its shim")
 	flag.Parse()
 	if in.Init == "" || in.ModDir == "" || flag.NArg() != 0 {
 		flag.Usage()
