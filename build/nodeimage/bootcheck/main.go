@@ -20,39 +20,70 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"source.plinth.dev/build/nodeimage"
 	"source.plinth.dev/node/core/imagelayout"
 	"source.plinth.dev/pkg/kmod"
 )
 
-// check is one program to run and a word its output must contain.
-type check struct {
+// probe is how to run a program so that it proves it starts, without
+// doing anything: the arguments after its path, its environment, and a
+// word its output must contain.
+type probe struct {
 	args []string
 	env  []string
 	want string
 }
 
-func checks() []check {
-	cni := []string{"CNI_COMMAND=VERSION"}
-	return []check{
-		{args: []string{"/usr/bin/containerd", "--version"}, want: "containerd"},
-		{args: []string{"/usr/bin/containerd-shim-runc-v2", "-v"}, want: "Version"},
-		{args: []string{"/usr/bin/ctr", "--version"}, want: "ctr"},
-		// runc also prints the libseccomp it loaded.
-		{args: []string{"/usr/sbin/runc", "--version"}, want: "libseccomp"},
-		{args: []string{imagelayout.Kubelet, "--version"}, want: "Kubernetes"},
-		{args: []string{"/sbin/mkfs.xfs", "-V"}, want: "mkfs.xfs version"},
-		{args: []string{imagelayout.CNIBinDir + "/bridge"}, env: cni, want: "cniVersion"},
-		{args: []string{imagelayout.CNIBinDir + "/host-local"}, env: cni, want: "cniVersion"},
-		{args: []string{imagelayout.CNIBinDir + "/loopback"}, env: cni, want: "cniVersion"},
-		{args: []string{"/bin/sh", "-c", "echo sh runs"}, want: "sh runs"},
-		// busybox mount without arguments lists the mounts (proc is one).
-		{args: []string{"/bin/mount"}, want: "proc"},
+// check is a program of the image and its probe.
+type check struct {
+	path string
+	probe
+}
+
+// probes are the probes of the image's programs, by base name.
+var probes = map[string]probe{
+	"containerd":              {args: []string{"--version"}, want: "containerd"},
+	"containerd-shim-runc-v2": {args: []string{"-v"}, want: "Version"},
+	"ctr":                     {args: []string{"--version"}, want: "ctr"},
+	// runc also prints the libseccomp it loaded.
+	"runc":       {args: []string{"--version"}, want: "libseccomp"},
+	"kubelet":    {args: []string{"--version"}, want: "Kubernetes"},
+	"mkfs.xfs":   {args: []string{"-V"}, want: "mkfs.xfs version"},
+	"bridge":     {env: []string{"CNI_COMMAND=VERSION"}, want: "cniVersion"},
+	"host-local": {env: []string{"CNI_COMMAND=VERSION"}, want: "cniVersion"},
+	"loopback":   {env: []string{"CNI_COMMAND=VERSION"}, want: "cniVersion"},
+	"busybox":    {args: []string{"--help"}, want: "BusyBox"},
+	"sh":         {args: []string{"-c", "echo sh runs"}, want: "sh runs"},
+	// busybox mount without arguments lists the mounts (proc is one).
+	"mount": {want: "proc"},
+	// An applet's --help names busybox and succeeds.
+	"umount": {args: []string{"--help"}, want: "BusyBox"},
+}
+
+// checks are the node image's programs (nodeimage.DebianPrograms, the
+// kubelet and busybox's links), each with its probe: the list the image
+// is built from is the list checked, and a program without a probe is a
+// failed check, not a skipped one.
+func checks() (cs []check, unprobed []string) {
+	paths := []string{imagelayout.Kubelet}
+	for _, p := range nodeimage.DebianPrograms() {
+		paths = append(paths, p.Path)
 	}
+	for _, p := range append(paths, nodeimage.BusyboxLinks...) {
+		pr, ok := probes[path.Base(p)]
+		if !ok {
+			unprobed = append(unprobed, p)
+			continue
+		}
+		cs = append(cs, check{path: p, probe: pr})
+	}
+	return cs, unprobed
 }
 
 func main() {
@@ -79,21 +110,26 @@ func main() {
 		log("ok modules: loaded %d from %s", mods, imagelayout.ModuleList)
 	}
 	log("init started %.1fs after boot", started)
-	for _, c := range checks() {
+	cs, unprobed := checks()
+	for _, p := range unprobed {
+		total++
+		fail("%s: no probe in bootcheck says how to run it", p)
+	}
+	for _, c := range cs {
 		total++
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		cmd := exec.CommandContext(ctx, c.args[0], c.args[1:]...)
+		cmd := exec.CommandContext(ctx, c.path, c.args...)
 		cmd.Env = append([]string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, c.env...)
 		out, err := cmd.CombinedOutput()
 		cancel()
 		first, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 		switch {
 		case err != nil:
-			fail("%s: %v: %s", c.args[0], err, bytes.TrimSpace(out))
+			fail("%s: %v: %s", c.path, err, bytes.TrimSpace(out))
 		case !strings.Contains(string(out), c.want):
-			fail("%s: output lacks %q: %s", c.args[0], c.want, bytes.TrimSpace(out))
+			fail("%s: output lacks %q: %s", c.path, c.want, bytes.TrimSpace(out))
 		default:
-			log("ok %s: %s", c.args[0], first)
+			log("ok %s: %s", c.path, first)
 		}
 	}
 	log("result %d failed of %d after %.1fs since boot", failed, total, uptime())
