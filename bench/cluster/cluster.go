@@ -177,6 +177,30 @@ func CreateClass(ctx context.Context, c kubernetes.Interface, name, provisioner 
 	return nil
 }
 
+// RegisterNode creates what a node's kubelet registers for it: the Node
+// object (its hostname label is the node's name) and the CSINode listing
+// Plinth's driver. A plinth-node without them is not a node the cluster
+// knows: its capacity publisher has no Node to own its objects and
+// retries, and, with no CSINode listing the driver, every such node takes
+// itself for the node-removal actor and lists every Plinth PV each
+// minute, background load no real cluster has.
+func RegisterNode(ctx context.Context, c kubernetes.Interface, name string) error {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{names.TopologyKeyHostname: name}}}
+	if _, err := c.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating Node %s: %w", name, err)
+	}
+	csiNode := &storagev1.CSINode{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{
+			Name: PlinthDriver, NodeID: name, TopologyKeys: []string{names.TopologyKeyHostname},
+		}}},
+	}
+	if _, err := c.StorageV1().CSINodes().Create(ctx, csiNode, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating CSINode %s: %w", name, err)
+	}
+	return nil
+}
+
 // Claim is a 1 MiB filesystem claim of class for provisioner on node, as
 // the scheduler and the PV controller leave it once a pod using it is
 // placed: what a node's provisioner acts on.

@@ -15,23 +15,48 @@ import (
 
 // churnFigures are what one round of claim changes cost.
 type churnFigures struct {
+	// changes is the number of claim changes of the round.
+	changes int
 	// bytesPerChange and eventsPerChange are what the API server sent to
 	// claim watchers per claim change (all watchers together).
 	bytesPerChange, eventsPerChange float64
-	// apiCPUPerChange is kube-apiserver's CPU per change, its idle rate
-	// (measured just before) taken off; instCPUPerChange the same summed
-	// over the instances.
-	apiCPUPerChange, instCPUPerChange time.Duration
+	// apiCPU and instCPU are the CPU kube-apiserver and the instances
+	// (together) used over the round, which lasted wall.
+	apiCPU, instCPU, wall time.Duration
+}
+
+// perChange is cpu (used over the round) per change with what the
+// processes use idle, at rate idle, taken off.
+func (f churnFigures) perChange(cpu time.Duration, idle float64) time.Duration {
+	return (cpu - time.Duration(idle*float64(f.wall))) / time.Duration(f.changes)
+}
+
+// idleAround is the idle CPU rates of kube-apiserver and of instances
+// (together) in windows of d before and after a round (measure), their
+// means: a baseline that drifts during the round is taken at its middle,
+// not at its start.
+func (w *world) idleAround(d time.Duration, instances []int, measure func() error) (api, inst float64, err error) {
+	before, err := procstat.Rates(d, []int{w.cp.APIServer}, instances)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := measure(); err != nil {
+		return 0, 0, err
+	}
+	after, err := procstat.Rates(d, []int{w.cp.APIServer}, instances)
+	if err != nil {
+		return 0, 0, err
+	}
+	return (before[0] + after[0]) / 2, (before[1] + after[1]) / 2, nil
 }
 
 // churn changes n claims of the running nodes (an annotation, as any
 // controller's or user's update does: every watcher of claims receives
 // the whole object), waits until the API server has sent the last event,
-// and returns what that cost. idle is kube-apiserver's CPU rate (CPU per
-// wall second) before the round; instances are the measured processes
-// besides it.
-func (w *world) churn(ctx context.Context, nodes, n int, idleAPI, idleInst float64, instances []int) (churnFigures, error) {
-	var f churnFigures
+// and returns what that cost; instances are the measured processes
+// besides kube-apiserver.
+func (w *world) churn(ctx context.Context, nodes, n int, instances []int) (churnFigures, error) {
+	f := churnFigures{changes: n}
 	// Every round writes values no earlier round wrote: a patch that sets
 	// what is already there changes nothing and sends no event.
 	w.round++
@@ -78,49 +103,19 @@ func (w *world) churn(ctx context.Context, nodes, n int, idleAPI, idleInst float
 		}
 		after = cur
 	}
-	cpu, wall, err := api.Used()
-	if err != nil {
+	if f.apiCPU, f.wall, err = api.Used(); err != nil {
 		return f, err
 	}
-	f.apiCPUPerChange = (cpu - time.Duration(idleAPI*float64(wall))) / time.Duration(n)
-	var instCPU time.Duration
 	for _, s := range inst {
 		c, _, err := s.Used()
 		if err != nil {
 			return f, err
 		}
-		instCPU += c
+		f.instCPU += c
 	}
-	f.instCPUPerChange = (instCPU - time.Duration(idleInst*float64(wall))) / time.Duration(n)
 	f.bytesPerChange = (after.bytes - before.bytes) / float64(n)
 	f.eventsPerChange = (after.events - before.events) / float64(n)
 	return f, nil
-}
-
-// idleRate is the CPU per wall second that pids used together over d.
-func idleRate(pids []int, d time.Duration) (float64, error) {
-	var ss []*procstat.Sampler
-	for _, pid := range pids {
-		s, err := procstat.StartSampler(pid)
-		if err != nil {
-			return 0, err
-		}
-		ss = append(ss, s)
-	}
-	time.Sleep(d)
-	var total time.Duration
-	var wall time.Duration
-	for _, s := range ss {
-		c, w, err := s.Used()
-		if err != nil {
-			return 0, err
-		}
-		total, wall = total+c, w
-	}
-	if wall == 0 {
-		return 0, nil
-	}
-	return total.Seconds() / wall.Seconds(), nil
 }
 
 // claimName is claim k of node (of nodes in all): claims are spread over

@@ -156,6 +156,9 @@ func run(ctx context.Context, o options) (err error) {
 		return fmt.Errorf("creating claims: %w", err)
 	}
 	fmt.Printf("fleet: %d claims created in %s\n", o.claims, time.Since(start).Round(time.Second))
+	if err := cluster.Parallel(maxN, 16, func(i int) error { return cluster.RegisterNode(ctx, w.fast, nodeName(i)) }); err != nil {
+		return err
+	}
 
 	// Every claim is provisioned and Bound before any round is measured:
 	// binding 10,000 claims while 100 instances watch them would starve
@@ -196,34 +199,32 @@ func run(ctx context.Context, o options) (err error) {
 			}
 		}
 		fmt.Printf("fleet: %d instances ready on their provisioned claims after %s\n", n, time.Since(start).Round(time.Second))
-		time.Sleep(10 * time.Second)
 		var pids []int
 		for _, p := range procs {
 			pids = append(pids, p.Pid())
 		}
 		x := float64(n)
+		settled, err := procstat.SettledAll(pids, settleInterval, settleTolerance, settleQuiet, settleTries)
+		if err != nil {
+			return err
+		}
 		var rss []float64
-		for _, pid := range pids {
-			r, err := procstat.RSS(pid)
-			if err != nil {
-				return err
-			}
+		for _, r := range settled {
 			rss = append(rss, float64(r)/(1<<20))
 		}
 		if n > 0 {
 			instRSS.add(seriesPlinth, x, rss...)
 		}
+		if err := w.calm(append([]int{w.cp.APIServer}, pids...)); err != nil {
+			return err
+		}
 		var cpus, sent, evs, icpu, arss []float64
 		for r := range o.runs {
-			idleAPI, err := idleRate([]int{w.cp.APIServer}, 10*time.Second)
-			if err != nil {
+			var f churnFigures
+			idleAPI, idleInst, err := w.idleAround(idleWindow, pids, func() (err error) {
+				f, err = w.churn(ctx, max(n, 1), o.changes, pids)
 				return err
-			}
-			idleInst, err := idleRate(pids, 10*time.Second)
-			if err != nil {
-				return err
-			}
-			f, err := w.churn(ctx, max(n, 1), o.changes, idleAPI, idleInst, pids)
+			})
 			if err != nil {
 				return err
 			}
@@ -231,10 +232,11 @@ func run(ctx context.Context, o options) (err error) {
 			if err != nil {
 				return err
 			}
-			cpus, sent, evs = append(cpus, ms(f.apiCPUPerChange)), append(sent, f.bytesPerChange), append(evs, f.eventsPerChange)
-			icpu, arss = append(icpu, ms(f.instCPUPerChange)), append(arss, float64(a)/(1<<20))
-			fmt.Printf("fleet: %3d instances round %d: apiserver %.3f ms CPU/change (idle %.1f%%), RSS %.0f MiB; %.0f B and %.1f events sent per change; instances %.3f ms CPU/change, RSS median %.1f MiB\n",
-				n, r+1, ms(f.apiCPUPerChange), 100*idleAPI, float64(a)/(1<<20), f.bytesPerChange, f.eventsPerChange, ms(f.instCPUPerChange), result.Median(rss))
+			apiPer, instPer := f.perChange(f.apiCPU, idleAPI), f.perChange(f.instCPU, idleInst)
+			cpus, sent, evs = append(cpus, ms(apiPer)), append(sent, f.bytesPerChange), append(evs, f.eventsPerChange)
+			icpu, arss = append(icpu, ms(instPer)), append(arss, float64(a)/(1<<20))
+			fmt.Printf("fleet: %3d instances round %d: apiserver %.3f ms CPU/change (idle %.1f%%), RSS %.0f MiB; %.0f B and %.1f events sent per change; instances %.3f ms CPU/change (idle %.1f%%), RSS median %.1f MiB\n",
+				n, r+1, ms(apiPer), 100*idleAPI, float64(a)/(1<<20), f.bytesPerChange, f.eventsPerChange, ms(instPer), 100*idleInst, result.Median(rss))
 		}
 		apiCPU.add(seriesPlinth, x, cpus...)
 		apiRSS.add(seriesPlinth, x, arss...)
@@ -261,18 +263,18 @@ func run(ctx context.Context, o options) (err error) {
 			}
 			var cpus, sent []float64
 			for r := range o.runs {
-				idleAPI, err := idleRate([]int{w.cp.APIServer}, 10*time.Second)
+				var f churnFigures
+				idleAPI, _, err := w.idleAround(idleWindow, nil, func() (err error) {
+					f, err = w.churn(ctx, n, o.changes, nil)
+					return err
+				})
 				if err != nil {
 					stop()
 					return err
 				}
-				f, err := w.churn(ctx, n, o.changes, idleAPI, 0, nil)
-				if err != nil {
-					stop()
-					return err
-				}
-				cpus, sent = append(cpus, ms(f.apiCPUPerChange)), append(sent, f.bytesPerChange)
-				fmt.Printf("fleet: %3d watchers (%s) round %d: apiserver %.3f ms CPU/change, %.0f B sent per change\n", n, name, r+1, ms(f.apiCPUPerChange), f.bytesPerChange)
+				apiPer := f.perChange(f.apiCPU, idleAPI)
+				cpus, sent = append(cpus, ms(apiPer)), append(sent, f.bytesPerChange)
+				fmt.Printf("fleet: %3d watchers (%s) round %d: apiserver %.3f ms CPU/change (idle %.1f%%), %.0f B sent per change\n", n, name, r+1, ms(apiPer), 100*idleAPI, f.bytesPerChange)
 			}
 			stop()
 			fmt.Printf("fleet: %3d watchers (%s) received %d events for %d changes\n", n, name, received(), o.runs*o.changes)
@@ -282,6 +284,39 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	notes = append(notes, extrapolate(bytes, events, apiCPU, instRSS, o)...)
 	return writeResults(o, notes, apiCPU, apiRSS, bytes, events, instRSS, instCPU)
+}
+
+// How the instances' RSS is read (procstat.Settled): once it has moved by
+// less than 256 KiB in each of 5 consecutive 2 s intervals, or after 2
+// minutes. A fresh instance lists every claim and PV of the cluster; its
+// memory after that is what it holds, once the runtime has collected the
+// lists.
+const (
+	settleInterval  = 2 * time.Second
+	settleTolerance = 256 << 10
+	settleQuiet     = 5
+	settleTries     = 60
+)
+
+// idleWindow is the length of each idle window around a round.
+const idleWindow = 10 * time.Second
+
+// calm waits until pids (kube-apiserver and the instances) use CPU at a
+// steady rate, windows of 5 s within 0.02 cores of each other three
+// times in a row, so that no round starts while the fleet still digests
+// its start; it says so when they do not within 2 minutes, and goes on.
+func (w *world) calm(pids []int) error {
+	start := time.Now()
+	rate, ok, err := procstat.Calm(pids, 5*time.Second, 0.02, 3, 24)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		fmt.Printf("fleet: WARNING: CPU not steady after %s (last %.1f%% of a core); measuring anyway\n", time.Since(start).Round(time.Second), 100*rate)
+		return nil
+	}
+	fmt.Printf("fleet: CPU steady at %.1f%% of a core after %s\n", 100*rate, time.Since(start).Round(time.Second))
+	return nil
 }
 
 // provisionBatch is how many instances provision at once.

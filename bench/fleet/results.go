@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 
 	"source.plinth.dev/bench/result"
 )
@@ -81,8 +82,8 @@ func extrapolate(bytes, events, apiCPU, instRSS series, o options) []string {
 
 func writeResults(o options, notes []string, apiCPU, apiRSS, bytes, events, instRSS, instCPU series) error {
 	setup := []string{
-		fmt.Sprintf("One bare control plane (etcd, kube-apiserver, kube-controller-manager with --kube-api-qps=500; no kubelet, no scheduler) with %d claims of Plinth's class, spread round robin over %d node names, each carrying its node in the scheduler's selected-node annotation and in label %s. Every claim is provisioned and Bound before the first round: instances in batches of %d, each batch stopped once its claims were Bound. At x instances, plinth-node processes for the first x node names run again on what they provisioned (own name, data directory, node identity) and are measured once each answers /readyz; the other nodes' claims stay Bound to PVs no running instance serves.", o.claims, o.maxNodes(), labelSelectedNode, provisionBatch),
-		fmt.Sprintf("A round changes %d claims of running nodes (a merge patch of one annotation, 200/s) and waits until kube-apiserver's apiserver_watch_events_total for claims stops; bytes and events per change are the deltas of its apiserver_watch_events_sizes_sum and _total for claims (every watcher's copy counted); CPU is kube-apiserver's utime+stime over the round (/proc) minus its idle rate measured just before, per change. x = 0 is the control plane's own claim watchers.", o.changes),
+		fmt.Sprintf("One bare control plane (etcd, kube-apiserver, kube-controller-manager with --kube-api-qps=500; no kubelet, no scheduler) with %d claims of Plinth's class, spread round robin over %d node names, each node registered as its kubelet would (a Node object and a CSINode listing Plinth's driver: bench/cluster.RegisterNode), each claim carrying its node in the scheduler's selected-node annotation and in label %s. Every claim is provisioned and Bound before the first round: instances in batches of %d, each batch stopped once its claims were Bound. At x instances, plinth-node processes for the first x node names run again on what they provisioned (own name, data directory, node identity) and are measured once each answers /readyz, the RSS of each has settled and the CPU of kube-apiserver and the instances together is steady (5 s windows within 2%% of a core of each other three times in a row); the other nodes' claims stay Bound to PVs no running instance serves.", o.claims, o.maxNodes(), labelSelectedNode, provisionBatch),
+		fmt.Sprintf("A round changes %d claims of running nodes (a merge patch of one annotation, 200/s) and waits until kube-apiserver's apiserver_watch_events_total for claims stops; bytes and events per change are the deltas of its apiserver_watch_events_sizes_sum and _total for claims (every watcher's copy counted); CPU is kube-apiserver's utime+stime over the round (/proc), and the instances' together, each minus its idle rate (the mean of %s windows just before and just after the round), per change. x = 0 is the control plane's own claim watchers.", o.changes, idleWindow),
 		"'watch all claims' and 'watch own claims by label' are n plain watches from one Go process (no plinth-node running): the first is what n nodes' informers are to the API server today, the second the design change.",
 	}
 	all := append(setup, notes...)
@@ -96,9 +97,11 @@ func writeResults(o options, notes []string, apiCPU, apiRSS, bytes, events, inst
 		{Name: "fleet-apiserver-rss", Title: "kube-apiserver resident memory with the fleet running",
 			X: result.Axis{Label: "provisioner instances"}, Y: result.Axis{Label: "RSS", Unit: "MiB"},
 			Series: apiRSS.list(seriesPlinth), Notes: setup[:1]},
+		// Clipped: the note appended to setup's first must not take the
+		// place of its second, which other results show.
 		{Name: "fleet-instance-rss", Title: "plinth-node resident memory per instance in the fleet",
 			X: result.Axis{Label: "provisioner instances"}, Y: result.Axis{Label: "RSS", Unit: "MiB"},
-			Series: instRSS.list(seriesPlinth), Notes: append(setup[:1], "Runs are the instances (one RSS each, read 10 s after all answered /readyz).")},
+			Series: instRSS.list(seriesPlinth), Notes: append(slices.Clip(setup[:1]), fmt.Sprintf("Runs are the instances: one RSS each (VmRSS), read once it has moved by less than %d KiB in each of %d consecutive %s intervals, all instances at once.", settleTolerance>>10, settleQuiet, settleInterval))},
 		{Name: "fleet-instance-cpu", Title: "CPU of all plinth-node instances together per claim change",
 			X: result.Axis{Label: "provisioner instances"}, Y: result.Axis{Label: "CPU per change", Unit: "ms"},
 			Series: instCPU.list(seriesPlinth), Notes: setup[:2]},

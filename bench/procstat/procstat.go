@@ -7,11 +7,14 @@ package procstat
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat:
@@ -184,4 +187,90 @@ func Settled(pid int, interval time.Duration, tolerance int64, quiet, tries int)
 		}
 	}
 	return prev, nil
+}
+
+// SettledAll is Settled for each of pids at once, so that many processes
+// take as long to settle as the slowest of them; it returns their RSS in
+// the order of pids.
+func SettledAll(pids []int, interval time.Duration, tolerance int64, quiet, tries int) ([]int64, error) {
+	rss := make([]int64, len(pids))
+	var g errgroup.Group
+	for i, pid := range pids {
+		g.Go(func() error {
+			r, err := Settled(pid, interval, tolerance, quiet, tries)
+			if err != nil {
+				return fmt.Errorf("process %d: %w", pid, err)
+			}
+			rss[i] = r
+			return nil
+		})
+	}
+	return rss, g.Wait()
+}
+
+// Calm waits until the CPU rate of pids together (cores: CPU seconds per
+// wall second) has moved by less than tolerance between each of quiet
+// consecutive windows of length window, reading at most tries windows,
+// and returns the last window's rate and whether it calmed down. A rate
+// taken as a baseline before a measurement is only one if the processes
+// are not still busy with what came before (their start, the last
+// round's work).
+func Calm(pids []int, window time.Duration, tolerance float64, quiet, tries int) (float64, bool, error) {
+	prev, calm := math.NaN(), 0
+	for range tries {
+		rate, err := Rate(pids, window)
+		if err != nil {
+			return 0, false, err
+		}
+		if math.Abs(rate-prev) < tolerance {
+			calm++
+		} else {
+			calm = 0
+		}
+		prev = rate
+		if calm >= quiet {
+			return rate, true, nil
+		}
+	}
+	return prev, false, nil
+}
+
+// Rate is the CPU per wall second that pids used together over d.
+func Rate(pids []int, d time.Duration) (float64, error) {
+	r, err := Rates(d, pids)
+	if err != nil {
+		return 0, err
+	}
+	return r[0], nil
+}
+
+// Rates is Rate of each group of pids, over one window of length d for
+// all: 0 for an empty group.
+func Rates(d time.Duration, groups ...[]int) ([]float64, error) {
+	ss := make([][]*Sampler, len(groups))
+	for g, pids := range groups {
+		for _, pid := range pids {
+			s, err := StartSampler(pid)
+			if err != nil {
+				return nil, err
+			}
+			ss[g] = append(ss[g], s)
+		}
+	}
+	time.Sleep(d)
+	rates := make([]float64, len(groups))
+	for g := range groups {
+		var total, wall time.Duration
+		for _, s := range ss[g] {
+			c, w, err := s.Used()
+			if err != nil {
+				return nil, err
+			}
+			total, wall = total+c, w
+		}
+		if wall > 0 {
+			rates[g] = total.Seconds() / wall.Seconds()
+		}
+	}
+	return rates, nil
 }

@@ -43,3 +43,23 @@ func TestSelf(t *testing.T) {
 		t.Errorf("CPU used by a 300ms busy loop = %v, %v; want at least 100ms", cpu, err)
 	}
 }
+
+func TestSettledAndCalm(t *testing.T) {
+	pid := os.Getpid()
+	rss, err := SettledAll([]int{pid, pid}, 20*time.Millisecond, 64<<20, 2, 20)
+	if err != nil || len(rss) != 2 || rss[0] < 1<<20 || rss[1] < 1<<20 {
+		t.Errorf("SettledAll(self twice) = %v, %v; want two RSS of at least 1 MiB", rss, err)
+	}
+	// This test's process is idle while it waits: its rate is steady.
+	rate, ok, err := Calm([]int{pid}, 50*time.Millisecond, 0.2, 2, 20)
+	if err != nil || !ok || rate > 0.5 {
+		t.Errorf("Calm(self) = %.2f, %v, %v; want a steady rate below 0.5 cores", rate, ok, err)
+	}
+	// No two rates differ by less than nothing: never calm.
+	if _, ok, err := Calm([]int{pid}, 10*time.Millisecond, 0, 1, 3); err != nil || ok {
+		t.Errorf("Calm with zero tolerance = %v, %v; want not calm", ok, err)
+	}
+	if _, err := SettledAll([]int{pid, 1 << 30}, 10*time.Millisecond, 1, 1, 1); err == nil {
+		t.Error("SettledAll with a process that does not exist: no error")
+	}
+}
