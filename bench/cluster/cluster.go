@@ -97,15 +97,19 @@ func BuildPlinthNode(ctx context.Context, dir string) (string, error) {
 
 // PlinthNodeArgs are the flags of a plinth-node serving node with its
 // tree under dir, as the controllers' process tests run it: no kubelet,
-// the host's filesystem without quota.
-func PlinthNodeArgs(cp *ControlPlane, node, dir string) []string {
+// the host's filesystem without quota, the node's own identity.
+func PlinthNodeArgs(cp *ControlPlane, node, dir string) ([]string, error) {
+	kubeconfig, err := cp.NodeAgentKubeconfig(node)
+	if err != nil {
+		return nil, err
+	}
 	return []string{
 		"--root=" + filepath.Join(dir, "root"),
 		"--data-dir=" + filepath.Join(dir, "data"),
 		"--node-name=" + node,
-		"--kubeconfig=" + cp.NodeKubeconfig,
+		"--kubeconfig=" + kubeconfig,
 		"--allow-unenforced-capacity",
-	}
+	}, nil
 }
 
 // Process is a program the benchmark started and measures.

@@ -369,7 +369,11 @@ func (w *world) startInstance(bin string, i int) (*cluster.Process, string, erro
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	dir := filepath.Join(w.tmp, nodeName(i))
-	args := append(cluster.PlinthNodeArgs(w.cp, nodeName(i), dir), "--metrics-address="+addr)
+	args, err := cluster.PlinthNodeArgs(w.cp, nodeName(i), dir)
+	if err != nil {
+		return nil, "", err
+	}
+	args = append(args, "--metrics-address="+addr)
 	p, err := cluster.StartProcess(nodeName(i), bin, args, nil, dir+".log")
 	return p, addr, err
 }

@@ -271,8 +271,11 @@ func (w *world) addForeign(ctx context.Context) error {
 }
 
 func (w *world) startPlinth() (*cluster.Process, error) {
-	return cluster.StartProcess("plinth-node", w.plinthBin, cluster.PlinthNodeArgs(w.cp, w.node, filepath.Join(w.tmp, "node")), nil,
-		filepath.Join(w.tmp, "plinth-node.log"))
+	args, err := cluster.PlinthNodeArgs(w.cp, w.node, filepath.Join(w.tmp, "node"))
+	if err != nil {
+		return nil, err
+	}
+	return cluster.StartProcess("plinth-node", w.plinthBin, args, nil, filepath.Join(w.tmp, "plinth-node.log"))
 }
 
 // measure starts both provisioners afresh, waits until they settle and

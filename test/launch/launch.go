@@ -166,6 +166,11 @@ type Cluster struct {
 	// audit log).
 	apiServerArgs []string
 
+	// agentKubeconfigs are the node-agent kubeconfigs written so far, by
+	// node (NodeAgentKubeconfig).
+	agentsMu         sync.Mutex
+	agentKubeconfigs map[string]string
+
 	mu      sync.Mutex
 	procs   []*process
 	failed  chan struct{}

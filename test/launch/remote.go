@@ -52,20 +52,21 @@ func (cp *ControlPlane) RemoteNode(name string, ip net.IP, host string) (*Remote
 		return nil, errors.New("remote node: empty apiserver host")
 	}
 	c := cp.Cluster
-	kubelet, serving, agent := "node-"+name, "node-"+name+"-serving", "node-"+name+"-plinth"
-	ids := []pki.Identity{
+	kubelet, serving := "node-"+name, "node-"+name+"-serving"
+	for _, id := range []pki.Identity{
 		{Name: kubelet, CN: "system:node:" + name, Orgs: []string{"system:nodes"}},
 		{Name: serving, CN: name, Server: true, DNS: []string{name}, IPs: []net.IP{ip}},
-		{Name: agent, CN: "system:plinth-node:" + name, Orgs: []string{plinthNodeGroup}},
-	}
-	for _, id := range ids {
+	} {
 		if _, err := c.pki.Issue(id); err != nil {
 			return nil, fmt.Errorf("remote node %s: %w", name, err)
 		}
 	}
+	agent, err := c.issueNodeAgent(name)
+	if err != nil {
+		return nil, fmt.Errorf("remote node %s: %w", name, err)
+	}
 	server := "https://" + net.JoinHostPort(host, strconv.Itoa(c.apiPort))
 	n := &RemoteNode{Name: name, IP: ip, KubeletCert: c.pki.Get(serving).CertPEM()}
-	var err error
 	if n.KubeletKey, err = c.pki.Get(serving).KeyPEM(); err != nil {
 		return nil, fmt.Errorf("remote node %s: %w", name, err)
 	}

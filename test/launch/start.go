@@ -194,7 +194,7 @@ func (c *Cluster) initPaths(ctx context.Context, node bool) error {
 		{Name: "kubelet", CN: "system:node:" + c.NodeName, Orgs: []string{"system:nodes"}},
 		{Name: "kubelet-serving", CN: c.NodeName, Server: true, DNS: []string{c.NodeName, "localhost"}, IPs: serveIPs},
 		{Name: "apiserver-kubelet-client", CN: "kube-apiserver-kubelet-client", Orgs: []string{"system:masters"}},
-		{Name: "plinth-node", CN: "system:plinth-node:" + c.NodeName, Orgs: []string{plinthNodeGroup}},
+		{Name: "plinth-node", CN: NodeAgentUser(c.NodeName), Orgs: []string{plinthNodeGroup}},
 	})
 	if err != nil {
 		return err

@@ -22,6 +22,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"time"
 )
 
@@ -54,7 +56,9 @@ type PKI struct {
 	// SAKeyPath and SAPubPath sign and verify service account tokens.
 	SAKeyPath string
 	SAPubPath string
-	issued    map[string]*KeyPair
+
+	mu     sync.Mutex // guards issued: identities are issued while tests run
+	issued map[string]*KeyPair
 }
 
 // New creates a CA in dir, issues a certificate for each of ids, and
@@ -85,11 +89,32 @@ func New(dir string, ids []Identity) (*PKI, error) {
 // Issue issues one more certificate after New, for an identity known only
 // later (a VM node joining a running control plane). A name already issued
 // is refused: its files would be overwritten under a running component.
-// Like the rest of PKI, it is not safe for concurrent use.
 func (p *PKI) Issue(id Identity) (*KeyPair, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if _, ok := p.issued[id.Name]; ok {
 		return nil, fmt.Errorf("issuing %s certificate: a certificate of that name exists", id.Name)
 	}
+	return p.issueLocked(id)
+}
+
+// Ensure is Issue for an identity that may have been issued already, by
+// this caller or another: it returns the certificate of that name if
+// there is one (issued for the same CN and groups, or it is an error),
+// and issues it otherwise.
+func (p *PKI) Ensure(id Identity) (*KeyPair, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if kp, ok := p.issued[id.Name]; ok {
+		if kp.Cert.Subject.CommonName != id.CN || !slices.Equal(kp.Cert.Subject.Organization, id.Orgs) {
+			return nil, fmt.Errorf("certificate %s exists for %s %v, not %s %v", id.Name, kp.Cert.Subject.CommonName, kp.Cert.Subject.Organization, id.CN, id.Orgs)
+		}
+		return kp, nil
+	}
+	return p.issueLocked(id)
+}
+
+func (p *PKI) issueLocked(id Identity) (*KeyPair, error) {
 	kp, err := p.issue(id)
 	if err != nil {
 		return nil, err
@@ -102,6 +127,8 @@ func (p *PKI) Issue(id Identity) (*KeyPair, error) {
 // names are fixed in the caller's code, so an unknown one is a programming
 // error: Get panics.
 func (p *PKI) Get(name string) *KeyPair {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	kp, ok := p.issued[name]
 	if !ok {
 		panic("pki: no certificate named " + name)

@@ -67,3 +67,38 @@ func TestPKI(t *testing.T) {
 		}
 	}
 }
+
+// Ensure issues an identity once, whoever asks and however often, and
+// refuses a second identity under the same name.
+func TestEnsure(t *testing.T) {
+	p, err := pki.New(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := pki.Identity{Name: "agent-a", CN: "system:plinth-node:a", Orgs: []string{"plinth:nodes"}}
+	got := make(chan *pki.KeyPair, 8)
+	for range 8 {
+		go func() {
+			kp, err := p.Ensure(id)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- kp
+		}()
+	}
+	first := <-got
+	for range 7 {
+		if kp := <-got; kp != first {
+			t.Error("Ensure of one identity from parallel callers issued more than one certificate")
+		}
+	}
+	if first == nil || first.Cert.Subject.CommonName != id.CN {
+		t.Fatalf("Ensure issued %v, want CN %s", first, id.CN)
+	}
+	if _, err := p.Ensure(pki.Identity{Name: "agent-a", CN: "system:plinth-node:b", Orgs: id.Orgs}); err == nil {
+		t.Error("Ensure of another CN under an issued name: no error")
+	}
+	if _, err := p.Issue(id); err == nil {
+		t.Error("Issue of a name Ensure issued: no error")
+	}
+}

@@ -127,9 +127,10 @@ func ControlPlane(t testing.TB) *launch.ControlPlane {
 	return controlPlane.cp
 }
 
-// NodeClient is a client of the control plane with the restricted
-// identity plinth-node processes run with (NodeProcess), for tests that
-// check what that identity may do.
+// NodeClient is a client of the control plane with a node agent's
+// restricted rights (the control plane's own node's identity, in the group
+// NodeProcess's per-node identities are in too), for tests that check what
+// a node may do.
 func NodeClient(t testing.TB) kubernetes.Interface {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", ControlPlane(t).NodeKubeconfig)

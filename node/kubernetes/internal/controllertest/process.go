@@ -148,7 +148,7 @@ func (p *NodeProcess) LogTail() string {
 
 // NodeProcess returns a plinth-node process (not started) serving the
 // env's node and data directory, with the restricted identity a node
-// really runs with, and args added. Unenforced capacity is allowed where
+// really runs with (its own, system:plinth-node:<node>), and args added. Unenforced capacity is allowed where
 // the env's data directory has no quotas (the host); where it has (the
 // kernel-test VM) the node must find them itself.
 func (e *Env) NodeProcess(t *testing.T, args ...string) *NodeProcess {
@@ -157,11 +157,15 @@ func (e *Env) NodeProcess(t *testing.T, args ...string) *NodeProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
+	kubeconfig, err := ControlPlane(t).NodeAgentKubeconfig(e.Node)
+	if err != nil {
+		t.Fatal(err)
+	}
 	base := []string{
 		"--root=" + filepath.Join(t.TempDir(), "node"),
 		"--data-dir=" + e.Dir,
 		"--node-name=" + e.Node,
-		"--kubeconfig=" + ControlPlane(t).NodeKubeconfig,
+		"--kubeconfig=" + kubeconfig,
 	}
 	if !e.Vols.CapacityEnforced() {
 		base = append(base, "--allow-unenforced-capacity")
@@ -185,21 +189,20 @@ func EveryOtherStart(qps, burst int) func() []string {
 	}
 }
 
-// NodeCalls returns the API calls the plinth-node processes of node made
-// (with the node identity, as NodeProcess runs them), from the control
-// plane's audit log, oldest first. A process names its node in its user
-// agent, which is how the calls of two nodes sharing the identity are
-// told apart.
+// NodeCalls returns the API calls the plinth-node processes of node made,
+// from the control plane's audit log, oldest first: the calls the API
+// server authenticated as that node's own identity (NodeProcess runs each
+// node with one), which no other node's process can make.
 func NodeCalls(t testing.TB, node string) []launch.AuditEvent {
 	t.Helper()
 	events, err := ControlPlane(t).AuditEvents()
 	if err != nil {
 		t.Fatal(err)
 	}
-	prefix := "plinth-node/" + node + " "
+	user := launch.NodeAgentUser(node)
 	var calls []launch.AuditEvent
 	for _, e := range events {
-		if strings.HasPrefix(e.UserAgent, prefix) {
+		if e.User.Username == user {
 			calls = append(calls, e)
 		}
 	}

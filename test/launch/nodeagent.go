@@ -1,0 +1,56 @@
+package launch
+
+import (
+	"fmt"
+
+	"source.plinth.dev/pkg/dnsname"
+	"source.plinth.dev/test/launch/pki"
+)
+
+// NodeAgentUser is the user name of plinth-node's identity on node, as the
+// API server authenticates it (and its audit log records it).
+func NodeAgentUser(node string) string { return "system:plinth-node:" + node }
+
+// nodeAgentCert is the name of the certificate of plinth-node on node.
+func nodeAgentCert(node string) string { return "node-" + node + "-plinth" }
+
+// issueNodeAgent issues the node-agent identity of node (CN
+// system:plinth-node:<node>, in the node agents' group) unless it exists,
+// and returns its certificate's name.
+func (c *Cluster) issueNodeAgent(node string) (string, error) {
+	if err := dnsname.CheckLabel(node); err != nil {
+		return "", fmt.Errorf("node agent identity: %w", err)
+	}
+	name := nodeAgentCert(node)
+	if _, err := c.pki.Ensure(pki.Identity{Name: name, CN: NodeAgentUser(node), Orgs: []string{plinthNodeGroup}}); err != nil {
+		return "", fmt.Errorf("node agent identity of %s: %w", node, err)
+	}
+	return name, nil
+}
+
+// NodeAgentKubeconfig is the kubeconfig file of plinth-node serving node:
+// that node's own identity (system:plinth-node:<node>), so that the API
+// server authenticates, audits and admits each node's requests as that
+// node's, as a real cluster's would, where NodeKubeconfig is one identity
+// for every node of a test. The file is written once; later calls for the
+// same node return it, so a process reading it never sees it rewritten.
+func (c *Cluster) NodeAgentKubeconfig(node string) (string, error) {
+	c.agentsMu.Lock()
+	defer c.agentsMu.Unlock()
+	if path, ok := c.agentKubeconfigs[node]; ok {
+		return path, nil
+	}
+	name, err := c.issueNodeAgent(node)
+	if err != nil {
+		return "", err
+	}
+	path := c.kubeconfigPath(name)
+	if err := c.writeKubeconfig(path, name); err != nil {
+		return "", err
+	}
+	if c.agentKubeconfigs == nil {
+		c.agentKubeconfigs = map[string]string{}
+	}
+	c.agentKubeconfigs[node] = path
+	return path, nil
+}
