@@ -204,7 +204,7 @@ func run(ctx context.Context, o options) (err error) {
 			pids = append(pids, p.Pid())
 		}
 		x := float64(n)
-		settled, err := procstat.SettledAll(pids, settleInterval, settleTolerance, settleQuiet, settleTries)
+		settled, err := procstat.SettledAll(pids, procstat.SettleInterval, procstat.SettleTolerance, procstat.SettleQuiet, procstat.SettleTries)
 		if err != nil {
 			return err
 		}
@@ -285,18 +285,6 @@ func run(ctx context.Context, o options) (err error) {
 	notes = append(notes, extrapolate(bytes, events, apiCPU, instRSS, o)...)
 	return writeResults(o, notes, apiCPU, apiRSS, bytes, events, instRSS, instCPU)
 }
-
-// How the instances' RSS is read (procstat.Settled): once it has moved by
-// less than 256 KiB in each of 5 consecutive 2 s intervals, or after 2
-// minutes. A fresh instance lists every claim and PV of the cluster; its
-// memory after that is what it holds, once the runtime has collected the
-// lists.
-const (
-	settleInterval  = 2 * time.Second
-	settleTolerance = 256 << 10
-	settleQuiet     = 5
-	settleTries     = 60
-)
 
 // idleWindow is the length of each idle window around a round.
 const idleWindow = 10 * time.Second

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"source.plinth.dev/bench/procstat"
 	"source.plinth.dev/bench/result"
 )
 
@@ -43,7 +44,7 @@ func extrapolate(bytes, events, apiCPU, instRSS series, o options) []string {
 	}
 	if c0, per, ok := slope(apiCPU[seriesPlinth]); ok && per <= 0 {
 		notes = append(notes, fmt.Sprintf(
-			"kube-apiserver CPU per claim change cannot be extrapolated from this run: its median falls by %.4f ms per plinth-node, so the idle rate taken before each round (the instances load the same cores as the API server) varies more than the changes add.",
+			"kube-apiserver CPU per claim change cannot be extrapolated from this run: its median falls by %.4f ms per plinth-node, so the idle rate taken around each round (the instances load the same cores as the API server) varies more than the changes add.",
 			-per))
 	} else if ok {
 		at := c0 + per*extrapolationNodes
@@ -101,7 +102,7 @@ func writeResults(o options, notes []string, apiCPU, apiRSS, bytes, events, inst
 		// place of its second, which other results show.
 		{Name: "fleet-instance-rss", Title: "plinth-node resident memory per instance in the fleet",
 			X: result.Axis{Label: "provisioner instances"}, Y: result.Axis{Label: "RSS", Unit: "MiB"},
-			Series: instRSS.list(seriesPlinth), Notes: append(slices.Clip(setup[:1]), fmt.Sprintf("Runs are the instances: one RSS each (VmRSS), read once it has moved by less than %d KiB in each of %d consecutive %s intervals, all instances at once.", settleTolerance>>10, settleQuiet, settleInterval))},
+			Series: instRSS.list(seriesPlinth), Notes: append(slices.Clip(setup[:1]), "Runs are the instances: one RSS each, read once "+procstat.SettleRule()+", all instances at once.")},
 		{Name: "fleet-instance-cpu", Title: "CPU of all plinth-node instances together per claim change",
 			X: result.Axis{Label: "provisioner instances"}, Y: result.Axis{Label: "CPU per change", Unit: "ms"},
 			Series: instCPU.list(seriesPlinth), Notes: setup[:2]},

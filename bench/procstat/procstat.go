@@ -189,6 +189,24 @@ func Settled(pid int, interval time.Duration, tolerance int64, quiet, tries int)
 	return prev, nil
 }
 
+// The settling rule the benchmarks read resident memory by (Settled's
+// arguments): less than 256 KiB of movement in each of 5 consecutive 2 s
+// intervals, or 2 minutes at most. A fresh Go process lists what it
+// watches; its memory after that is what it holds once the runtime has
+// collected the lists. SettleRule says it in words for the results.
+const (
+	SettleInterval  = 2 * time.Second
+	SettleTolerance = 256 << 10
+	SettleQuiet     = 5
+	SettleTries     = 60
+)
+
+// SettleRule describes the settling rule, for a result's notes.
+func SettleRule() string {
+	return fmt.Sprintf("its RSS (VmRSS of /proc/PID/status) moved by less than %d KiB in each of %d consecutive %s intervals",
+		SettleTolerance>>10, SettleQuiet, SettleInterval)
+}
+
 // SettledAll is Settled for each of pids at once, so that many processes
 // take as long to settle as the slowest of them; it returns their RSS in
 // the order of pids.

@@ -148,9 +148,10 @@ func (p *NodeProcess) LogTail() string {
 
 // NodeProcess returns a plinth-node process (not started) serving the
 // env's node and data directory, with the restricted identity a node
-// really runs with (its own, system:plinth-node:<node>), and args added. Unenforced capacity is allowed where
-// the env's data directory has no quotas (the host); where it has (the
-// kernel-test VM) the node must find them itself.
+// really runs with (its own, system:plinth-node:<node>), and args added.
+// Unenforced capacity is allowed where the env's data directory has no
+// quotas (the host); where it has (the kernel-test VM) the node must find
+// them itself.
 func (e *Env) NodeProcess(t *testing.T, args ...string) *NodeProcess {
 	t.Helper()
 	bin, err := PlinthNodeBinary()
