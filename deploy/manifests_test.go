@@ -13,12 +13,14 @@ import (
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
 
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/names"
@@ -28,7 +30,7 @@ import (
 func objects(t *testing.T) []runtime.Object {
 	t.Helper()
 	var objs []runtime.Object
-	for _, f := range []string{"namespace.yaml", "rbac.yaml", "storage.yaml", "daemonset.yaml"} {
+	for _, f := range []string{"namespace.yaml", "rbac.yaml", "admission.yaml", "storage.yaml", "daemonset.yaml"} {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -56,16 +58,18 @@ func objects(t *testing.T) []runtime.Object {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(kust), ".yaml"); n != 4 {
-		t.Fatalf("kustomization.yaml lists %d files, the test reads 4", n)
+	if n := strings.Count(string(kust), ".yaml"); n != 5 {
+		t.Fatalf("kustomization.yaml lists %d files, the test reads 5", n)
 	}
 	return objs
 }
 
 // TestManifestsMatchTheCode: the ClusterRole has exactly the rules the code
 // uses (clusterobjects.ClusterRole, audited against a real node), the
-// binding reaches the DaemonSet's service account, and the CSIDriver and
-// default StorageClass are the ones every node checks for at start.
+// binding reaches the DaemonSet's service account, the admission policies
+// and their bindings are the code's (and the policies match that service
+// account), and the CSIDriver and default StorageClass are the ones every
+// node checks for at start.
 func TestManifestsMatchTheCode(t *testing.T) {
 	var (
 		role    *rbacv1.ClusterRole
@@ -73,6 +77,9 @@ func TestManifestsMatchTheCode(t *testing.T) {
 		driver  *storagev1.CSIDriver
 		classes = map[string]*storagev1.StorageClass{}
 		ds      *appsv1.DaemonSet
+
+		policies       []*admissionv1.ValidatingAdmissionPolicy
+		policyBindings []*admissionv1.ValidatingAdmissionPolicyBinding
 	)
 	for _, o := range objects(t) {
 		switch o := o.(type) {
@@ -86,6 +93,25 @@ func TestManifestsMatchTheCode(t *testing.T) {
 			classes[o.Name] = o
 		case *appsv1.DaemonSet:
 			ds = o
+		case *admissionv1.ValidatingAdmissionPolicy:
+			policies = append(policies, o)
+		case *admissionv1.ValidatingAdmissionPolicyBinding:
+			policyBindings = append(policyBindings, o)
+		}
+	}
+	// admission.yaml: each policy, then each binding, in the code's order.
+	wantPolicies, wantBindings := clusterobjects.AdmissionPolicies(), clusterobjects.AdmissionPolicyBindings()
+	if len(policies) != len(wantPolicies) || len(policyBindings) != len(wantBindings) {
+		t.Errorf("admission.yaml has %d policies and %d bindings, the code %d and %d", len(policies), len(policyBindings), len(wantPolicies), len(wantBindings))
+	}
+	for i, want := range wantPolicies {
+		if i >= len(policies) || policies[i].Name != want.Name || !reflect.DeepEqual(policies[i].Spec, want.Spec) {
+			t.Errorf("admission.yaml's ValidatingAdmissionPolicy %d differs from the code's; the code's is\n%s", i, manifest(t, want))
+		}
+	}
+	for i, want := range wantBindings {
+		if i >= len(policyBindings) || policyBindings[i].Name != want.Name || !reflect.DeepEqual(policyBindings[i].Spec, want.Spec) {
+			t.Errorf("admission.yaml's ValidatingAdmissionPolicyBinding %d differs from the code's; the code's is\n%s", i, manifest(t, want))
 		}
 	}
 	if role == nil || binding == nil || driver == nil || ds == nil {
@@ -100,6 +126,9 @@ func TestManifestsMatchTheCode(t *testing.T) {
 		t.Errorf("ClusterRoleBinding %s refers to %+v, want %s referring to %+v", binding.Name, binding.RoleRef, wantBinding.Name, wantBinding.RoleRef)
 	}
 	sa := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: ds.Spec.Template.Spec.ServiceAccountName, Namespace: ds.Namespace}
+	if sa.Namespace != clusterobjects.DaemonSetNamespace || sa.Name != clusterobjects.DaemonSetServiceAccount {
+		t.Errorf("the DaemonSet runs as %s/%s; the admission policy knows the node agent as %s", sa.Namespace, sa.Name, clusterobjects.DaemonSetUser())
+	}
 	subjects := append([]rbacv1.Subject{}, wantBinding.Subjects...)
 	if !reflect.DeepEqual(binding.Subjects, append(subjects, sa)) {
 		t.Errorf("binding subjects %+v, want the node agents' group and the DaemonSet's service account %+v", binding.Subjects, sa)
@@ -120,6 +149,21 @@ func TestManifestsMatchTheCode(t *testing.T) {
 			t.Errorf("StorageClass %s has provisioner %s", name, c.Provisioner)
 		}
 	}
+}
+
+// manifest is obj as a document of admission.yaml.
+func manifest(t *testing.T, obj runtime.Object) string {
+	t.Helper()
+	gvks, _, err := scheme.Scheme.ObjectKinds(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj.GetObjectKind().SetGroupVersionKind(gvks[0])
+	b, err := yaml.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Replace(string(b), "status: {}\n", "", 1)
 }
 
 // TestDaemonSetPaths: CSI target paths come from the kubelet as host

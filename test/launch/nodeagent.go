@@ -3,13 +3,10 @@ package launch
 import (
 	"fmt"
 
+	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/pkg/dnsname"
 	"source.plinth.dev/test/launch/pki"
 )
-
-// NodeAgentUser is the user name of plinth-node's identity on node, as the
-// API server authenticates it (and its audit log records it).
-func NodeAgentUser(node string) string { return "system:plinth-node:" + node }
 
 // nodeAgentCert is the name of the certificate of plinth-node on node.
 func nodeAgentCert(node string) string { return "node-" + node + "-plinth" }
@@ -22,7 +19,7 @@ func (c *Cluster) issueNodeAgent(node string) (string, error) {
 		return "", fmt.Errorf("node agent identity: %w", err)
 	}
 	name := nodeAgentCert(node)
-	if _, err := c.pki.Ensure(pki.Identity{Name: name, CN: NodeAgentUser(node), Orgs: []string{plinthNodeGroup}}); err != nil {
+	if _, err := c.pki.Ensure(pki.Identity{Name: name, CN: clusterobjects.NodeAgentUser(node), Orgs: []string{plinthNodeGroup}}); err != nil {
 		return "", fmt.Errorf("node agent identity of %s: %w", node, err)
 	}
 	return name, nil

@@ -2,11 +2,20 @@ package launch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 )
@@ -15,9 +24,9 @@ import (
 // the group the node agent's ClusterRoleBinding names.
 const plinthNodeGroup = clusterobjects.NodeAgentGroup
 
-// applyRBAC creates plinth-node's ClusterRole and binding, exactly as the
-// node packages define them, so plinth-node runs with the restricted
-// identity a real node has. (It does not run as system:node:<name>:
+// applyRBAC creates plinth-node's ClusterRole and binding and its admission
+// policies and their bindings, exactly as the node packages define them, so
+// plinth-node runs with the restricted identity a real node has. (It does not run as system:node:<name>:
 // NodeRestriction would rightly stop a kubelet identity from creating
 // PersistentVolumes.) Objects that exist already are left alone.
 func (c *Cluster) applyRBAC(ctx context.Context) error {
@@ -29,7 +38,18 @@ func (c *Cluster) applyRBAC(ctx context.Context) error {
 	if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating ClusterRoleBinding %s: %w", binding.Name, err)
 	}
-	return nil
+	admission := c.Client.AdmissionregistrationV1()
+	for _, policy := range clusterobjects.AdmissionPolicies() {
+		if _, err := admission.ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating ValidatingAdmissionPolicy %s: %w", policy.Name, err)
+		}
+	}
+	for _, binding := range clusterobjects.AdmissionPolicyBindings() {
+		if _, err := admission.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating ValidatingAdmissionPolicyBinding %s: %w", binding.Name, err)
+		}
+	}
+	return c.waitPolicyInForce(ctx)
 }
 
 // applyStorageObjects creates the CSIDriver and the default StorageClass.
@@ -69,4 +89,78 @@ func PlinthNodeArgs(p Paths) []string {
 		args = append(args, "--allow-unenforced-capacity")
 	}
 	return args
+}
+
+// waitPolicyInForce waits until the API server applies the admission
+// policies to node agents, which it does once its informer has compiled
+// them: until then a node's first writes would pass unchecked. Each probe
+// is the control plane's node agent asking, as a dry run, for something
+// of no node's, and each is refused by one policy: a capacity object, a
+// PV, and the change of a claim placed on no node.
+func (c *Cluster) waitPolicyInForce(ctx context.Context) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.NodeKubeconfig)
+	if err != nil {
+		return fmt.Errorf("reading the node kubeconfig: %w", err)
+	}
+	node, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("building the node client: %w", err)
+	}
+	dry := []string{metav1.DryRunAll}
+	ns := metav1.NamespaceDefault
+	claim := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "plinth-policy-probe", Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
+			// No class: nothing provisions it.
+			StorageClassName: new(""),
+		},
+	}
+	if _, err := c.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating the probe claim: %w", err)
+	}
+	defer func() {
+		_ = c.Client.CoreV1().PersistentVolumeClaims(ns).Delete(context.WithoutCancel(ctx), claim.Name, metav1.DeleteOptions{})
+	}()
+	probes := map[string]func(context.Context) error{
+		clusterobjects.CapacityPolicyName: func(ctx context.Context) error {
+			_, err := node.StorageV1().CSIStorageCapacities(ns).Create(ctx, &storagev1.CSIStorageCapacity{
+				ObjectMeta: metav1.ObjectMeta{Name: "plinth-policy-probe"}, StorageClassName: "plinth-policy-probe",
+			}, metav1.CreateOptions{DryRun: dry})
+			return err
+		},
+		clusterobjects.VolumesPolicyName: func(ctx context.Context) error {
+			_, err := node.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
+				ObjectMeta: metav1.ObjectMeta{Name: "plinth-policy-probe"},
+				Spec: corev1.PersistentVolumeSpec{
+					Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")},
+					AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: "probe.invalid", VolumeHandle: "probe"}},
+				},
+			}, metav1.CreateOptions{DryRun: dry})
+			return err
+		},
+		clusterobjects.ClaimsPolicyName: func(ctx context.Context) error {
+			_, err := node.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, claim.Name, types.MergePatchType,
+				[]byte(`{"metadata":{"labels":{"plinth-policy-probe":"x"}}}`), metav1.PatchOptions{DryRun: dry})
+			return err
+		},
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for name, probe := range probes {
+		refusal := "ValidatingAdmissionPolicy '" + name + "'"
+		err := c.waitFor(ctx, "admission policy "+name+" in force", 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+			err := probe(ctx)
+			if err == nil {
+				return false, errors.New("a node agent's write of no node's object was admitted")
+			}
+			return apierrors.IsForbidden(err) && strings.Contains(err.Error(), refusal), err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/test/images"
 	"source.plinth.dev/test/launch/host"
 	"source.plinth.dev/test/launch/pki"
@@ -194,7 +195,7 @@ func (c *Cluster) initPaths(ctx context.Context, node bool) error {
 		{Name: "kubelet", CN: "system:node:" + c.NodeName, Orgs: []string{"system:nodes"}},
 		{Name: "kubelet-serving", CN: c.NodeName, Server: true, DNS: []string{c.NodeName, "localhost"}, IPs: serveIPs},
 		{Name: "apiserver-kubelet-client", CN: "kube-apiserver-kubelet-client", Orgs: []string{"system:masters"}},
-		{Name: "plinth-node", CN: NodeAgentUser(c.NodeName), Orgs: []string{plinthNodeGroup}},
+		{Name: "plinth-node", CN: clusterobjects.NodeAgentUser(c.NodeName), Orgs: []string{plinthNodeGroup}},
 	})
 	if err != nil {
 		return err

@@ -1,6 +1,6 @@
 // Package clusterobjects makes sure the cluster-wide objects Plinth storage
-// needs exist: the CSIDriver, the default StorageClass and the RBAC rules of
-// the node agent.
+// needs exist: the CSIDriver, the default StorageClass, and the RBAC rules
+// and admission policies of the node agent.
 //
 // Every node runs Ensure at start, so the objects appear with the first node
 // and come back if deleted, without an installer or a manifest to apply by
@@ -8,7 +8,8 @@
 // each: it only reads when everything is in place, treats "already exists"
 // as success, and never overwrites what an administrator may deliberately
 // have changed (the default-class annotation, for example). Only the RBAC
-// rules, which are Plinth's own and must match its code, are put back.
+// rules and the admission policies, which are Plinth's own and must match
+// their code, are put back.
 package clusterobjects
 
 import (
@@ -104,8 +105,10 @@ func StorageClass() *storagev1.StorageClass {
 //     Nodes, list and delete PVs of removed nodes (noderemoval);
 //   - capacity: watch, create, update and delete the CSIStorageCapacity
 //     objects of its node (the Node read above gives their owner);
-//   - Ensure: read the CSIDriver, StorageClass and its own ClusterRole and
-//     binding, so a node finds them in place without write access. Create
+//   - Ensure: read the CSIDriver, StorageClass, its own ClusterRole and
+//     binding, and its admission policies and their bindings
+//     (AdmissionPolicies, which narrow the writes above to the node's own
+//     objects), so a node finds them in place without write access. Create
 //     is deliberately missing: it cannot be limited to names, and a node
 //     that may create StorageClasses may create any. Whoever issues the
 //     node's credentials installs these objects (test/launch does); a node
@@ -129,6 +132,8 @@ func ClusterRole() *rbacv1.ClusterRole {
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csistoragecapacities"}, Verbs: []string{"list", "watch", "create", "update", "delete"}},
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"},
 				ResourceNames: []string{ClusterRoleName}, Verbs: []string{"get"}},
+			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"},
+				ResourceNames: AdmissionPolicyNames(), Verbs: []string{"get"}},
 		},
 	}
 }
@@ -158,6 +163,7 @@ func Ensure(ctx context.Context, client kubernetes.Interface, log logtree.Levele
 		{"CSIDriver " + names.DriverName, ensureCSIDriver},
 		{"StorageClass " + names.StorageClassName, ensureStorageClass},
 		{"RBAC " + ClusterRoleName, ensureRBAC},
+		{"ValidatingAdmissionPolicies", ensureAdmissionPolicies},
 	} {
 		err := step.ensure(ctx, client, log)
 		switch {

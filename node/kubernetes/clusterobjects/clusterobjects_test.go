@@ -2,6 +2,7 @@ package clusterobjects_test
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"sync"
 	"testing"
@@ -49,7 +50,21 @@ func versions(t *testing.T, c kubernetes.Interface) []string {
 			t.Fatalf("reading ensured objects: %v", err)
 		}
 	}
-	return []string{d.ResourceVersion, sc.ResourceVersion, r.ResourceVersion, b.ResourceVersion}
+	v := []string{d.ResourceVersion, sc.ResourceVersion, r.ResourceVersion, b.ResourceVersion}
+	for _, name := range clusterobjects.AdmissionPolicyNames() {
+		p, err := c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("reading ensured objects: %v", err)
+		}
+		pb, err := c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("reading ensured objects: %v", err)
+		}
+		// The policy's generation, not its version: the API server writes
+		// the policy's status (its type check) by itself after a change.
+		v = append(v, fmt.Sprint("generation ", p.Generation), pb.ResourceVersion)
+	}
+	return v
 }
 
 func TestEnsure(t *testing.T) {
@@ -94,11 +109,18 @@ func TestEnsure(t *testing.T) {
 		t.Errorf("second Ensure changed objects: resource versions %v -> %v", before, after)
 	}
 
-	// Drift: rules are put back; a deleted class comes back; an
-	// administrator's choice (not the default class any more) is kept.
+	// Drift: rules and the admission policy are put back; a deleted class
+	// comes back; an administrator's choice (not the default class any
+	// more) is kept.
 	role, _ := c.RbacV1().ClusterRoles().Get(ctx, clusterobjects.ClusterRoleName, metav1.GetOptions{})
 	role.Rules = []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}}
 	if _, err := c.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	policies := c.AdmissionregistrationV1().ValidatingAdmissionPolicies()
+	policy, _ := policies.Get(ctx, clusterobjects.ClaimsPolicyName, metav1.GetOptions{})
+	policy.Spec.Validations = policy.Spec.Validations[:1]
+	if _, err := policies.Update(ctx, policy, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.StorageV1().StorageClasses().Delete(ctx, names.StorageClassName, metav1.DeleteOptions{}); err != nil {
@@ -110,6 +132,10 @@ func TestEnsure(t *testing.T) {
 	role, _ = c.RbacV1().ClusterRoles().Get(ctx, clusterobjects.ClusterRoleName, metav1.GetOptions{})
 	if !reflect.DeepEqual(role.Rules, clusterobjects.ClusterRole().Rules) {
 		t.Errorf("rules not restored: %+v", role.Rules)
+	}
+	policy, _ = policies.Get(ctx, clusterobjects.ClaimsPolicyName, metav1.GetOptions{})
+	if !reflect.DeepEqual(policy.Spec, clusterobjects.AdmissionPolicies()[0].Spec) {
+		t.Errorf("admission policy not restored: %d validations", len(policy.Spec.Validations))
 	}
 	sc, err = c.StorageV1().StorageClasses().Get(ctx, names.StorageClassName, metav1.GetOptions{})
 	if err != nil {

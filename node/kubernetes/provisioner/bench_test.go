@@ -312,7 +312,10 @@ func BenchmarkForeignClaimsRSS(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		kubeconfig := controllertest.ControlPlane(b).NodeKubeconfig
+		kubeconfig, err := controllertest.ControlPlane(b).NodeAgentKubeconfig(e.Node)
+		if err != nil {
+			b.Fatal(err)
+		}
 		node := &controllertest.NodeProcess{Bin: bin, Log: filepath.Join(b.TempDir(), "plinth-node.log"), Args: []string{
 			"--root=" + filepath.Join(b.TempDir(), "node"),
 			"--data-dir=" + e.Dir,

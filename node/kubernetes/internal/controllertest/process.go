@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/test/launch"
 )
 
@@ -200,7 +201,7 @@ func NodeCalls(t testing.TB, node string) []launch.AuditEvent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	user := launch.NodeAgentUser(node)
+	user := clusterobjects.NodeAgentUser(node)
 	var calls []launch.AuditEvent
 	for _, e := range events {
 		if e.User.Username == user {

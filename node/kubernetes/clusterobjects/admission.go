@@ -1,0 +1,262 @@
+package clusterobjects
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/pkg/logtree"
+)
+
+// The admission policies (and their bindings) that keep each node agent to
+// its own node's objects: one per resource, so that the API server type
+// checks each policy's expressions against that resource's schema.
+const (
+	ClaimsPolicyName   = "plinth-node-claims"
+	VolumesPolicyName  = "plinth-node-volumes"
+	CapacityPolicyName = "plinth-node-capacity"
+)
+
+const (
+	// NodeAgentUserPrefix starts the user name of a node agent's client
+	// certificate; the node's name follows (NodeAgentUser). The admission
+	// policies read the node from it.
+	NodeAgentUserPrefix = "system:plinth-node:"
+
+	// DaemonSetNamespace and DaemonSetServiceAccount are the service
+	// account plinth-node runs as when deployed as a DaemonSet (deploy/).
+	// Its tokens are bound to the pod, and the API server adds the pod's
+	// node to the user it authenticates (extra key nodeNameExtra), which
+	// is where the admission policies read the node from.
+	DaemonSetNamespace      = "plinth-system"
+	DaemonSetServiceAccount = "plinth-node"
+
+	nodeNameExtra = "authentication.kubernetes.io/node-name"
+)
+
+// NodeAgentUser is the user name of the node agent of node, as its client
+// certificate's common name carries it.
+func NodeAgentUser(node string) string { return NodeAgentUserPrefix + node }
+
+// DaemonSetUser is the user name the API server gives the DaemonSet's
+// service account.
+func DaemonSetUser() string {
+	return "system:serviceaccount:" + DaemonSetNamespace + ":" + DaemonSetServiceAccount
+}
+
+// AdmissionPolicyNames names the policies of AdmissionPolicies, and their
+// bindings, which have the same names.
+func AdmissionPolicyNames() []string {
+	return []string{ClaimsPolicyName, VolumesPolicyName, CapacityPolicyName}
+}
+
+// AdmissionPolicies narrow what RBAC grants a node agent to its own node.
+// RBAC cannot: it knows resources and names, not which node an object
+// belongs to, and every node agent needs to write claims, PVs and
+// capacity objects. Without the policies, one compromised node could bind
+// any claim in the cluster, move a claim's placement to itself, or delete
+// another node's volumes. With them, a node agent may:
+//   - claims (ClaimsPolicyName): change (spec or status) only a claim
+//     placed on its node (the selected-node annotation names it) and keep
+//     it there; bind one only to the PV provisioned for it (pvc-<claim
+//     UID>); and take an unplaced claim of an Immediate class by adding
+//     the selected-node annotation naming itself and changing nothing else
+//     (provisioner placement);
+//   - PVs (VolumesPolicyName): create one labelled as its node's
+//     (ownership.LabelNode) and named for the claim it refers to; change
+//     only its node's, keeping the label; delete its node's, or any PV
+//     that is Released with reclaim policy Delete (what node removal
+//     deletes for a node that is gone);
+//   - CSIStorageCapacity (CapacityPolicyName): create, update and delete
+//     only objects labelled as its node's, owned by its Node.
+//
+// The node is the user name after NodeAgentUserPrefix (a client
+// certificate), or the node the service account token of a DaemonSet pod
+// is bound to. A node agent whose identity names no node writes none of
+// these. Nodes whose names are longer than a label value (63 characters)
+// carry a hashed label (ownership.NodeLabelValue) that a policy cannot
+// compute; for them the label is only checked to be a hashed one.
+//
+// What remains open: a PV is created with a claimRef, and a pending claim
+// that a PV names is bound to it by the PV controller; the policy checks
+// that the PV is its node's, but cannot read the claim it names.
+func AdmissionPolicies() []*admissionv1.ValidatingAdmissionPolicy {
+	volumeID := ownership.VolumeIDFor("")
+	write := []admissionv1.OperationType{admissionv1.Create, admissionv1.Update, admissionv1.Delete}
+	selected := func(obj string) string {
+		return fmt.Sprintf("%s.metadata.?annotations[?'%s'].orValue('')", obj, ownership.AnnSelectedNode)
+	}
+	annotations := func(obj string) string { return obj + ".metadata.?annotations.orValue({})" }
+	return []*admissionv1.ValidatingAdmissionPolicy{
+		policy(ClaimsPolicyName, admissionv1.Rule{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims", "persistentvolumeclaims/status"}},
+			[]admissionv1.OperationType{admissionv1.Update},
+			[]admissionv1.Variable{
+				{Name: "oldSelected", Expression: selected("oldObject")},
+				{Name: "newSelected", Expression: selected("object")},
+				// The change of an Immediate claim's placement, and nothing
+				// else: one annotation added, every other one, the labels,
+				// finalizers, spec and status as they were.
+				{Name: "onlyPlaced", Expression: "variables.oldSelected == '' && variables.newSelected == variables.node && " +
+					"object.spec == oldObject.spec && object.?status == oldObject.?status && " +
+					"object.metadata.?labels == oldObject.metadata.?labels && object.metadata.?finalizers == oldObject.metadata.?finalizers && " +
+					fmt.Sprintf("size(%s) == size(%s) + 1 && %s.all(k, k in %s && %s[k] == %s[k])",
+						annotations("object"), annotations("oldObject"), annotations("oldObject"), annotations("object"), annotations("object"), annotations("oldObject"))},
+			},
+			[]admissionv1.Validation{{
+				Expression: "(variables.oldSelected == variables.node && variables.newSelected == variables.node) || " +
+					"(request.?subResource.orValue('') == '' && variables.onlyPlaced)",
+				MessageExpression: refusal("may change only claims placed on its node, and place an unplaced claim only on itself, changing nothing else"),
+			}, {
+				Expression: fmt.Sprintf("object.spec.?volumeName.orValue('') == oldObject.spec.?volumeName.orValue('') || "+
+					"object.spec.?volumeName.orValue('') == '%s' + object.metadata.uid", volumeID),
+				MessageExpression: refusal(fmt.Sprintf("may bind a claim only to the volume made for it, %s<claim UID>", volumeID)),
+			}}),
+		policy(VolumesPolicyName, admissionv1.Rule{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}}, write, nil,
+			[]admissionv1.Validation{{
+				Expression: "request.operation != 'CREATE' || " + ownLabel("object") + " && " +
+					fmt.Sprintf("object.metadata.name == '%s' + object.spec.?claimRef.uid.orValue('')", volumeID),
+				MessageExpression: refusal(fmt.Sprintf("may create only PVs labelled %s=<its node> and named %s<UID of the claim they refer to>", ownership.LabelNode, volumeID)),
+			}, {
+				Expression: "request.operation != 'UPDATE' || " + ownLabel("oldObject") + " && " +
+					fmt.Sprintf("object.metadata.?labels[?'%[1]s'] == oldObject.metadata.?labels[?'%[1]s']", ownership.LabelNode),
+				MessageExpression: refusal("may change only its node's PVs, and not their node label"),
+			}, {
+				Expression: "request.operation != 'DELETE' || " + ownLabel("oldObject") + " || " +
+					"(oldObject.status.?phase.orValue('') == 'Released' && oldObject.spec.?persistentVolumeReclaimPolicy.orValue('') == 'Delete')",
+				MessageExpression: refusal("may delete only its node's PVs, or a Released PV whose reclaim policy is Delete"),
+			}}),
+		policy(CapacityPolicyName, admissionv1.Rule{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csistoragecapacities"}}, write, nil,
+			[]admissionv1.Validation{{
+				Expression: "(request.operation == 'CREATE' || " + ownLabel("oldObject") + ") && " +
+					"(request.operation == 'DELETE' || " + ownLabel("object") + " && " +
+					"object.metadata.?ownerReferences.orValue([]).exists(r, r.kind == 'Node' && r.name == variables.node))",
+				MessageExpression: refusal(fmt.Sprintf("may write only CSIStorageCapacity objects labelled %s=<its node> and owned by its Node", ownership.LabelNode)),
+			}}),
+	}
+}
+
+// policy is one of AdmissionPolicies: rule and ops for node agents, the
+// variable "node" (the requesting node) before vars, and a first check
+// that there is one before checks. Every check's refusal is Forbidden.
+func policy(name string, rule admissionv1.Rule, ops []admissionv1.OperationType, vars []admissionv1.Variable, checks []admissionv1.Validation) *admissionv1.ValidatingAdmissionPolicy {
+	// The fields the API server would default are set, so that what Ensure
+	// reads back equals this.
+	fail := admissionv1.Fail
+	equivalent := admissionv1.Equivalent
+	all := admissionv1.AllScopes
+	forbidden := metav1.StatusReasonForbidden
+	rule.APIVersions, rule.Scope = []string{"v1"}, &all
+	node := admissionv1.Variable{Name: "node", Expression: fmt.Sprintf(
+		"request.userInfo.username.startsWith('%[1]s') ? request.userInfo.username.substring(%[2]d) : request.userInfo.?extra[?'%[3]s'].orValue(['']).join('')",
+		NodeAgentUserPrefix, len(NodeAgentUserPrefix), nodeNameExtra)}
+	checks = append([]admissionv1.Validation{{
+		Expression:        "variables.node != ''",
+		MessageExpression: "'node agent ' + request.userInfo.username + ' names no node: it may not write claims, PVs or capacity'",
+	}}, checks...)
+	for i := range checks {
+		checks[i].Reason = &forbidden
+	}
+	return &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{labelManagedBy: managedBy}},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: &fail,
+			MatchConstraints: &admissionv1.MatchResources{
+				NamespaceSelector: &metav1.LabelSelector{},
+				ObjectSelector:    &metav1.LabelSelector{},
+				MatchPolicy:       &equivalent,
+				ResourceRules:     []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{Operations: ops, Rule: rule}}},
+			},
+			MatchConditions: []admissionv1.MatchCondition{{
+				Name:       "node-agents",
+				Expression: fmt.Sprintf("'%s' in request.userInfo.groups || request.userInfo.username == '%s'", NodeAgentGroup, DaemonSetUser()),
+			}},
+			Variables:   append([]admissionv1.Variable{node}, vars...),
+			Validations: checks,
+		},
+	}
+}
+
+// ownLabel is a CEL expression: obj carries its node's label for the
+// requesting node.
+func ownLabel(obj string) string {
+	label := fmt.Sprintf("%s.metadata.?labels[?'%s'].orValue('')", obj, ownership.LabelNode)
+	return fmt.Sprintf("(size(variables.node) <= 63 ? %[1]s == variables.node : %[1]s.matches('^h-[0-9a-f]{40}$'))", label)
+}
+
+// refusal is a CEL message expression: the requesting agent, its node,
+// and what it may do instead.
+func refusal(may string) string {
+	return "'node agent ' + request.userInfo.username + ' (node ' + variables.node + ') " + strings.ReplaceAll(may, "'", `\'`) + "'"
+}
+
+// AdmissionPolicyBindings apply each of AdmissionPolicies cluster-wide,
+// denying what it refuses.
+func AdmissionPolicyBindings() []*admissionv1.ValidatingAdmissionPolicyBinding {
+	var bindings []*admissionv1.ValidatingAdmissionPolicyBinding
+	for _, name := range AdmissionPolicyNames() {
+		// The fields the API server would default are set, so that what
+		// Ensure reads back equals this.
+		equivalent := admissionv1.Equivalent
+		bindings = append(bindings, &admissionv1.ValidatingAdmissionPolicyBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{labelManagedBy: managedBy}},
+			Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
+				PolicyName:        name,
+				ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+				MatchResources: &admissionv1.MatchResources{
+					NamespaceSelector: &metav1.LabelSelector{},
+					ObjectSelector:    &metav1.LabelSelector{},
+					MatchPolicy:       &equivalent,
+				},
+			},
+		})
+	}
+	return bindings
+}
+
+// ensureAdmissionPolicies creates the policies and their bindings if
+// missing, and puts a policy's spec back if it differs: like the RBAC
+// rules, they are Plinth's own and must match its code.
+func ensureAdmissionPolicies(ctx context.Context, client kubernetes.Interface, log logtree.LeveledLogger) error {
+	policies := client.AdmissionregistrationV1().ValidatingAdmissionPolicies()
+	for _, want := range AdmissionPolicies() {
+		have, err := getOrCreate(ctx, want, policies.Get, policies.Create, log)
+		if err != nil {
+			return err
+		}
+		if have == nil || reflect.DeepEqual(have.Spec, want.Spec) {
+			continue
+		}
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur, err := policies.Get(ctx, want.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cur.Spec = want.Spec
+			_, err = policies.Update(ctx, cur, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("updating ValidatingAdmissionPolicy %s: %w", want.Name, err)
+		}
+		log.Infof("updated ValidatingAdmissionPolicy %s", want.Name)
+	}
+	bindings := client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
+	for _, want := range AdmissionPolicyBindings() {
+		have, err := getOrCreate(ctx, want, bindings.Get, bindings.Create, log)
+		if err != nil {
+			return err
+		}
+		if have != nil && !reflect.DeepEqual(have.Spec, want.Spec) {
+			log.Warningf("ValidatingAdmissionPolicyBinding %s differs from Plinth's (policy %s, actions %v); leaving it alone",
+				want.Name, have.Spec.PolicyName, have.Spec.ValidationActions)
+		}
+	}
+	return nil
+}

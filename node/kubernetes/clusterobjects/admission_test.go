@@ -1,0 +1,240 @@
+package clusterobjects_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"source.plinth.dev/node/kubernetes/clusterobjects"
+	"source.plinth.dev/node/kubernetes/internal/controllertest"
+	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/node/kubernetes/names"
+)
+
+// agent is a client with the identity of node's plinth-node.
+func agent(t *testing.T, node string) kubernetes.Interface {
+	t.Helper()
+	path, err := controllertest.ControlPlane(t).NodeAgentKubeconfig(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// dry asks the API server to admit a request without storing it: the
+// admission policy runs, nothing changes.
+var dry = []string{metav1.DryRunAll}
+
+// TestNodeWritesOwnOnly: the admission policies the control plane has
+// installed (as test/launch and deploy/ install it) lets node A's agent
+// write what a node needs on its own objects, and refuses it node B's:
+// claims placed on B, placing a claim on B, binding a claim to another
+// volume, B's PVs and capacity, and PVs not named for their claim. Each
+// refusal must come from the policy of its resource (named in the error),
+// not from RBAC, which allows all of these calls.
+// TestPolicyTypeChecks: the API server's type check of each policy
+// (against the schema of the resource it matches) finds nothing to warn
+// about: a misspelt field would otherwise only show as an error at
+// admission.
+func TestPolicyTypeChecks(t *testing.T) {
+	c := admin(t)
+	ctx := context.Background()
+	for _, name := range clusterobjects.AdmissionPolicyNames() {
+		var policy *admissionv1.ValidatingAdmissionPolicy
+		controllertest.Eventually(t, 30*time.Second, "the type check of policy "+name, func() (bool, error) {
+			var err error
+			policy, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
+			return err == nil && policy.Status.ObservedGeneration == policy.Generation && policy.Status.TypeChecking != nil, err
+		})
+		for _, w := range policy.Status.TypeChecking.ExpressionWarnings {
+			t.Errorf("policy %s, %s: %s", name, w.FieldRef, w.Warning)
+		}
+	}
+}
+
+func TestNodeWritesOwnOnly(t *testing.T) {
+	e := controllertest.NewEnv(t, true)
+	ctx := context.Background()
+	nodeA, nodeB := e.Node, e.Node+"-b"
+	a := agent(t, nodeA)
+
+	allowed := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Errorf("%s: refused: %v", what, err)
+		}
+	}
+	refused := func(policy, what string, err error) {
+		t.Helper()
+		switch {
+		case err == nil:
+			t.Errorf("%s: allowed, want refused by policy %s", what, policy)
+		case !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+policy+"'"):
+			t.Errorf("%s: %v, want refused by policy %s", what, err, policy)
+		}
+	}
+	patchClaim := func(name string, patch map[string]any, sub ...string) error {
+		body, err := json.Marshal(patch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = a.CoreV1().PersistentVolumeClaims(e.NS).Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{DryRun: dry}, sub...)
+		return err
+	}
+	ann := func(kv ...string) map[string]any {
+		m := map[string]any{}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return map[string]any{"metadata": map[string]any{"annotations": m}}
+	}
+	bind := func(volume string) map[string]any {
+		return map[string]any{"spec": map[string]any{"volumeName": volume}}
+	}
+	phase := map[string]any{"status": map[string]any{"phase": "Bound"}}
+
+	mine := e.CreateClaim(controllertest.Claim{Name: "mine", Node: nodeA})
+	theirs := e.CreateClaim(controllertest.Claim{Name: "theirs", Node: nodeB})
+	unplacedObj := e.ClaimObject(controllertest.Claim{Name: "unplaced"})
+	unplacedObj.Annotations = nil
+	if _, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Create(ctx, unplacedObj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Claims.
+	allowed("binding its own claim to its volume", patchClaim(mine.Name, bind(ownership.VolumeIDFor(mine.UID))))
+	allowed("its own claim's status", patchClaim(mine.Name, phase, "status"))
+	allowed("placing an unplaced claim on itself", patchClaim("unplaced", ann(ownership.AnnSelectedNode, nodeA)))
+	refused(clusterobjects.ClaimsPolicyName, "binding its own claim to another volume", patchClaim(mine.Name, bind(ownership.VolumeIDFor(theirs.UID))))
+	refused(clusterobjects.ClaimsPolicyName, "moving its own claim to node B", patchClaim(mine.Name, ann(ownership.AnnSelectedNode, nodeB)))
+	refused(clusterobjects.ClaimsPolicyName, "binding node B's claim", patchClaim(theirs.Name, bind(ownership.VolumeIDFor(theirs.UID))))
+	refused(clusterobjects.ClaimsPolicyName, "node B's claim's status", patchClaim(theirs.Name, phase, "status"))
+	refused(clusterobjects.ClaimsPolicyName, "taking node B's claim", patchClaim(theirs.Name, ann(ownership.AnnSelectedNode, nodeA)))
+	refused(clusterobjects.ClaimsPolicyName, "placing an unplaced claim on node B", patchClaim("unplaced", ann(ownership.AnnSelectedNode, nodeB)))
+	refused(clusterobjects.ClaimsPolicyName, "placing an unplaced claim and changing more", patchClaim("unplaced", ann(ownership.AnnSelectedNode, nodeA, "other", "x")))
+
+	// PVs. The admin makes one of node B's, Released with policy Retain,
+	// one Released with policy Delete (what node removal deletes), and one
+	// of node A's.
+	pv := func(name, node string, reclaim corev1.PersistentVolumeReclaimPolicy, claim types.UID) *corev1.PersistentVolume {
+		return &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:   name,
+				Labels: map[string]string{ownership.LabelNode: ownership.NodeLabelValue(node)},
+				// So the PV controller leaves a Released PV to its driver.
+				Annotations: map[string]string{ownership.AnnProvisionedBy: names.DriverName},
+			},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")},
+				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeReclaimPolicy: reclaim,
+				StorageClassName:              e.Class,
+				// A claim that does not exist: the PV controller releases it.
+				ClaimRef: &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: e.NS, Name: "gone", UID: claim},
+				PersistentVolumeSource: corev1.PersistentVolumeSource{
+					CSI: &corev1.CSIPersistentVolumeSource{Driver: names.DriverName, VolumeHandle: name},
+				},
+			},
+		}
+	}
+	pvs := e.Client.CoreV1().PersistentVolumes()
+	made := map[string]*corev1.PersistentVolume{}
+	for _, p := range []*corev1.PersistentVolume{
+		pv("pvc-"+e.NS+"-b-retain", nodeB, corev1.PersistentVolumeReclaimRetain, uuid.NewUUID()),
+		pv("pvc-"+e.NS+"-b-delete", nodeB, corev1.PersistentVolumeReclaimDelete, uuid.NewUUID()),
+		pv("pvc-"+e.NS+"-a", nodeA, corev1.PersistentVolumeReclaimRetain, uuid.NewUUID()),
+	} {
+		if _, err := pvs.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = pvs.Delete(ctx, p.Name, metav1.DeleteOptions{}) })
+		made[p.Name] = p
+	}
+	for name := range made {
+		controllertest.Eventually(t, 30*time.Second, "PV "+name+" Released", func() (bool, error) {
+			got, err := pvs.Get(ctx, name, metav1.GetOptions{})
+			return err == nil && got.Status.Phase == corev1.VolumeReleased, err
+		})
+	}
+	relabel := func(node string) []byte {
+		return []byte(`{"metadata":{"labels":{"` + ownership.LabelNode + `":"` + ownership.NodeLabelValue(node) + `"}}}`)
+	}
+	grow := []byte(`{"spec":{"capacity":{"storage":"2Mi"}}}`)
+	patchPV := func(name string, body []byte) error {
+		_, err := a.CoreV1().PersistentVolumes().Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{DryRun: dry})
+		return err
+	}
+	deletePV := func(name string) error {
+		return a.CoreV1().PersistentVolumes().Delete(ctx, name, metav1.DeleteOptions{DryRun: dry})
+	}
+	createPV := func(p *corev1.PersistentVolume) error {
+		_, err := a.CoreV1().PersistentVolumes().Create(ctx, p, metav1.CreateOptions{DryRun: dry})
+		return err
+	}
+	allowed("creating its PV for its claim", createPV(pv(ownership.VolumeIDFor(mine.UID), nodeA, corev1.PersistentVolumeReclaimDelete, mine.UID)))
+	allowed("growing its PV", patchPV("pvc-"+e.NS+"-a", grow))
+	allowed("deleting its PV", deletePV("pvc-"+e.NS+"-a"))
+	allowed("deleting node B's Released Delete PV", deletePV("pvc-"+e.NS+"-b-delete"))
+	refused(clusterobjects.VolumesPolicyName, "creating a PV for node B", createPV(pv(ownership.VolumeIDFor(theirs.UID), nodeB, corev1.PersistentVolumeReclaimDelete, theirs.UID)))
+	refused(clusterobjects.VolumesPolicyName, "creating a PV not named for its claim", createPV(pv(ownership.VolumeIDFor(theirs.UID), nodeA, corev1.PersistentVolumeReclaimDelete, mine.UID)))
+	refused(clusterobjects.VolumesPolicyName, "growing node B's PV", patchPV("pvc-"+e.NS+"-b-retain", grow))
+	refused(clusterobjects.VolumesPolicyName, "taking node B's PV", patchPV("pvc-"+e.NS+"-b-retain", relabel(nodeA)))
+	refused(clusterobjects.VolumesPolicyName, "giving its PV to node B", patchPV("pvc-"+e.NS+"-a", relabel(nodeB)))
+	refused(clusterobjects.VolumesPolicyName, "deleting node B's Retain PV", deletePV("pvc-"+e.NS+"-b-retain"))
+
+	// Capacity objects, in the test's namespace.
+	// owner "": none, so that the garbage collector leaves the admin's
+	// object (whose owner does not exist) alone.
+	capacity := func(label, owner string) *storagev1.CSIStorageCapacity {
+		c := &storagev1.CSIStorageCapacity{
+			ObjectMeta: metav1.ObjectMeta{
+				GenerateName: "cap-", Namespace: e.NS,
+				Labels: map[string]string{ownership.LabelNode: ownership.NodeLabelValue(label)},
+			},
+			StorageClassName: e.Class,
+			Capacity:         resource.NewQuantity(1<<30, resource.BinarySI),
+		}
+		if owner != "" {
+			c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: owner, UID: uuid.NewUUID()}}
+		}
+		return c
+	}
+	caps := a.StorageV1().CSIStorageCapacities(e.NS)
+	createCap := func(c *storagev1.CSIStorageCapacity) error {
+		_, err := caps.Create(ctx, c, metav1.CreateOptions{DryRun: dry})
+		return err
+	}
+	allowed("publishing its capacity", createCap(capacity(nodeA, nodeA)))
+	refused(clusterobjects.CapacityPolicyName, "publishing node B's capacity", createCap(capacity(nodeB, nodeB)))
+	refused(clusterobjects.CapacityPolicyName, "publishing capacity labelled its own for node B", createCap(capacity(nodeA, nodeB)))
+	refused(clusterobjects.CapacityPolicyName, "publishing capacity owned by no Node", createCap(capacity(nodeA, "")))
+	theirCap, err := e.Client.StorageV1().CSIStorageCapacities(e.NS).Create(ctx, capacity(nodeB, ""), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused(clusterobjects.CapacityPolicyName, "deleting node B's capacity", caps.Delete(ctx, theirCap.Name, metav1.DeleteOptions{DryRun: dry}))
+	theirCap.Capacity = resource.NewQuantity(0, resource.BinarySI)
+	_, err = caps.Update(ctx, theirCap, metav1.UpdateOptions{DryRun: dry})
+	refused(clusterobjects.CapacityPolicyName, "zeroing node B's capacity", err)
+}
