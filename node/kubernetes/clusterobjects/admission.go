@@ -9,7 +9,6 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/pkg/logtree"
@@ -233,15 +232,7 @@ func ensureAdmissionPolicies(ctx context.Context, client kubernetes.Interface, l
 		if have == nil || reflect.DeepEqual(have.Spec, want.Spec) {
 			continue
 		}
-		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			cur, err := policies.Get(ctx, want.Name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			cur.Spec = want.Spec
-			_, err = policies.Update(ctx, cur, metav1.UpdateOptions{})
-			return err
-		})
+		err = restore(ctx, want.Name, policies.Get, policies.Update, func(cur *admissionv1.ValidatingAdmissionPolicy) { cur.Spec = want.Spec })
 		if err != nil {
 			return fmt.Errorf("updating ValidatingAdmissionPolicy %s: %w", want.Name, err)
 		}

@@ -223,15 +223,7 @@ func ensureRBAC(ctx context.Context, client kubernetes.Interface, log logtree.Le
 		return err
 	}
 	if role != nil && !reflect.DeepEqual(role.Rules, wantRole.Rules) {
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			cur, err := roles.Get(ctx, wantRole.Name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			cur.Rules = wantRole.Rules
-			_, err = roles.Update(ctx, cur, metav1.UpdateOptions{})
-			return err
-		})
+		err := restore(ctx, wantRole.Name, roles.Get, roles.Update, func(cur *rbacv1.ClusterRole) { cur.Rules = wantRole.Rules })
 		if err != nil {
 			return fmt.Errorf("updating rules: %w", err)
 		}
@@ -275,6 +267,25 @@ func getOrCreate[T any](ctx context.Context, want T,
 	}
 	log.Infof("created %T %s", want, name)
 	return zero, nil
+}
+
+// restore sets again, with set, what Plinth owns of the object called name
+// (read afresh, and again after a write conflict), for the objects that
+// must match its code.
+func restore[T any](ctx context.Context, name string,
+	get func(context.Context, string, metav1.GetOptions) (T, error),
+	update func(context.Context, T, metav1.UpdateOptions) (T, error),
+	set func(T),
+) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		set(cur)
+		_, err = update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 func deref[T any](p *T) any {
