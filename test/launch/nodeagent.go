@@ -3,10 +3,28 @@ package launch
 import (
 	"fmt"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/pkg/dnsname"
 	"source.plinth.dev/test/launch/pki"
 )
+
+// KubeconfigClient is a client of the cluster as the kubeconfig file at
+// path says: a node agent's identity (NodeKubeconfig, NodeAgentKubeconfig)
+// for what a node may do.
+func KubeconfigClient(path string) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("reading kubeconfig %s: %w", path, err)
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("building a client from %s: %w", path, err)
+	}
+	return c, nil
+}
 
 // nodeAgentCert is the name of the certificate of plinth-node on node.
 func nodeAgentCert(node string) string { return "node-" + node + "-plinth" }

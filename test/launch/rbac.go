@@ -14,8 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 )
@@ -25,10 +23,11 @@ import (
 const plinthNodeGroup = clusterobjects.NodeAgentGroup
 
 // applyRBAC creates plinth-node's ClusterRole and binding and its admission
-// policies and their bindings, exactly as the node packages define them, so
-// plinth-node runs with the restricted identity a real node has. (It does not run as system:node:<name>:
-// NodeRestriction would rightly stop a kubelet identity from creating
-// PersistentVolumes.) Objects that exist already are left alone.
+// policies and their bindings, exactly as the node packages define them,
+// so plinth-node runs with the restricted identity a real node has. (It
+// does not run as system:node:<name>: NodeRestriction would rightly stop a
+// kubelet identity from creating PersistentVolumes.) Objects that exist
+// already are left alone.
 func (c *Cluster) applyRBAC(ctx context.Context) error {
 	role := clusterobjects.ClusterRole()
 	if _, err := c.Client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -98,13 +97,9 @@ func PlinthNodeArgs(p Paths) []string {
 // of no node's, and each is refused by one policy: a capacity object, a
 // PV, and the change of a claim placed on no node.
 func (c *Cluster) waitPolicyInForce(ctx context.Context) error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.NodeKubeconfig)
+	node, err := KubeconfigClient(c.NodeKubeconfig)
 	if err != nil {
-		return fmt.Errorf("reading the node kubeconfig: %w", err)
-	}
-	node, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("building the node client: %w", err)
+		return err
 	}
 	dry := []string{metav1.DryRunAll}
 	ns := metav1.NamespaceDefault
@@ -113,8 +108,8 @@ func (c *Cluster) waitPolicyInForce(ctx context.Context) error {
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
-			// No class: nothing provisions it.
-			StorageClassName: new(""),
+			// A class that does not exist: nothing provisions or binds it.
+			StorageClassName: new("plinth-policy-probe"),
 		},
 	}
 	if _, err := c.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {

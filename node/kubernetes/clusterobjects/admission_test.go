@@ -15,32 +15,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
 )
-
-// agent is a client with the identity of node's plinth-node.
-func agent(t *testing.T, node string) kubernetes.Interface {
-	t.Helper()
-	path, err := controllertest.ControlPlane(t).NodeAgentKubeconfig(node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
 
 // dry asks the API server to admit a request without storing it: the
 // admission policy runs, nothing changes.
@@ -77,7 +57,7 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 	e := controllertest.NewEnv(t, true)
 	ctx := context.Background()
 	nodeA, nodeB := e.Node, e.Node+"-b"
-	a := agent(t, nodeA)
+	a := controllertest.NodeAgentClient(t, nodeA)
 
 	allowed := func(what string, err error) {
 		t.Helper()

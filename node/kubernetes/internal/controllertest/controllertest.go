@@ -27,7 +27,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/node/core/localstorage"
@@ -133,13 +132,24 @@ func ControlPlane(t testing.TB) *launch.ControlPlane {
 // a node may do.
 func NodeClient(t testing.TB) kubernetes.Interface {
 	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", ControlPlane(t).NodeKubeconfig)
+	c, err := launch.KubeconfigClient(ControlPlane(t).NodeKubeconfig)
 	if err != nil {
-		t.Fatalf("reading the node kubeconfig: %v", err)
+		t.Fatal(err)
 	}
-	c, err := kubernetes.NewForConfig(cfg)
+	return c
+}
+
+// NodeAgentClient is a client of the control plane with node's own node
+// agent identity (the one NodeProcess runs node with).
+func NodeAgentClient(t testing.TB, node string) kubernetes.Interface {
+	t.Helper()
+	path, err := ControlPlane(t).NodeAgentKubeconfig(node)
 	if err != nil {
-		t.Fatalf("building the node client: %v", err)
+		t.Fatal(err)
+	}
+	c, err := launch.KubeconfigClient(path)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return c
 }
