@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"source.plinth.dev/bench/scrape"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/test/images"
@@ -122,9 +123,9 @@ func measureKubelet(ctx context.Context, series string, cfg launch.Config, p pla
 			}
 			lv.toRunning = append(lv.toRunning, toRunning)
 			lv.onNode = append(lv.onNode, onNode)
-			lv.mapVolume = append(lv.mapVolume, time.Duration(mapped.sum*float64(time.Second)))
+			lv.mapVolume = append(lv.mapVolume, time.Duration(mapped.Sum*float64(time.Second)))
 			logf(os.Stderr, "%s: D=%d %s Running after %.2fs (%.2fs on the node, map_volume %.1f ms)",
-				series, d, name, toRunning.Seconds(), onNode.Seconds(), mapped.sum*1000)
+				series, d, name, toRunning.Seconds(), onNode.Seconds(), mapped.Sum*1000)
 		}
 		r.levels = append(r.levels, lv)
 	}
@@ -158,18 +159,18 @@ const (
 // opsSince waits until the kubelet counts n more successful operations op
 // than before (it records one when the operation completes, which may be
 // reported a little after the pod's state) and returns the difference.
-func opsSince(ctx context.Context, c *launch.Cluster, op string, before opTotals, n int) (opTotals, error) {
-	var d opTotals
+func opsSince(ctx context.Context, c *launch.Cluster, op string, before scrape.Totals, n int) (scrape.Totals, error) {
+	var d scrape.Totals
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		now, err := kubeletOps(ctx, c.Client, c.NodeName, op)
 		if err != nil {
 			return false, err
 		}
-		d = now.minus(before)
-		return d.count >= uint64(n), nil
+		d = now.Minus(before)
+		return d.Count >= uint64(n), nil
 	})
 	if err != nil {
-		return d, fmt.Errorf("waiting for %d more %s operations in the kubelet's metrics (%d so far): %w", n, op, d.count, err)
+		return d, fmt.Errorf("waiting for %d more %s operations in the kubelet's metrics (%d so far): %w", n, op, d.Count, err)
 	}
 	return d, nil
 }

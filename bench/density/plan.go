@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"source.plinth.dev/bench/scrape"
 	"source.plinth.dev/pkg/loop"
 )
 
@@ -78,7 +79,7 @@ type kubeletRun struct {
 	teardown   time.Duration
 	loopsAfter loopCount
 	// unmap are the kubelet's unmap_volume operations during the teardown.
-	unmap opTotals
+	unmap scrape.Totals
 }
 
 // loopCount sorts the loop devices that serve the cluster's block volumes.

@@ -78,7 +78,7 @@ func buildResults(runs []kubeletRun, p plan) []*result.Result {
 		mapVolume.Series = append(mapVolume.Series, mv)
 		mapVolume.Notes = append(mapVolume.Notes, growth(r.series, mv, lo, hi, "ms"),
 			fmt.Sprintf("%s: unmap_volume while all pods were deleted at once (%s until the last was gone): %d operations, %.1f ms each on average; they overlap and wait on each other, so this is not a per-volume cost comparable with map_volume",
-				r.series, r.teardown.Round(100*time.Millisecond), r.unmap.count, r.unmap.mean()*1000))
+				r.series, r.teardown.Round(100*time.Millisecond), r.unmap.Count, r.unmap.Mean()*1000))
 		toRunning.Notes = append(toRunning.Notes, growth(r.series, tr, lo, hi, "s"))
 		onNode.Notes = append(onNode.Notes, growth(r.series, on, lo, hi, "s"))
 		loopNote := fmt.Sprintf("%s loop devices: %s; after deleting every pod (%s): %d volumes, %d pseudo-locks left",

@@ -1,30 +1,46 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"source.plinth.dev/bench/result"
+	"source.plinth.dev/bench/scrape"
 )
 
-func TestParseWatch(t *testing.T) {
+func TestClaimWatch(t *testing.T) {
 	text := `# HELP apiserver_watch_events_total [ALPHA] Number of events sent in watch clients
 # TYPE apiserver_watch_events_total counter
 apiserver_watch_events_total{component="apiserver",group="",resource="persistentvolumeclaims",version="v1"} 120
 apiserver_watch_events_total{component="apiserver",group="",resource="pods",version="v1"} 7
+# TYPE apiserver_watch_events_sizes histogram
 apiserver_watch_events_sizes_bucket{component="apiserver",group="",resource="persistentvolumeclaims",version="v1",le="1024"} 3
+apiserver_watch_events_sizes_bucket{component="apiserver",group="",resource="persistentvolumeclaims",version="v1",le="+Inf"} 120
 apiserver_watch_events_sizes_sum{component="apiserver",group="",resource="persistentvolumeclaims",version="v1"} 1.5e+05
+apiserver_watch_events_sizes_count{component="apiserver",group="",resource="persistentvolumeclaims",version="v1"} 120
+apiserver_watch_events_sizes_bucket{component="apiserver",group="",resource="persistentvolumes",version="v1",le="+Inf"} 1
 apiserver_watch_events_sizes_sum{component="apiserver",group="",resource="persistentvolumes",version="v1"} 99
+apiserver_watch_events_sizes_count{component="apiserver",group="",resource="persistentvolumes",version="v1"} 1
 `
-	w, err := parseWatch(text)
+	w, err := claimWatch(parse(t, text))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if w.events != 120 || w.bytes != 150000 {
-		t.Errorf("parseWatch = %+v; want 120 events, 150000 bytes", w)
+		t.Errorf("claimWatch = %+v; want 120 events, 150000 bytes", w)
 	}
-	if _, err := parseWatch("apiserver_watch_events_total{resource=\"pods\"} 1\n"); err == nil {
+	if _, err := claimWatch(parse(t, "apiserver_watch_events_total{resource=\"pods\"} 1\n")); err == nil {
 		t.Error("no claim samples: no error")
 	}
+}
+
+func parse(t *testing.T, text string) scrape.Scrape {
+	t.Helper()
+	s, err := scrape.Parse(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 func TestSlope(t *testing.T) {
