@@ -249,13 +249,13 @@ func run(ctx context.Context, o options) error {
 					continue
 				}
 				id++
-				m, err := measure(ctx, cs, &w, s, n, id, o.timeout, fail)
+				m, err := measure(ctx, cs, &w, c, s, n, id, o.timeout, fail)
 				if err != nil {
 					return err
 				}
 				rec.add(s.name, n, m)
-				fmt.Fprintf(os.Stderr, "provisioning: %-10s N=%-3d run %d: Running %.1fs, deletion %.1fs; %s; Events until Running: %s\n",
-					s.name, n, r+1, m.running.Seconds(), m.deletion.Seconds(), m.trace.summary(s.stages()), m.events)
+				fmt.Fprintf(os.Stderr, "provisioning: %-10s N=%-3d run %d: Running %.1fs, deletion %.1fs; %s; Events until Running: %s; kubelet until Running: %s\n",
+					s.name, n, r+1, m.running.Seconds(), m.deletion.Seconds(), m.trace.summary(s.stages()), m.events, m.kubelet)
 			}
 		}
 	}

@@ -20,6 +20,7 @@ import (
 
 	"source.plinth.dev/bench/localpath"
 	"source.plinth.dev/test/images"
+	"source.plinth.dev/test/launch"
 )
 
 // namespace holds every claim and pod the benchmark makes.
@@ -108,18 +109,25 @@ type measurement struct {
 	// the PV controller sends its Events with its own client, whose rate
 	// limit its binding writes share.
 	events string
+	// kubelet is what the node's kubelet did from the first create to
+	// all pods Running, by its own metrics.
+	kubelet kubeletWork
 }
 
 // measure creates n claims and pods of s, waits for all pods to run,
 // deletes them all and waits until every PV (emptyDir: every pod) is gone.
-func measure(ctx context.Context, cs kubernetes.Interface, w *watcher, s series, n, id int, timeout time.Duration, fail func() error) (*measurement, error) {
+func measure(ctx context.Context, cs kubernetes.Interface, w *watcher, c *launch.Cluster, s series, n, id int, timeout time.Duration, fail func() error) (*measurement, error) {
 	prefix := fmt.Sprintf("%s%d-", s.letter, id)
+	before, err := scrapeNode(ctx, cs, c.NodeName, c.PlinthNodeMetrics)
+	if err != nil {
+		return nil, err
+	}
 	t := newTrace(prefix, n)
 	w.cur.Store(t)
 	defer w.cur.Store(nil)
 	name := func(i int) string { return fmt.Sprintf("%s%03d", prefix, i) }
 
-	err := fanOut(ctx, n, func(ctx context.Context, i int) error {
+	err = fanOut(ctx, n, func(ctx context.Context, i int) error {
 		if s.class != "" {
 			if _, err := cs.CoreV1().PersistentVolumeClaims(namespace).Create(ctx, claim(name(i), s.class), metav1.CreateOptions{}); err != nil {
 				return fmt.Errorf("creating claim: %w", err)
@@ -138,6 +146,11 @@ func measure(ctx context.Context, cs kubernetes.Interface, w *watcher, s series,
 		return nil, fmt.Errorf("%s N=%d: %w", s.name, n, err)
 	}
 	m := &measurement{running: t.last(running), trace: t}
+	after, err := scrapeNode(ctx, cs, c.NodeName, c.PlinthNodeMetrics)
+	if err != nil {
+		return nil, err
+	}
+	m.kubelet = nodeDelta(before, after)
 	if m.events, err = countEvents(ctx, cs, prefix); err != nil {
 		return nil, err
 	}
