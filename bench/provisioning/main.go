@@ -61,7 +61,8 @@ type options struct {
 	runs, runs200, runsLocalPath    int
 	ns                              []int
 	series                          []series
-	kcmArgs, nodeArgs               []string
+	kcmArgs, nodeArgs, kubeletArgs  []string
+	audit                           bool
 	timeout                         time.Duration
 }
 
@@ -77,12 +78,14 @@ func main() {
 	quick := flag.Bool("quick", false, "N=10, one run: a smoke test of a few minutes")
 	nList := flag.String("n", "50,100,200", "claims per run, comma-separated")
 	only := flag.String("series", "emptydir,plinth,local-path", "series to measure, comma-separated")
-	var kcm, node argList
+	var kcm, node, kubelet argList
 	flag.Var(&kcm, "kcm-arg", "EXPERIMENT ONLY: extra kube-controller-manager flag (repeatable); the results say so")
 	flag.Var(&node, "plinth-node-arg", "EXPERIMENT ONLY: extra plinth-node flag (repeatable); the results say so")
+	flag.Var(&kubelet, "kubelet-arg", "EXPERIMENT ONLY: extra kubelet flag (repeatable), e.g. --kube-api-qps=200; the results say so")
+	flag.BoolVar(&o.audit, "audit", false, "EXPERIMENT ONLY: the API server keeps an audit log, and each run counts the API calls each component made until all pods ran (costs the API server a log line per request); the results say so")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "longest wait for one stage of one run")
 	flag.Parse()
-	o.kcmArgs, o.nodeArgs = kcm, node
+	o.kcmArgs, o.nodeArgs, o.kubeletArgs = kcm, node, kubelet
 	if o.out == "" {
 		fatal(fmt.Errorf("-out is required"))
 	}
@@ -180,10 +183,14 @@ func run(ctx context.Context, o options) error {
 		// and the kubelet's default of 110.
 		MaxPods:               250,
 		ControllerManagerArgs: o.kcmArgs,
+		KubeletArgs:           o.kubeletArgs,
 		PlinthNode: &launch.PlinthNode{Binary: o.plinthNode, Args: func(p launch.Paths) []string {
 			return append(launch.PlinthNodeArgs(p), o.nodeArgs...)
 		}},
 		Log: os.Stderr,
+	}
+	if o.audit {
+		cfg.AuditGroups = auditedGroups
 	}
 	c, err := launch.Start(ctx, cfg)
 	if err != nil {
@@ -236,6 +243,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
+	b := &bench{c: c, cs: cs, w: &w, timeout: o.timeout, fail: fail, audit: o.audit}
 	rec := newRecorder(o.series)
 	id := 0
 	for _, n := range o.ns {
@@ -249,13 +257,16 @@ func run(ctx context.Context, o options) error {
 					continue
 				}
 				id++
-				m, err := measure(ctx, cs, &w, c, s, n, id, o.timeout, fail)
+				m, err := measure(ctx, b, s, n, id)
 				if err != nil {
 					return err
 				}
 				rec.add(s.name, n, m)
 				fmt.Fprintf(os.Stderr, "provisioning: %-10s N=%-3d run %d: Running %.1fs, deletion %.1fs; %s; Events until Running: %s; kubelet until Running: %s\n",
 					s.name, n, r+1, m.running.Seconds(), m.deletion.Seconds(), m.trace.summary(s.stages()), m.events, m.kubelet)
+				if o.audit {
+					fmt.Fprintf(os.Stderr, "provisioning: %-10s N=%-3d run %d: API calls until Running, by component: %s\n", s.name, n, r+1, m.calls)
+				}
 			}
 		}
 	}

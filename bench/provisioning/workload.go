@@ -112,13 +112,35 @@ type measurement struct {
 	// kubelet is what the node's kubelet did from the first create to
 	// all pods Running, by its own metrics.
 	kubelet kubeletWork
+	// calls are the API requests answered from the first create to all
+	// pods Running, by component (-audit only).
+	calls apiCalls
 }
 
 // measure creates n claims and pods of s, waits for all pods to run,
 // deletes them all and waits until every PV (emptyDir: every pod) is gone.
-func measure(ctx context.Context, cs kubernetes.Interface, w *watcher, c *launch.Cluster, s series, n, id int, timeout time.Duration, fail func() error) (*measurement, error) {
+// bench is what every measurement uses: the cluster, the benchmark's
+// client and watches, and the run's settings.
+type bench struct {
+	c       *launch.Cluster
+	cs      kubernetes.Interface
+	w       *watcher
+	timeout time.Duration
+	// fail reports a component that died, so a wait ends with its error.
+	fail func() error
+	// audit: the cluster keeps an audit log, and each measurement counts
+	// the API calls made until all its pods ran.
+	audit bool
+}
+
+func measure(ctx context.Context, b *bench, s series, n, id int) (*measurement, error) {
+	cs, w, c, timeout, fail := b.cs, b.w, b.c, b.timeout, b.fail
 	prefix := fmt.Sprintf("%s%d-", s.letter, id)
 	before, err := scrapeNode(ctx, cs, c.NodeName, c.PlinthNodeMetrics)
+	if err != nil {
+		return nil, err
+	}
+	audited, err := b.auditEvents()
 	if err != nil {
 		return nil, err
 	}
@@ -151,6 +173,13 @@ func measure(ctx context.Context, cs kubernetes.Interface, w *watcher, c *launch
 		return nil, err
 	}
 	m.kubelet = nodeDelta(before, after)
+	if b.audit {
+		all, err := b.auditEvents()
+		if err != nil {
+			return nil, err
+		}
+		m.calls = tallyCalls(all[len(audited):])
+	}
 	if m.events, err = countEvents(ctx, cs, prefix); err != nil {
 		return nil, err
 	}
@@ -187,6 +216,18 @@ func measure(ctx context.Context, cs kubernetes.Interface, w *watcher, c *launch
 		return nil, err
 	}
 	return m, nil
+}
+
+// auditEvents reads the audit log so far (nothing without -audit).
+func (b *bench) auditEvents() ([]launch.AuditEvent, error) {
+	if !b.audit {
+		return nil, nil
+	}
+	ev, err := b.c.AuditEvents()
+	if err != nil {
+		return nil, fmt.Errorf("counting API calls: %w", err)
+	}
+	return ev, nil
 }
 
 // countEvents sums the occurrences of Events about objects named

@@ -9,10 +9,11 @@ import (
 	"slices"
 )
 
-// Auditing: a control plane can keep the API server's audit log of the
-// requests made by members of some groups (ControlPlaneConfig.AuditGroups),
-// so that tests can see exactly which API calls a component made under its
-// own identity, and which of them the API server refused. The log is at
+// Auditing: a cluster or control plane can keep the API server's audit log
+// of the requests made by members of some groups (Config.AuditGroups,
+// ControlPlaneConfig.AuditGroups), so that tests and experiments can see
+// exactly which API calls a component made under its own identity, and
+// which of them the API server refused. The log is at
 // metadata level (who, what verb, which object, what answer; no bodies).
 
 // AuditEvent is what a test reads from one API request's audit record
@@ -85,14 +86,14 @@ func (c *Cluster) auditArgs(groups []string) ([]string, error) {
 
 func (c *Cluster) auditLog() string { return filepath.Join(c.LogDir, "audit.log") }
 
-// AuditEvents reads the audit log of a control plane started with
-// AuditGroups: one event per request, in the order the requests were
+// AuditEvents reads the audit log of a cluster or control plane started
+// with AuditGroups: one event per request, in the order the requests were
 // answered (a watch still running, in its started stage).
-func (cp *ControlPlane) AuditEvents() ([]AuditEvent, error) {
-	if !cp.audited {
-		return nil, fmt.Errorf("the control plane keeps no audit log (ControlPlaneConfig.AuditGroups is empty)")
+func (c *Cluster) AuditEvents() ([]AuditEvent, error) {
+	if !c.audited {
+		return nil, fmt.Errorf("the cluster keeps no audit log (its AuditGroups are empty)")
 	}
-	f, err := os.Open(cp.auditLog())
+	f, err := os.Open(c.auditLog())
 	if err != nil {
 		return nil, fmt.Errorf("reading audit log: %w", err)
 	}

@@ -46,7 +46,6 @@ type ControlPlaneConfig struct {
 // kube-controller-manager in KubernetesBin, and no network but loopback.
 type ControlPlane struct {
 	*Cluster
-	audited bool
 }
 
 // StartControlPlane starts a control plane and returns once the apiserver
@@ -85,7 +84,7 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (cp *Control
 		if c.apiServerArgs, err = c.auditArgs(cfg.AuditGroups); err != nil {
 			return cp, err
 		}
-		cp.audited = true
+		c.audited = true
 	}
 	if err := c.startEtcd(); err != nil {
 		return cp, err

@@ -86,6 +86,16 @@ type Config struct {
 	// costs): clusters users run have the defaults, and so must the
 	// figures a benchmark reports.
 	ControllerManagerArgs []string
+	// KubeletArgs are further kubelet flags (after its configuration
+	// file, so they override it), for experiments only, like
+	// ControllerManagerArgs: say, --kube-api-qps, to see what the
+	// kubelet's client rate limit costs.
+	KubeletArgs []string
+	// AuditGroups, if set, makes the API server keep an audit log of the
+	// requests made by members of these groups (Cluster.AuditEvents), for
+	// experiments that count which component made which calls; it costs
+	// the API server a line of JSON per request.
+	AuditGroups []string
 	// WaitForLock waits for another cluster on this host to stop instead of
 	// failing with *BusyError.
 	WaitForLock bool
@@ -162,9 +172,10 @@ type Cluster struct {
 	etcdPeerURL string
 	apiPort     int
 	started     time.Time
-	// apiServerArgs are further kube-apiserver flags (a control plane's
-	// audit log).
+	// apiServerArgs are further kube-apiserver flags (the audit log).
 	apiServerArgs []string
+	// audited is set when the API server keeps an audit log.
+	audited bool
 
 	// agentKubeconfigs are the node-agent kubeconfigs written so far, by
 	// node (NodeAgentKubeconfig).

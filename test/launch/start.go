@@ -89,6 +89,12 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err := c.initPaths(ctx, true); err != nil {
 		return c, err
 	}
+	if len(cfg.AuditGroups) > 0 {
+		if c.apiServerArgs, err = c.auditArgs(cfg.AuditGroups); err != nil {
+			return c, err
+		}
+		c.audited = true
+	}
 	if err := c.startAll(ctx); err != nil {
 		return c, err
 	}
@@ -427,6 +433,7 @@ func (c *Cluster) startKubelet() error {
 		return err
 	}
 	args = append(args, "--cert-dir="+filepath.Join(c.Dir, "run", "kubelet-pki"), "--v=2")
+	args = append(args, c.cfg.KubeletArgs...)
 	kubelet := filepath.Join(c.BinDir, "kubelet")
 	if c.cfg.UpstreamKubelet != "" {
 		kubelet = c.cfg.UpstreamKubelet
