@@ -1,11 +1,10 @@
 package main
 
 import (
-	"strings"
 	"testing"
 
 	"source.plinth.dev/bench/result"
-	"source.plinth.dev/bench/scrape"
+	"source.plinth.dev/bench/scrape/scrapetest"
 )
 
 func TestClaimWatch(t *testing.T) {
@@ -22,25 +21,16 @@ apiserver_watch_events_sizes_bucket{component="apiserver",group="",resource="per
 apiserver_watch_events_sizes_sum{component="apiserver",group="",resource="persistentvolumes",version="v1"} 99
 apiserver_watch_events_sizes_count{component="apiserver",group="",resource="persistentvolumes",version="v1"} 1
 `
-	w, err := claimWatch(parse(t, text))
+	w, err := claimWatch(scrapetest.Parse(t, text))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if w.events != 120 || w.bytes != 150000 {
 		t.Errorf("claimWatch = %+v; want 120 events, 150000 bytes", w)
 	}
-	if _, err := claimWatch(parse(t, "apiserver_watch_events_total{resource=\"pods\"} 1\n")); err == nil {
+	if _, err := claimWatch(scrapetest.Parse(t, "apiserver_watch_events_total{resource=\"pods\"} 1\n")); err == nil {
 		t.Error("no claim samples: no error")
 	}
-}
-
-func parse(t *testing.T, text string) scrape.Scrape {
-	t.Helper()
-	s, err := scrape.Parse(strings.NewReader(text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 func TestSlope(t *testing.T) {

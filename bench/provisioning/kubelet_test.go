@@ -5,17 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"source.plinth.dev/bench/scrape"
+	"source.plinth.dev/bench/scrape/scrapetest"
 )
-
-func parse(t *testing.T, text string) scrape.Scrape {
-	t.Helper()
-	s, err := scrape.Parse(strings.NewReader(text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 func TestNodeDelta(t *testing.T) {
 	kubelet := func(gets, waits int, waitSum float64, mounts int, mountSum float64) string {
@@ -42,8 +33,8 @@ plinth_operation_duration_seconds_sum{operation="provision"} ` + itoa(provisions
 plinth_operation_duration_seconds_count{operation="provision"} ` + itoa(provisions) + `
 `
 	}
-	before := nodeScrapes{kubelet: parse(t, kubelet(100, 100, 1, 2, 0.1)), plinth: parse(t, plinth(2, 0.004, 2))}
-	after := nodeScrapes{kubelet: parse(t, kubelet(400, 400, 4, 52, 10.1)), plinth: parse(t, plinth(52, 0.104, 52))}
+	before := nodeScrapes{kubelet: scrapetest.Parse(t, kubelet(100, 100, 1, 2, 0.1)), plinth: scrapetest.Parse(t, plinth(2, 0.004, 2))}
+	after := nodeScrapes{kubelet: scrapetest.Parse(t, kubelet(400, 400, 4, 52, 10.1)), plinth: scrapetest.Parse(t, plinth(52, 0.104, 52))}
 	k := nodeDelta(before, after)
 	if k.requests["GET"].Sum != 300 || len(k.requests) != 1 {
 		t.Errorf("requests %+v; want 300 GETs and no POST (unchanged)", k.requests)
