@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -29,7 +28,7 @@ const (
 
 // kubeletWork is what the node's kubelet did between two scrapes.
 type kubeletWork struct {
-	requests  map[string]scrape.Totals // by HTTP method
+	requests  map[string]float64       // by HTTP method
 	limiter   scrape.Totals            // waits for its clients' rate limiters
 	inRequest scrape.Totals            // time in requests, the wait excluded
 	mounts    map[string]scrape.Totals // successful volume_mount by plugin
@@ -65,11 +64,11 @@ func nodeDelta(before, after nodeScrapes) kubeletWork {
 
 // kubeletDelta is what the kubelet counted between before and after.
 func kubeletDelta(before, after scrape.Scrape) kubeletWork {
-	k := kubeletWork{requests: map[string]scrape.Totals{}, mounts: map[string]scrape.Totals{}}
+	k := kubeletWork{requests: map[string]float64{}, mounts: map[string]scrape.Totals{}}
 	was := before.By(metricRequests, "method", nil)
 	for m, t := range after.By(metricRequests, "method", nil) {
 		if d := t.Sum - was[m].Sum; d > 0 {
-			k.requests[m] = scrape.Totals{Count: 1, Sum: d}
+			k.requests[m] = d
 		}
 	}
 	k.limiter = after.Sum(metricRateLimit, nil).Minus(before.Sum(metricRateLimit, nil))
@@ -91,13 +90,12 @@ func (k kubeletWork) String() string {
 	var total float64
 	var methods []string
 	for _, m := range slices.Sorted(maps.Keys(k.requests)) {
-		n := k.requests[m].Sum
+		n := k.requests[m]
 		total += n
 		methods = append(methods, fmt.Sprintf("%s %.0f", m, n))
 	}
 	var mounts []string
-	plugins := slices.SortedFunc(maps.Keys(k.mounts), func(a, b string) int { return cmp.Compare(a, b) })
-	for _, p := range plugins {
+	for _, p := range slices.Sorted(maps.Keys(k.mounts)) {
 		t := k.mounts[p]
 		mounts = append(mounts, fmt.Sprintf("%s %d × %.1f ms", strings.TrimPrefix(p, "kubernetes.io/"), t.Count, t.Mean()*1000))
 	}

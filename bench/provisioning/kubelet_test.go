@@ -36,7 +36,7 @@ plinth_operation_duration_seconds_count{operation="provision"} ` + itoa(provisio
 	before := nodeScrapes{kubelet: scrapetest.Parse(t, kubelet(100, 100, 1, 2, 0.1)), plinth: scrapetest.Parse(t, plinth(2, 0.004, 2))}
 	after := nodeScrapes{kubelet: scrapetest.Parse(t, kubelet(400, 400, 4, 52, 10.1)), plinth: scrapetest.Parse(t, plinth(52, 0.104, 52))}
 	k := nodeDelta(before, after)
-	if k.requests["GET"].Sum != 300 || len(k.requests) != 1 {
+	if k.requests["GET"] != 300 || len(k.requests) != 1 {
 		t.Errorf("requests %+v; want 300 GETs and no POST (unchanged)", k.requests)
 	}
 	if k.limiter.Count != 300 || k.limiter.Sum != 3 {

@@ -6,11 +6,11 @@
 package scrape
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -37,7 +37,7 @@ func Kubelet(ctx context.Context, c kubernetes.Interface, node string) (Scrape, 
 	if err != nil {
 		return nil, fmt.Errorf("reading the metrics of node %s's kubelet: %w", node, err)
 	}
-	s, err := Parse(strings.NewReader(string(body)))
+	s, err := Parse(bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("node %s's kubelet: %w", node, err)
 	}
@@ -50,7 +50,7 @@ func APIServer(ctx context.Context, c kubernetes.Interface) (Scrape, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading kube-apiserver's metrics: %w", err)
 	}
-	s, err := Parse(strings.NewReader(string(body)))
+	s, err := Parse(bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("kube-apiserver: %w", err)
 	}
@@ -100,35 +100,12 @@ func (a Totals) Mean() float64 {
 	return a.Sum / float64(a.Count)
 }
 
-// Has reports whether the scrape has the metric at all (a histogram
-// appears only once something was observed).
-func (s Scrape) Has(name string) bool {
-	_, ok := s[name]
-	return ok
-}
-
 // Sum adds up the samples of metric name whose labels include every pair
 // of match (nil matches all).
 func (s Scrape) Sum(name string, match map[string]string) Totals {
 	var t Totals
 	for _, m := range s.series(name, match) {
-		switch {
-		case m.Histogram != nil:
-			t.Count += m.GetHistogram().GetSampleCount()
-			t.Sum += m.GetHistogram().GetSampleSum()
-		case m.Summary != nil:
-			t.Count += m.GetSummary().GetSampleCount()
-			t.Sum += m.GetSummary().GetSampleSum()
-		case m.Counter != nil:
-			t.Count++
-			t.Sum += m.GetCounter().GetValue()
-		case m.Gauge != nil:
-			t.Count++
-			t.Sum += m.GetGauge().GetValue()
-		case m.Untyped != nil:
-			t.Count++
-			t.Sum += m.GetUntyped().GetValue()
-		}
+		t = t.plus(totals(m))
 	}
 	return t
 }
@@ -138,11 +115,31 @@ func (s Scrape) By(name, label string, match map[string]string) map[string]Total
 	out := map[string]Totals{}
 	for _, m := range s.series(name, match) {
 		v := labelValue(m, label)
-		one := Scrape{name: &dto.MetricFamily{Metric: []*dto.Metric{m}}}
-		t := one.Sum(name, nil)
-		out[v] = Totals{Count: out[v].Count + t.Count, Sum: out[v].Sum + t.Sum}
+		out[v] = out[v].plus(totals(m))
 	}
 	return out
+}
+
+func (a Totals) plus(b Totals) Totals {
+	return Totals{Count: a.Count + b.Count, Sum: a.Sum + b.Sum}
+}
+
+// totals is one series as Totals: a histogram's or summary's observations,
+// or a counter's, gauge's or untyped sample's value as one series.
+func totals(m *dto.Metric) Totals {
+	switch {
+	case m.Histogram != nil:
+		return Totals{Count: m.GetHistogram().GetSampleCount(), Sum: m.GetHistogram().GetSampleSum()}
+	case m.Summary != nil:
+		return Totals{Count: m.GetSummary().GetSampleCount(), Sum: m.GetSummary().GetSampleSum()}
+	case m.Counter != nil:
+		return Totals{Count: 1, Sum: m.GetCounter().GetValue()}
+	case m.Gauge != nil:
+		return Totals{Count: 1, Sum: m.GetGauge().GetValue()}
+	case m.Untyped != nil:
+		return Totals{Count: 1, Sum: m.GetUntyped().GetValue()}
+	}
+	return Totals{}
 }
 
 // series are metric name's samples whose labels include match.
