@@ -21,8 +21,9 @@
 // when one pod is replaced). A node without a Node object publishes
 // nothing, as no pod can be scheduled to it anyway.
 //
-// Updates are coalesced and rate-limited: volume and class changes only
-// mark the figures stale; one worker measures and writes them at most once
+// Updates are coalesced and rate-limited: volume changes (signalled by the
+// volume manager itself, after all of a volume's bytes are written) and
+// class changes only mark the figures stale; one worker measures and writes them at most once
 // per MinInterval, and only objects whose figures changed are written.
 // Space can also change outside the driver's view (files written next to
 // the volumes, thin volumes filling), so the figures are measured again
@@ -51,9 +52,11 @@ const (
 )
 
 // Space is the part of the volume manager (*volume.Manager) the publisher
-// uses: the state of the data filesystem the accounting starts from.
+// uses: the state of the data filesystem the accounting starts from, and
+// a signal after each change the manager makes to it.
 type Space interface {
 	Space(ctx context.Context) (volume.Space, error)
+	Changed() <-chan struct{}
 }
 
 // Config is what a Publisher needs: the fields every controller has

@@ -166,8 +166,14 @@ func TestCapacityFollowsVolumes(t *testing.T) {
 	seen := waitCapacityIn(t, n, e.Class, empty-16*MiB-volume.CreateOverhead, empty-16*MiB)
 	t.Logf("capacity lag: %s after the PV was seen (polling every 10ms), %s after the claim was created", seen.Sub(pvSeen).Round(time.Millisecond), seen.Sub(start).Round(time.Millisecond))
 	// Once the record is written too, the figure is the node's own
-	// accounting to the byte.
-	time.Sleep(2 * capacity.DefaultMinInterval)
+	// accounting to the byte, well before the next Poll: the volume
+	// manager's signal after the record marks the figures stale, whether
+	// or not they were published before it.
+	id := "pvc-" + string(pvc.UID)
+	controllertest.Eventually(t, 30*time.Second, "the volume's reclaim policy record", func() (bool, error) {
+		p, err := n.env.Vols.ReclaimPolicy(ctx, id)
+		return p != volume.ReclaimUnrecorded, err
+	})
 	waitCapacity(t, n, e.Class, available(t, n, volume.NoOvercommit))
 
 	// The provisioner admits by the same figure: a claim placed here on

@@ -66,7 +66,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 	defer r.queue.ShutDown()
 	cluster := informers.NewSharedInformerFactoryWithOptions(p.Client, p.Resync,
 		informers.WithTransform(ownership.StripManagedFields))
-	// This node's PVs and its capacity objects, selected on the server.
+	// This node's capacity objects, selected on the server.
 	node := informers.NewSharedInformerFactoryWithOptions(p.Client, p.Resync,
 		informers.WithNamespace(p.Namespace),
 		informers.WithTransform(ownership.StripManagedFields),
@@ -75,22 +75,21 @@ func (p *Publisher) Run(ctx context.Context) error {
 		}))
 	classInf := cluster.Storage().V1().StorageClasses()
 	objInf := node.Storage().V1().CSIStorageCapacities()
-	pvInf := node.Core().V1().PersistentVolumes()
 	r.classes = classInf.Lister()
 	r.store = objInf.Informer().GetStore()
 	r.objects = controller.NewOwnWrites[*storagev1.CSIStorageCapacity](r.store, p.Clock, time.Minute)
 	stale := func(any) { r.queue.Add(key) }
 	changed := cache.ResourceEventHandlerFuncs{AddFunc: stale, UpdateFunc: func(_, o any) { stale(o) }, DeleteFunc: stale}
-	// Volumes come and go with their PVs: a volume is made before its PV
-	// and its data removed before its PV is deleted, so each PV event
-	// comes after the space changed. Our own objects only matter when
-	// they disappear (the garbage collector, or someone by hand).
+	// Classes change what each class's figure is; our own objects only
+	// matter when they disappear (the garbage collector, or someone by
+	// hand). Volumes are followed by the volume manager's own signal
+	// (followVolumes), not by their PVs: a volume's space is not all
+	// written when its PV appears.
 	for what, h := range map[string]struct {
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandler
 	}{
 		"StorageClasses":       {classInf.Informer(), changed},
-		"PVs":                  {pvInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: stale, DeleteFunc: stale}},
 		"CSIStorageCapacities": {objInf.Informer(), cache.ResourceEventHandlerFuncs{DeleteFunc: stale}},
 	} {
 		if _, err := h.inf.AddEventHandler(h.h); err != nil {
@@ -106,11 +105,28 @@ func (p *Publisher) Run(ctx context.Context) error {
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	var wg sync.WaitGroup
 	wg.Go(func() { controller.Work(ctx, r.log, r.queue, r.sync) })
+	wg.Go(func() { r.followVolumes(ctx) })
 	wg.Go(func() { _ = controller.Every(ctx, p.Clock, p.Poll, func(context.Context) { r.queue.Add(key) }) })
 	<-ctx.Done()
 	r.queue.ShutDown()
 	wg.Wait()
 	return ctx.Err()
+}
+
+// followVolumes marks the figures stale after each change the volume
+// manager makes, until ctx ends. It takes the next channel before marking,
+// so a change while the figures are measured marks them again.
+func (r *run) followVolumes(ctx context.Context) {
+	next := r.Volumes.Changed()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-next:
+			next = r.Volumes.Changed()
+			r.queue.Add(key)
+		}
+	}
 }
 
 // sync measures the data filesystem once and makes the node's objects say

@@ -101,6 +101,7 @@ func (m *Manager) Create(ctx context.Context, id string, mode Mode, bytes int64,
 	if err := ValidateID(id); err != nil {
 		return Info{}, fmt.Errorf("creating volume: %w", err)
 	}
+	defer m.changes.signal()
 	size, err := alignSize(bytes)
 	if err != nil {
 		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)

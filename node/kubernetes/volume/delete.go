@@ -32,6 +32,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	if err := ValidateID(id); err != nil {
 		return fmt.Errorf("deleting volume: %w", err)
 	}
+	defer m.changes.signal()
 	unlock := m.locks.Lock(id)
 	defer unlock()
 

@@ -33,6 +33,7 @@ func (m *Manager) Expand(ctx context.Context, id string, bytes int64) (Info, err
 	if err := ValidateID(id); err != nil {
 		return Info{}, fmt.Errorf("expanding volume: %w", err)
 	}
+	defer m.changes.signal()
 	size, err := alignSize(bytes)
 	if err != nil {
 		return Info{}, fmt.Errorf("expanding volume %s: %w", id, err)

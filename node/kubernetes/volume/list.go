@@ -113,6 +113,7 @@ type Recovery struct {
 // it; a failed repair is in the list with its error and does not stop the
 // others.
 func (m *Manager) Recover(ctx context.Context) ([]Recovery, error) {
+	defer m.changes.signal()
 	names, err := m.Data.State.Operations.Entries()
 	if err != nil {
 		return nil, fmt.Errorf("recovering volumes: %w", err)

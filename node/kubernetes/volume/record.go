@@ -118,6 +118,7 @@ func (m *Manager) SetReclaimPolicy(ctx context.Context, id string, p ReclaimPoli
 	if err != nil {
 		return err
 	}
+	defer m.changes.signal()
 	if err := f.WriteAtomic(b, 0o600); err != nil {
 		return fmt.Errorf("recording reclaim policy of volume %s: %w", id, err)
 	}

@@ -160,6 +160,9 @@ type Manager struct {
 	AllowUnenforced bool
 
 	locks keymutex.Set
+	// changes is signalled after each operation that may have changed
+	// the data filesystem (see Changed).
+	changes changes
 	// spaceMu serialises the "is there room?" check of filesystem volumes
 	// with the quota that claims the room, so two concurrent Creates
 	// cannot both be promised the same free space.
