@@ -292,3 +292,40 @@ func Rates(d time.Duration, groups ...[]int) ([]float64, error) {
 	}
 	return rates, nil
 }
+
+// Machine is the CPU time of all the machine's cores together since boot:
+// busy (user, nice, system, irq, softirq, steal) and total (the same plus
+// idle and iowait). Between two reads, total grows by the wall time times
+// the cores, so busy's growth over total's is how loaded the machine was,
+// whatever ran: processes a benchmark does not name (container shims,
+// runc, the pods) count too.
+func Machine() (busy, total time.Duration, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading machine CPU time: %w", err)
+	}
+	return parseMachine(string(b))
+}
+
+func parseMachine(stat string) (busy, total time.Duration, err error) {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	// "cpu" user nice system idle iowait irq softirq steal [guest guest_nice]:
+	// guest time is already in user and nice.
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("malformed /proc/stat first line %q", line)
+	}
+	var ticks [8]int64
+	for i := range ticks {
+		if ticks[i], err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("parsing /proc/stat field %d %q: %w", i+1, f[i+1], err)
+		}
+	}
+	var all int64
+	for _, t := range ticks {
+		all += t
+	}
+	const idle, iowait = 3, 4
+	toDur := func(t int64) time.Duration { return time.Duration(t) * time.Second / clockTicks }
+	return toDur(all - ticks[idle] - ticks[iowait]), toDur(all), nil
+}

@@ -20,6 +20,13 @@ func TestParse(t *testing.T) {
 	if err != nil || cpu != 3*time.Second {
 		t.Errorf("parseCPU = %v, %v; want 3s", cpu, err)
 	}
+	busy, total, err := parseMachine("cpu  100 20 30 400 50 6 4 0 7 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
+	if err != nil || busy != 1600*time.Millisecond || total != 6100*time.Millisecond {
+		t.Errorf("parseMachine = %v, %v, %v; want 1.6s busy of 6.1s", busy, total, err)
+	}
+	if _, _, err := parseMachine("cpu0 1 2 3 4 5 6 7 8\n"); err == nil {
+		t.Error("parseMachine without the all-cores line: no error")
+	}
 	comm, ppid, err := parseParent(stat)
 	if err != nil || comm != "a b) c" || ppid != 7 {
 		t.Errorf("parseParent = %q, %d, %v; want \"a b) c\", 7", comm, ppid, err)
@@ -41,6 +48,16 @@ func TestSelf(t *testing.T) {
 	cpu, _, err := s.Used()
 	if err != nil || cpu < 100*time.Millisecond {
 		t.Errorf("CPU used by a 300ms busy loop = %v, %v; want at least 100ms", cpu, err)
+	}
+	busy0, total0, err := Machine()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); {
+	}
+	busy1, total1, err := Machine()
+	if err != nil || busy1-busy0 < 100*time.Millisecond || total1-total0 < busy1-busy0 {
+		t.Errorf("machine CPU over a 300ms busy loop: %v busy of %v (%v); want at least 100ms busy, and no more than the total", busy1-busy0, total1-total0, err)
 	}
 }
 

@@ -262,8 +262,8 @@ func run(ctx context.Context, o options) error {
 					return err
 				}
 				rec.add(s.name, n, m)
-				fmt.Fprintf(os.Stderr, "provisioning: %-10s N=%-3d run %d: Running %.1fs, deletion %.1fs; %s; Events until Running: %s; kubelet until Running: %s\n",
-					s.name, n, r+1, m.running.Seconds(), m.deletion.Seconds(), m.trace.summary(s.stages()), m.events, m.kubelet)
+				fmt.Fprintf(os.Stderr, "provisioning: %-10s N=%-3d run %d: Running %.1fs, deletion %.1fs; %s; Events until Running: %s; kubelet until Running: %s; CPU until Running: %s\n",
+					s.name, n, r+1, m.running.Seconds(), m.deletion.Seconds(), m.trace.summary(s.stages()), m.events, m.kubelet, m.cpu)
 				if o.audit {
 					fmt.Fprintf(os.Stderr, "provisioning: %-10s N=%-3d run %d: API calls until Running, by component: %s\n", s.name, n, r+1, m.calls)
 				}

@@ -127,7 +127,8 @@ func (o options) runSummary() string {
 }
 
 // stageNotes summarise, per series at its smallest and largest N, where
-// the time of the median run went and what the node's kubelet did.
+// the time of the median run went, what the node's kubelet did and what
+// CPU the machine and each component used.
 func (r *recorder) stageNotes() []string {
 	var notes []string
 	for _, name := range r.order {
@@ -143,7 +144,7 @@ func (r *recorder) stageNotes() []string {
 			slices.SortFunc(ms, func(a, b *measurement) int { return int(a.running - b.running) })
 			m := ms[len(ms)/2]
 			s := allSeries[slices.IndexFunc(allSeries, func(s series) bool { return s.name == name })]
-			notes = append(notes, fmt.Sprintf("%s N=%d, median run: %s. Events until Running: %s. The node's kubelet until Running: %s.", name, n, m.trace.summary(s.stages()), m.events, m.kubelet))
+			notes = append(notes, fmt.Sprintf("%s N=%d, median run: %s. Events until Running: %s. The node's kubelet until Running: %s. CPU until Running: %s.", name, n, m.trace.summary(s.stages()), m.events, m.kubelet, m.cpu))
 		}
 	}
 	return notes

@@ -115,6 +115,9 @@ type measurement struct {
 	// calls are the API requests answered from the first create to all
 	// pods Running, by component (-audit only).
 	calls apiCalls
+	// cpu is the CPU the machine and each component used from the first
+	// create to all pods Running.
+	cpu cpuUse
 }
 
 // measure creates n claims and pods of s, waits for all pods to run,
@@ -144,6 +147,10 @@ func measure(ctx context.Context, b *bench, s series, n, id int) (*measurement, 
 	if err != nil {
 		return nil, err
 	}
+	cpuBefore, err := snapshotCPU(c)
+	if err != nil {
+		return nil, err
+	}
 	t := newTrace(prefix, n)
 	w.cur.Store(t)
 	defer w.cur.Store(nil)
@@ -167,7 +174,11 @@ func measure(ctx context.Context, b *bench, s series, n, id int) (*measurement, 
 	if err := waitCount(ctx, t, running, n, timeout, fail); err != nil {
 		return nil, fmt.Errorf("%s N=%d: %w", s.name, n, err)
 	}
-	m := &measurement{running: t.last(running), trace: t}
+	cpuAfter, err := snapshotCPU(c)
+	if err != nil {
+		return nil, err
+	}
+	m := &measurement{running: t.last(running), trace: t, cpu: cpuDelta(cpuBefore, cpuAfter)}
 	after, err := scrapeNode(ctx, cs, c.NodeName, c.PlinthNodeMetrics)
 	if err != nil {
 		return nil, err
