@@ -66,7 +66,7 @@ func (r *recorder) results(o options) []*result.Result {
 		"The control plane has upstream defaults (kube-controller-manager client 20 QPS, burst 30) except --pvclaimbinder-sync-period=2s.",
 		"What stands between plinth and emptydir (bench/provisioning/README.md, measured by stage, by the kubelet's metrics and, in experiments, by the API server's audit log): plinth-node binds the claims it provisions (claim and status, 0.1-0.2 s after the PV), so the PV controller's serial bind is off the pods' path; " +
 			"what is left is the PV controller naming the provisioner on each claim (its 20 QPS, shared with its Events), which Plinth waits for, the scheduler's 1 s binding poll (about 0.5-0.7 s), and the cluster's work per claim: about 17 more API requests a pod than with an emptyDir, 4 of them plinth-node's, 6 the kubelet's GETs of the claim and PV within its own 50 QPS; " +
-			"the kubelet's CSI mount takes 0.2-0.3 s, of which plinth-node's NodePublishVolume is a few ms. The median runs below show each for this run.",
+			"the kubelet's CSI mount takes 0.2-0.3 s, of which plinth-node's NodePublishVolume is a few ms; and both series keep the 2-core machine busy, the pods with claims doing about 5 CPU-seconds more work per 50 pods, under a tenth of it plinth-node's. The median runs below show each for this run.",
 	}
 	if runs := o.runSummary(); runs != "" {
 		notes = append(notes, "Runs per point: "+runs+". A local-path run takes minutes (about 10 at N = 200), and the whole benchmark must fit make bench's budget; a point of one run shows no spread.")
