@@ -23,8 +23,9 @@
 //
 // Updates are coalesced and rate-limited: volume changes (signalled by the
 // volume manager itself, after all of a volume's bytes are written) and
-// class changes only mark the figures stale; one worker measures and writes them at most once
-// per MinInterval, and only objects whose figures changed are written.
+// class changes only mark the figures stale; one worker measures and
+// writes them at most once per MinInterval, and only objects whose figures
+// changed are written.
 // Space can also change outside the driver's view (files written next to
 // the volumes, thin volumes filling), so the figures are measured again
 // every Poll as well.
