@@ -258,6 +258,10 @@ func runCrashSchedule(t *testing.T, e *env, p *controllertest.NodeProcess, ops i
 			}
 			p.Kill(syscall.SIGKILL)
 			r.kills++
+			// The schedule may end while the orphaning waits for it; the
+			// restart below must happen all the same, or the settle
+			// would check a node that is not running.
+			stopped := false
 			if fresh := r.observe(ctx); len(fresh) > 0 && krnd.IntN(2) == 0 {
 				uid, _ := ownership.ClaimUIDOf(fresh[krnd.IntN(len(fresh))])
 				o := orphaning{uid: uid, done: make(chan struct{})}
@@ -265,12 +269,15 @@ func runCrashSchedule(t *testing.T, e *env, p *controllertest.NodeProcess, ops i
 				case orphanings <- o:
 					<-o.done
 				case <-stopKiller:
-					return
+					stopped = true
 				}
 			}
 			logStart = p.LogSize()
 			if err := p.StartErr(); err != nil {
 				t.Errorf("restarting plinth-node: %v", err)
+				return
+			}
+			if stopped {
 				return
 			}
 		}
@@ -334,6 +341,9 @@ func runCrashSchedule(t *testing.T, e *env, p *controllertest.NodeProcess, ops i
 	}
 	close(stopKiller)
 	killerDone.Wait()
+	if !p.Running() {
+		t.Fatalf("the killer left plinth-node down after %d kills: nothing could settle", r.kills)
+	}
 	t.Logf("%d operations done with %d kills; %d claims live, %d deleted (%d of them while plinth-node was down, their volume without PV)",
 		ops, r.kills, len(r.live), len(r.deleted), r.orphaned)
 	return r

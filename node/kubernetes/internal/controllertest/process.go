@@ -109,6 +109,22 @@ func (p *NodeProcess) Pid() int {
 	return p.cmd.Process.Pid
 }
 
+// Running reports whether the process last started has not exited.
+func (p *NodeProcess) Running() bool {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
 // Kill sends sig and waits for the process to be gone.
 func (p *NodeProcess) Kill(sig syscall.Signal) {
 	p.mu.Lock()
