@@ -29,6 +29,7 @@ import (
 
 	"source.plinth.dev/bench/procstat"
 	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/pkg/tether"
 	"source.plinth.dev/test/launch"
 )
 
@@ -130,12 +131,13 @@ func StartProcess(name, bin string, args, env []string, log string) (*Process, e
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	exited, err := tether.Start(cmd)
+	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	p := &Process{Name: name, cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
+	go func() { <-exited; close(p.done) }()
 	return p, nil
 }
 

@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -35,6 +34,7 @@ import (
 
 	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/supervisor"
+	"source.plinth.dev/pkg/tether"
 )
 
 // Defaults of Spec's durations.
@@ -119,32 +119,14 @@ func run(ctx context.Context, log logtree.LeveledLogger, spec Spec, daemon bool)
 	cmd.Stdout = out
 	cmd.Stderr = out
 	cmd.WaitDelay = pipeDrain
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		// Own group: the group is what is signalled and killed.
-		Setpgid: true,
-		// If plinth-node dies without stopping its tree (a crash, a
-		// SIGKILL), its children must not live on unsupervised: a new
-		// plinth-node would start a second containerd beside them.
-		Pdeathsig: syscall.SIGKILL,
-	}
-	// Pdeathsig fires when the thread that started the child ends, not
-	// the process (golang/go#27505); the Go runtime ends a thread when a
-	// goroutine locked to it returns. Starting and waiting on a thread
-	// locked for the child's whole life keeps that thread alive until the
-	// child has been reaped.
-	started := make(chan error, 1)
-	exited := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		exited <- cmd.Wait()
-	}()
-	if err := <-started; err != nil {
+	// Own group: the group is what is signalled and killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// If plinth-node dies without stopping its tree (a crash, a SIGKILL),
+	// its children must not live on unsupervised: a new plinth-node would
+	// start a second containerd beside them. tether ties each to the
+	// process (not to a thread the runtime may end).
+	exited, err := tether.Start(cmd)
+	if err != nil {
 		return fmt.Errorf("starting %s: %w", spec.name(), err)
 	}
 	pid := cmd.Process.Pid

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"source.plinth.dev/pkg/tether"
 )
 
 // process is one supervised component. A component that exits while the
@@ -43,20 +45,19 @@ func startProcess(name, logDir, bin string, args, env []string, onExit func(*pro
 	if env != nil {
 		cmd.Env = env
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		// Own process group, so stop can signal everything the component
-		// forked (but see host.Sweep for what escapes it, like containerd shims).
-		Setpgid: true,
-		// If the launcher is killed outright, take the component with it.
-		Pdeathsig: syscall.SIGKILL,
-	}
+	// Own process group, so stop can signal everything the component
+	// forked (but see host.Sweep for what escapes it, like containerd
+	// shims). If the launcher is killed outright, tether takes the
+	// component with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	fmt.Fprintf(logFile, "+ %s %s\n", bin, strings.Join(args, " "))
-	if err := cmd.Start(); err != nil {
+	exited, err := tether.Start(cmd)
+	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
 	go func() {
-		p.err = cmd.Wait()
+		p.err = <-exited
 		close(p.done)
 		p.mu.Lock()
 		stopping := p.stopping

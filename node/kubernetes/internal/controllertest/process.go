@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"source.plinth.dev/node/kubernetes/clusterobjects"
+	"source.plinth.dev/pkg/tether"
 	"source.plinth.dev/test/launch"
 )
 
@@ -90,12 +91,13 @@ func (p *NodeProcess) StartErr() error {
 		cmd.Env = append(os.Environ(), p.Env...)
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	exited, err := tether.Start(cmd)
+	if err != nil {
 		return fmt.Errorf("starting plinth-node: %w", err)
 	}
 	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
+	go func() { <-exited; close(done) }()
 	p.mu.Lock()
 	p.cmd, p.done = cmd, done
 	p.mu.Unlock()
