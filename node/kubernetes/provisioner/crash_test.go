@@ -173,6 +173,7 @@ func startCrashNode(t *testing.T, e *env, args ...string) *controllertest.NodePr
 // killer caught, and the markers written into bound volumes.
 type crashRun struct {
 	e       *env
+	node    *controllertest.NodeProcess
 	client  kubernetes.Interface
 	live    []*corev1.PersistentVolumeClaim
 	deleted map[types.UID]bool
@@ -212,7 +213,7 @@ func runCrashSchedule(t *testing.T, e *env, p *controllertest.NodeProcess, ops i
 		t.Fatal(err)
 	}
 	r := &crashRun{
-		e: e, client: client, deleted: map[types.UID]bool{},
+		e: e, node: p, client: client, deleted: map[types.UID]bool{},
 		unbacked: map[string]bool{}, midDelete: map[string]bool{}, midCreate: map[string]bool{},
 		markers: map[types.UID]marker{}, quotaBaseline: quotaBaseline(t, e),
 	}
@@ -240,6 +241,11 @@ func runCrashSchedule(t *testing.T, e *env, p *controllertest.NodeProcess, ops i
 	stopKiller := make(chan struct{})
 	orphanings := make(chan orphaning)
 	var killerDone sync.WaitGroup
+	// The killer stops before the test's end whatever happens (a Fatal in
+	// the schedule included), so it never restarts plinth-node after the
+	// node's cleanup or logs after the test.
+	stopKilling := sync.OnceFunc(func() { close(stopKiller); killerDone.Wait() })
+	t.Cleanup(stopKilling)
 	killerDone.Go(func() {
 		krnd := rand.New(rand.NewPCG(seed, 7))
 		var logStart int64 // where the current start's log begins
@@ -267,7 +273,11 @@ func runCrashSchedule(t *testing.T, e *env, p *controllertest.NodeProcess, ops i
 				o := orphaning{uid: uid, done: make(chan struct{})}
 				select {
 				case orphanings <- o:
-					<-o.done
+					select { // the schedule closes done, unless it failed first
+					case <-o.done:
+					case <-stopKiller:
+						stopped = true
+					}
 				case <-stopKiller:
 					stopped = true
 				}
@@ -339,8 +349,7 @@ func runCrashSchedule(t *testing.T, e *env, p *controllertest.NodeProcess, ops i
 			r.mark(t)
 		}
 	}
-	close(stopKiller)
-	killerDone.Wait()
+	stopKilling()
 	if !p.Running() {
 		t.Fatalf("the killer left plinth-node down after %d kills: nothing could settle", r.kills)
 	}
@@ -471,6 +480,10 @@ func (r *crashRun) settle(t *testing.T, timeout time.Duration, done func(violati
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
+		// Nothing settles without the node: say so, not what it left undone.
+		if !r.node.Running() {
+			t.Fatalf("plinth-node exited during the settle")
+		}
 		r.mark(t)
 		v := r.check(t)
 		if done(v) || time.Now().After(deadline) {

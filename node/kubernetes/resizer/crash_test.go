@@ -67,6 +67,11 @@ func TestResizeCrashSafety(t *testing.T) {
 	var kills atomic.Int32
 	var midResize int
 	var killerDone sync.WaitGroup
+	// The killer stops before the test's end whatever happens (a Fatal in
+	// the workload included), so it never restarts plinth-node after the
+	// node's cleanup or logs after the test.
+	stopKilling := sync.OnceFunc(func() { close(stopKiller); killerDone.Wait() })
+	t.Cleanup(stopKilling)
 	killerDone.Go(func() {
 		krnd := rand.New(rand.NewPCG(seed, 7))
 		var logStart int64 // where the current start's log begins
@@ -126,8 +131,7 @@ func TestResizeCrashSafety(t *testing.T) {
 		e.requestRetrying(name, fmt.Sprintf("%dMi", sizes[name]))
 		time.Sleep(time.Duration(20+rnd.IntN(200)) * time.Millisecond)
 	}
-	close(stopKiller)
-	killerDone.Wait()
+	stopKilling()
 	if midResize == 0 {
 		// The schedule leaves the kill mid-resize to chance (a resize
 		// on this host's tmpfs takes milliseconds); make sure of it.
