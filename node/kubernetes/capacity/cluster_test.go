@@ -89,6 +89,17 @@ func available(t *testing.T, n *node, r volume.Overcommit) int64 {
 	return s.Available(r)
 }
 
+// waitRecorded waits until the volume of pvc on n has its reclaim policy
+// record, the last of the bytes a new volume takes.
+func waitRecorded(t *testing.T, n *node, pvc *corev1.PersistentVolumeClaim) {
+	t.Helper()
+	id := "pvc-" + string(pvc.UID)
+	controllertest.Eventually(t, 30*time.Second, "the reclaim policy record of volume "+id, func() (bool, error) {
+		p, err := n.env.Vols.ReclaimPolicy(context.Background(), id)
+		return p != volume.ReclaimUnrecorded, err
+	})
+}
+
 // waitCapacity waits until the capacity published for class on n is want
 // and returns when it first saw it.
 func waitCapacity(t *testing.T, n *node, class string, want int64) time.Time {
@@ -169,11 +180,7 @@ func TestCapacityFollowsVolumes(t *testing.T) {
 	// accounting to the byte, well before the next Poll: the volume
 	// manager's signal after the record marks the figures stale, whether
 	// or not they were published before it.
-	id := "pvc-" + string(pvc.UID)
-	controllertest.Eventually(t, 30*time.Second, "the volume's reclaim policy record", func() (bool, error) {
-		p, err := n.env.Vols.ReclaimPolicy(ctx, id)
-		return p != volume.ReclaimUnrecorded, err
-	})
+	waitRecorded(t, n, pvc)
 	waitCapacity(t, n, e.Class, available(t, n, volume.NoOvercommit))
 
 	// The provisioner admits by the same figure: a claim placed here on
@@ -234,6 +241,9 @@ func TestSchedulerPlacesByCapacity(t *testing.T) {
 	// scheduler would have chosen it), leaving about 24 MiB.
 	filler := full.env.CreateClaim(controllertest.Claim{Name: "filler", Size: "40Mi", Mode: corev1.PersistentVolumeBlock})
 	full.env.WaitBound(filler.Name)
+	// The node binds the claim before it records the volume's reclaim
+	// policy: the figure is final only with the record written.
+	waitRecorded(t, full, filler)
 	waitCapacity(t, full, e.Class, available(t, full, volume.NoOvercommit))
 	waitCapacity(t, roomy, e.Class, available(t, roomy, volume.NoOvercommit))
 	if a, b := available(t, full, 1), available(t, roomy, 1); a >= 32*MiB || b < 32*MiB {
