@@ -316,11 +316,12 @@ func TestAutoclearOnClose(t *testing.T) {
 	waitUnbound(t, path)
 }
 
-// waitUnbound fails the test unless no loop device serves path within a
-// second (the kernel may finish an autoclear detach asynchronously).
+// waitUnbound fails the test unless no loop device serves path within 10
+// seconds (the kernel may finish an autoclear detach asynchronously, and
+// slowly under TCG or while udev still holds the device).
 func waitUnbound(t *testing.T, path string) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Second); ; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		got := boundTo(t, path)
 		if len(got) == 0 {
 			return

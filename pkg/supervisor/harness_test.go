@@ -85,14 +85,16 @@ func TestHarnessReportsStuckRunnable(t *testing.T) {
 	f := &fakeTB{TB: t}
 	release := make(chan struct{})
 	defer close(release)
+	running := make(chan struct{})
 	testHarness(f, 100*time.Millisecond, func(ctx context.Context) error {
 		return Run(ctx, "stubborn", func(ctx context.Context) error {
 			Signal(ctx, SignalHealthy)
+			close(running)
 			<-release // ignores its context
 			return nil
 		})
 	})
-	time.Sleep(10 * time.Millisecond)
+	<-running // stopped any earlier, the tree would end cleanly
 	f.runCleanups()
 	if len(f.errors) != 1 {
 		t.Fatalf("harness reported %d errors, want 1: %q", len(f.errors), f.errors)
