@@ -183,11 +183,18 @@ func NewEnv(t testing.TB, allowUnenforced bool) *Env {
 		// b.N), each time with the same name.
 		name = fmt.Sprintf("%s-%d", name, time.Now().UnixNano()%1e9)
 	}
-	e := &Env{T: t, Client: cp.Client, NS: name, Class: "sc-" + name, Node: "node-" + name}
 	ctx := context.Background()
-	if _, err := e.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.NS}}, metav1.CreateOptions{}); err != nil {
+	ns, err := cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		// The same test again in this control plane (go test -count=N):
+		// its earlier run's objects stay, so this one gets names of its own.
+		name = fmt.Sprintf("%s-%d", name, time.Now().UnixNano()%1e9)
+		ns, err = cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	}
+	if err != nil {
 		t.Fatalf("creating namespace: %v", err)
 	}
+	e := &Env{T: t, Client: cp.Client, NS: ns.Name, Class: "sc-" + name, Node: "node-" + name}
 	e.CreateClass(e.Class, corev1.PersistentVolumeReclaimDelete, nil)
 	e.Dir = t.TempDir()
 	if ktest.InVM() {

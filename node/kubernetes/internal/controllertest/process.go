@@ -135,6 +135,11 @@ func (p *NodeProcess) Kill(sig syscall.Signal) {
 	if cmd == nil {
 		return
 	}
+	select {
+	case <-done:
+		return // reaped: its group ID may belong to another process by now
+	default:
+	}
 	_ = syscall.Kill(-cmd.Process.Pid, sig)
 	select {
 	case <-done:
