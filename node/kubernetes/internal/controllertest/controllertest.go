@@ -178,23 +178,24 @@ func NewEnv(t testing.TB, allowUnenforced bool) *Env {
 		name = name[:40]
 	}
 	name = strings.Trim(name, "-")
-	if _, bench := t.(*testing.B); bench {
-		// The testing package calls a benchmark several times (rising
-		// b.N), each time with the same name.
-		name = fmt.Sprintf("%s-%d", name, time.Now().UnixNano()%1e9)
-	}
 	ctx := context.Background()
-	ns, err := cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	create := func() error {
+		_, err := cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		return err
+	}
+	err := create()
 	if apierrors.IsAlreadyExists(err) {
-		// The same test again in this control plane (go test -count=N):
-		// its earlier run's objects stay, so this one gets names of its own.
+		// The same test or benchmark again in this control plane (go test
+		// -count=N, or the testing package calling a benchmark with rising
+		// b.N): its earlier run's objects stay, so this one gets names of
+		// its own.
 		name = fmt.Sprintf("%s-%d", name, time.Now().UnixNano()%1e9)
-		ns, err = cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		err = create()
 	}
 	if err != nil {
 		t.Fatalf("creating namespace: %v", err)
 	}
-	e := &Env{T: t, Client: cp.Client, NS: ns.Name, Class: "sc-" + name, Node: "node-" + name}
+	e := &Env{T: t, Client: cp.Client, NS: name, Class: "sc-" + name, Node: "node-" + name}
 	e.CreateClass(e.Class, corev1.PersistentVolumeReclaimDelete, nil)
 	e.Dir = t.TempDir()
 	if ktest.InVM() {
