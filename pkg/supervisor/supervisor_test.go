@@ -120,16 +120,16 @@ func TestBackoffResetsAfterHealthyPeriod(t *testing.T) {
 			return errors.New("early")
 		case 4: // healthy for longer than the reset period, then fail: back to 10ms
 			Signal(ctx, SignalHealthy)
-			time.Sleep(60 * time.Millisecond)
+			time.Sleep(300 * time.Millisecond)
 			return errors.New("after a healthy period")
-		case 5: // healthy, but not for long enough: 20ms
+		case 5: // healthy, but not for long enough (unless this goroutine stalls for the whole reset period): 20ms
 			Signal(ctx, SignalHealthy)
 			return errors.New("right after becoming healthy")
 		}
 		close(finished)
 		<-ctx.Done()
 		return nil
-	}, WithBackoff(10*time.Millisecond, time.Second), WithBackoffReset(50*time.Millisecond))
+	}, WithBackoff(10*time.Millisecond, time.Second), WithBackoffReset(250*time.Millisecond))
 	recv(t, finished, "sixth incarnation")
 	var got []string
 	for _, l := range logLinesWith(t, lt, "root.runnable", "restarting in ") {
