@@ -71,6 +71,12 @@ func TestEnsure(t *testing.T) {
 	c := admin(t)
 	ctx := context.Background()
 	log := logger(t)
+	// The class as a new cluster has it: none. (An earlier run in this
+	// control plane, go test -count, left it not the default, which
+	// Ensure rightly keeps.)
+	if err := c.StorageV1().StorageClasses().Delete(ctx, names.StorageClassName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
 	// Several nodes starting at once.
 	var wg sync.WaitGroup
 	errs := make(chan error, 5)

@@ -16,15 +16,17 @@ import (
 
 func TestMain(m *testing.M) { controllertest.Main(m) }
 
-// seen collects the names of the claims an incarnation's handler was
-// given, as added.
+// seen collects the names of the claims in namespace ns that an
+// incarnation's handler was given, as added. (The informer sees every
+// namespace, so also the claims an earlier run of the test left.)
 type seen struct {
+	ns    string
 	mu    sync.Mutex
 	names map[string]bool
 }
 
 func (s *seen) add(obj any) {
-	if m, err := meta.Accessor(obj); err == nil {
+	if m, err := meta.Accessor(obj); err == nil && m.GetNamespace() == s.ns {
 		s.mu.Lock()
 		s.names[m.GetName()] = true
 		s.mu.Unlock()
@@ -38,10 +40,11 @@ func (s *seen) has(name string) bool {
 }
 
 // incarnation runs one incarnation of base under a supervisor, as a
-// controller's Run does, with a handler on its claims, until stop.
-func incarnation(t *testing.T, base controller.Base) (*seen, context.CancelFunc) {
+// controller's Run does, with a handler on its claims in namespace ns,
+// until stop.
+func incarnation(t *testing.T, base controller.Base, ns string) (*seen, context.CancelFunc) {
 	t.Helper()
-	s := &seen{names: map[string]bool{}}
+	s := &seen{ns: ns, names: map[string]bool{}}
 	synced := make(chan struct{})
 	stop, _ := supervisor.TestHarness(t, func(ctx context.Context) error {
 		inc, err := base.Begin(ctx)
@@ -93,8 +96,8 @@ func TestSharedInformersOutliveIncarnations(t *testing.T) {
 	})
 	base.Shared = shared
 
-	first, stopFirst := incarnation(t, base)
-	second, _ := incarnation(t, base)
+	first, stopFirst := incarnation(t, base, e.NS)
+	second, _ := incarnation(t, base, e.NS)
 	e.CreateClaim(controllertest.Claim{Name: "before"})
 	controllertest.Eventually(t, 30*time.Second, "both incarnations hearing of claim before", func() (bool, error) {
 		return first.has("before") && second.has("before"), nil
@@ -113,7 +116,7 @@ func TestSharedInformersOutliveIncarnations(t *testing.T) {
 		t.Error("a stopped incarnation's handler was still called")
 	}
 
-	third, _ := incarnation(t, base)
+	third, _ := incarnation(t, base, e.NS)
 	for _, name := range []string{"before", "after"} {
 		if !third.has(name) {
 			t.Errorf("a new incarnation was not given claim %s at its start", name)
