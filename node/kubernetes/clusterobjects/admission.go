@@ -85,7 +85,9 @@ func AdmissionPolicyNames() []string {
 //
 // What remains open: a PV is created with a claimRef, and a pending claim
 // that a PV names is bound to it by the PV controller; the policy checks
-// that the PV is its node's, but cannot read the claim it names.
+// that the PV is its node's, but cannot read the claim it names. (The
+// node the claim is placed on, if it finds that PV when it comes to make
+// its own, leaves it alone and reports it: provisioner's madeElsewhere.)
 func AdmissionPolicies() []*admissionv1.ValidatingAdmissionPolicy {
 	volumeID := ownership.VolumeIDFor("")
 	write := []admissionv1.OperationType{admissionv1.Create, admissionv1.Update, admissionv1.Delete}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -409,5 +410,43 @@ func TestForeignObjects(t *testing.T) {
 	slices.Sort(want)
 	if ids := e.VolumeIDs(); !slices.Equal(ids, want) {
 		t.Errorf("volumes: %v", ids)
+	}
+}
+
+// TestPVMadeElsewhere: the PV for a claim placed on this node already
+// exists when the node comes to make it, but another node made it (its
+// node label says so: what a compromised node could do, since a policy
+// cannot read the claim a new PV names). The node neither takes it as an
+// earlier attempt of its own nor binds the claim to it: it says so in a
+// Warning Event naming the PV's node, and removes the volume it made.
+func TestPVMadeElsewhere(t *testing.T) {
+	e := newEnv(t, true)
+	ctx := context.Background()
+	pvc := e.CreateClaim(controllertest.Claim{Name: "taken", Size: "16Mi"})
+	// Smaller than the claim asks, so that the PV controller does not bind
+	// the claim to it before this node has tried.
+	req := &request{id: ownership.VolumeIDFor(pvc.UID), mode: corev1.PersistentVolumeFilesystem, size: resource.MustParse("1Mi"),
+		reclaim: corev1.PersistentVolumeReclaimDelete, class: testClass(func(sc *storagev1.StorageClass) { sc.Name = e.Class })}
+	foreign := buildPV(pvc, req, names.DriverName, "other-host", ownership.NodeLabelValue("other-node"))
+	if _, err := e.Client.CoreV1().PersistentVolumes().Create(ctx, foreign, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Client.CoreV1().PersistentVolumes().Delete(ctx, foreign.Name, metav1.DeleteOptions{}) })
+
+	e.start(e.controller())
+	e.WaitEvent(pvc.UID, ReasonVolumeMadeElsewhere, `labelled `+ownership.LabelNode+`="other-node"`)
+	controllertest.Eventually(t, 30*time.Second, "the volume made for the claim removed", func() (bool, error) {
+		return len(e.VolumeIDs()) == 0, nil
+	})
+	if got, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Get(ctx, pvc.Name, metav1.GetOptions{}); err != nil || got.Spec.VolumeName != "" {
+		t.Errorf("claim bound to %q (%v); want the node not to bind it to a PV it did not make", got.Spec.VolumeName, err)
+	}
+	if pv, err := e.Client.CoreV1().PersistentVolumes().Get(ctx, foreign.Name, metav1.GetOptions{}); err != nil || pv.Labels[ownership.LabelNode] != "other-node" {
+		t.Errorf("the other node's PV after the sync: %v (%v)", pv, err)
+	}
+	for _, ev := range e.Events(pvc.UID) {
+		if ev.Reason == ReasonProvisioningSucceeded || ev.Reason == ReasonCapacityNotEnforced {
+			t.Errorf("Event %s %q: the node called the volume its own", ev.Reason, ev.Message)
+		}
 	}
 }

@@ -42,6 +42,10 @@ const (
 	ReasonVolumeDeleteFailed    = "VolumeDeleteFailed"
 	ReasonOrphanDeleted         = "OrphanedVolumeDeleted"
 	ReasonOrphanRetained        = "OrphanedVolumeRetained"
+	// ReasonVolumeMadeElsewhere: the claim's PV exists, but another node
+	// (or someone else) made it, not this node, on which the claim was
+	// placed.
+	ReasonVolumeMadeElsewhere = "VolumeMadeElsewhere"
 )
 
 // Defaults for the Config's optional fields.

@@ -149,8 +149,9 @@ func (r *run) ensureVolume(ctx context.Context, pvc *corev1.PersistentVolumeClai
 }
 
 // ensurePV creates the claim's PV, or finds the one an earlier attempt
-// created. A nil PV with a nil error means the API server refused the PV
-// for good and the volume was removed again.
+// created. A nil PV with a nil error means the claim will never have a PV
+// of this node's, and the volume was removed again: the API server refused
+// the PV for good, or a PV of that name made elsewhere exists.
 func (r *run) ensurePV(ctx context.Context, pvc *corev1.PersistentVolumeClaim, req *request) (*corev1.PersistentVolume, error) {
 	pv := buildPV(pvc, req, r.Driver, r.hostname, r.label)
 	made, err := r.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
@@ -163,6 +164,9 @@ func (r *run) ensurePV(ctx context.Context, pvc *corev1.PersistentVolumeClaim, r
 		}
 		if made.Spec.ClaimRef == nil || made.Spec.ClaimRef.UID != pvc.UID {
 			return nil, fmt.Errorf("PV %s exists but is not for claim %s", req.id, ownership.DescribeClaim(pvc))
+		}
+		if made.Labels[ownership.LabelNode] != r.label {
+			return nil, r.madeElsewhere(ctx, pvc, made)
 		}
 	case apierrors.IsInvalid(err):
 		// The API server will never take this PV (say, a StorageClass
@@ -181,6 +185,28 @@ func (r *run) ensurePV(ctx context.Context, pvc *corev1.PersistentVolumeClaim, r
 	}
 	r.volumes.Remember(made)
 	return made, nil
+}
+
+// madeElsewhere handles a PV for the claim that this node did not make,
+// though the claim is placed on this node: it does not bind the claim to
+// it, record it, or call it provisioned, and it removes the volume it made
+// for the claim, to which no PV of this node will refer. The PV controller
+// still binds the claim to that PV, and the claim's pods then go where the
+// PV's node affinity says. The admission policies let a node create a PV
+// only with its own label, so the label names the node that made it (an
+// administrator may also have made it, to pre-bind the claim), which the
+// Warning Event says: a node that makes PVs for claims placed elsewhere is
+// one to look at.
+func (r *run) madeElsewhere(ctx context.Context, pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume) error {
+	msg := fmt.Sprintf("PV %s for this claim already exists, but node %s, on which the claim was placed, did not make it: the PV is labelled %s=%q. "+
+		"The claim will be bound to it, and its pods will run where it is; if no administrator made it for this claim, delete the claim and find out who did.",
+		pv.Name, r.NodeName, ownership.LabelNode, pv.Labels[ownership.LabelNode])
+	r.log.Warningf("claim %s: %s", ownership.DescribeClaim(pvc), msg)
+	r.recorder.Event(pvc, corev1.EventTypeWarning, ReasonVolumeMadeElsewhere, msg)
+	if err := r.Volumes.Delete(ctx, pv.Name); err != nil {
+		return fmt.Errorf("removing volume %s, since PV %s was made elsewhere: %w", pv.Name, pv.Name, err)
+	}
+	return nil
 }
 
 // reportProvisioned records the new PV's reclaim policy on the node and
