@@ -41,8 +41,10 @@ func TestGrowWhileInUse(t *testing.T) {
 	}
 
 	// Writers: files into the filesystem volume, blocks onto the device,
-	// each within 4 MiB of its volume (files are rewritten in turn), so that
-	// neither outgrows the 16Mi a quota enforces before the resize.
+	// each within slots 4 KiB pieces (4 MiB) of its volume (files are
+	// rewritten in turn), so that neither outgrows the 16Mi a quota
+	// enforces before the resize.
+	const slots = 1024
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var files, blocks atomic.Int64
@@ -54,7 +56,7 @@ func TestGrowWhileInUse(t *testing.T) {
 				return
 			default:
 			}
-			if err := os.WriteFile(filepath.Join(fsDir, fmt.Sprintf("f%04d", i%1024)), bytes.Repeat([]byte{byte(i)}, 4096), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(fsDir, fmt.Sprintf("f%04d", i%slots)), bytes.Repeat([]byte{byte(i)}, 4096), 0o644); err != nil {
 				werr.Store(err)
 				return
 			}
@@ -68,7 +70,7 @@ func TestGrowWhileInUse(t *testing.T) {
 			return
 		}
 		defer f.Close()
-		for i := int64(0); ; i = (i + 1) % 1024 { // the first 4 MiB
+		for i := int64(0); ; i = (i + 1) % slots {
 			select {
 			case <-stop:
 				return
@@ -119,9 +121,9 @@ func TestGrowWhileInUse(t *testing.T) {
 	if _, err := f.ReadAt(head, 0); err != nil || head[0] != head[4095] {
 		t.Errorf("first block after the resize: %v, bytes %d..%d", err, head[0], head[4095])
 	}
-	// File k holds the last of the writes i with i%1024 == k.
-	for n, k := files.Load(), int64(0); k < min(n, 1024); k++ {
-		last := k + (n-1-k)/1024*1024
+	// File k holds the last of the writes i with i%slots == k.
+	for n, k := files.Load(), int64(0); k < min(n, slots); k++ {
+		last := k + (n-1-k)/slots*slots
 		b, err := os.ReadFile(filepath.Join(fsDir, fmt.Sprintf("f%04d", k)))
 		if err != nil || len(b) != 4096 || b[0] != byte(last) {
 			t.Fatalf("file %d, last written during the resize by write %d: %d bytes (%v)", k, last, len(b), err)
