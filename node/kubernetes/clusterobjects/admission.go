@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/pkg/logtree"
 )
 
@@ -62,19 +63,27 @@ func AdmissionPolicyNames() []string {
 // capacity objects. Without the policies, one compromised node could bind
 // any claim in the cluster, move a claim's placement to itself, or delete
 // another node's volumes. With them, a node agent may:
-//   - claims (ClaimsPolicyName): change (spec or status) only a claim
-//     placed on its node (the selected-node annotation names it) and keep
-//     it there; bind one only to the PV provisioned for it (pvc-<claim
-//     UID>); and take an unplaced claim of an Immediate class by adding
-//     the selected-node annotation naming itself and changing nothing else
-//     (provisioner placement);
-//   - PVs (VolumesPolicyName): create one labelled as its node's
-//     (ownership.LabelNode) and named for the claim it refers to; change
-//     only its node's, keeping the label; delete its node's, or any PV
+//   - claims (ClaimsPolicyName): touch only claims that ask Plinth's
+//     driver for a volume (the storage-provisioner annotation, as
+//     ownership.OwnsClaim reads it), before and after the change; change
+//     (spec or status) only such a claim placed on its node (the
+//     selected-node annotation names it), keeping it there and keeping
+//     what the node never writes (the requested size, volume attributes
+//     class, labels, finalizers and owners); bind one only to the PV
+//     provisioned for it (pvc-<claim UID>); and take an unplaced, unbound
+//     claim of an Immediate class by adding the selected-node annotation
+//     naming itself and changing nothing else (provisioner placement);
+//   - PVs (VolumesPolicyName): create one of Plinth's CSI driver, labelled
+//     as its node's (ownership.LabelNode), named for the claim it refers
+//     to and with that name as its volume handle; change only its node's,
+//     keeping the label, the claim it refers to and its node affinity;
+//     delete its node's, or a PV of Plinth's driver labelled with a node
 //     that is Released with reclaim policy Delete (what node removal
 //     deletes for a node that is gone);
 //   - CSIStorageCapacity (CapacityPolicyName): create, update and delete
-//     only objects labelled as its node's, owned by its Node.
+//     only objects labelled as its node's, owned by its Node, whose
+//     topology is one host (a kubernetes.io/hostname label and nothing
+//     else).
 //
 // The node is the user name after NodeAgentUserPrefix (a client
 // certificate), or the node the service account token of a DaemonSet pod
@@ -83,37 +92,67 @@ func AdmissionPolicyNames() []string {
 // carry a hashed label (ownership.NodeLabelValue) that a policy cannot
 // compute; for them the label is only checked to be a hashed one.
 //
-// What remains open: a PV is created with a claimRef, and a pending claim
-// that a PV names is bound to it by the PV controller; the policy checks
-// that the PV is its node's, but cannot read the claim it names. (The
-// node the claim is placed on, if it finds that PV when it comes to make
-// its own, leaves it alone and reports it: provisioner's madeElsewhere.)
+// What remains open, because a policy sees only the object it admits:
+//   - a PV is created with a claimRef, and a pending claim that a PV names
+//     is bound to it by the PV controller; the policy checks that the PV
+//     is its node's and Plinth's, but cannot read the claim it names. (The
+//     node the claim is placed on, if it finds that PV when it comes to
+//     make its own, leaves it alone and reports it: provisioner's
+//     madeElsewhere.)
+//   - a capacity object's host and storage class are not checked against
+//     the Node's hostname label and the class's provisioner.
 func AdmissionPolicies() []*admissionv1.ValidatingAdmissionPolicy {
 	volumeID := ownership.VolumeIDFor("")
 	write := []admissionv1.OperationType{admissionv1.Create, admissionv1.Update, admissionv1.Delete}
 	selected := func(obj string) string {
 		return fmt.Sprintf("%s.metadata.?annotations[?'%s'].orValue('')", obj, ownership.AnnSelectedNode)
 	}
+	// provisioner is ownership.ClaimProvisioner: the GA annotation if the
+	// claim has it, else the beta one.
+	provisioner := func(obj string) string {
+		return fmt.Sprintf("%[1]s.metadata.?annotations[?'%[2]s'].orValue(%[1]s.metadata.?annotations[?'%[3]s'].orValue(''))",
+			obj, ownership.AnnStorageProvisioner, ownership.AnnBetaStorageProvisioner)
+	}
 	annotations := func(obj string) string { return obj + ".metadata.?annotations.orValue({})" }
+	// same lists fields (CEL paths below object and oldObject) a write
+	// must leave as they were.
+	same := func(fields ...string) string {
+		var eq []string
+		for _, f := range fields {
+			eq = append(eq, fmt.Sprintf("object.%[1]s == oldObject.%[1]s", f))
+		}
+		return strings.Join(eq, " && ")
+	}
+	ours := func(obj string) string {
+		return fmt.Sprintf("%s.spec.?csi.driver.orValue('') == '%s'", obj, names.DriverName)
+	}
 	return []*admissionv1.ValidatingAdmissionPolicy{
 		policy(ClaimsPolicyName, admissionv1.Rule{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims", "persistentvolumeclaims/status"}},
 			[]admissionv1.OperationType{admissionv1.Update},
 			[]admissionv1.Variable{
 				{Name: "oldSelected", Expression: selected("oldObject")},
 				{Name: "newSelected", Expression: selected("object")},
-				// The change of an Immediate claim's placement, and nothing
-				// else: one annotation added, every other one, the labels,
-				// finalizers, spec and status as they were.
+				// The claim asks Plinth for its volume, before and after:
+				// a node never writes another driver's claims.
+				{Name: "plinth", Expression: fmt.Sprintf("%s == '%s' && %s == '%s'",
+					provisioner("oldObject"), names.DriverName, provisioner("object"), names.DriverName)},
+				// What the node never writes on a claim, placed or not.
+				{Name: "kept", Expression: same("spec.?resources", "spec.?volumeAttributesClassName",
+					"metadata.?labels", "metadata.?finalizers", "metadata.?ownerReferences")},
+				// The change of an unbound Immediate claim's placement, and
+				// nothing else: one annotation added, every other one, the
+				// spec and status as they were.
 				{Name: "onlyPlaced", Expression: "variables.oldSelected == '' && variables.newSelected == variables.node && " +
-					"object.spec == oldObject.spec && object.?status == oldObject.?status && " +
-					"object.metadata.?labels == oldObject.metadata.?labels && object.metadata.?finalizers == oldObject.metadata.?finalizers && " +
+					"oldObject.spec.?volumeName.orValue('') == '' && " + same("spec", "?status") + " && " +
 					fmt.Sprintf("size(%s) == size(%s) + 1 && %s.all(k, k in %s && %s[k] == %s[k])",
 						annotations("object"), annotations("oldObject"), annotations("oldObject"), annotations("object"), annotations("object"), annotations("oldObject"))},
 			},
 			[]admissionv1.Validation{{
-				Expression: "(variables.oldSelected == variables.node && variables.newSelected == variables.node) || " +
-					"(request.?subResource.orValue('') == '' && variables.onlyPlaced)",
-				MessageExpression: refusal("may change only claims placed on its node, and place an unplaced claim only on itself, changing nothing else"),
+				Expression: "variables.plinth && variables.kept && (" +
+					"(variables.oldSelected == variables.node && variables.newSelected == variables.node) || " +
+					"(request.?subResource.orValue('') == '' && variables.onlyPlaced))",
+				MessageExpression: refusal(fmt.Sprintf("may change only claims for %s placed on its node, and not their size, labels, finalizers or owners; "+
+					"and place an unplaced claim only on itself, changing nothing else", names.DriverName)),
 			}, {
 				Expression: fmt.Sprintf("object.spec.?volumeName.orValue('') == oldObject.spec.?volumeName.orValue('') || "+
 					"object.spec.?volumeName.orValue('') == '%s' + object.metadata.uid", volumeID),
@@ -121,24 +160,31 @@ func AdmissionPolicies() []*admissionv1.ValidatingAdmissionPolicy {
 			}}),
 		policy(VolumesPolicyName, admissionv1.Rule{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}}, write, nil,
 			[]admissionv1.Validation{{
-				Expression: "request.operation != 'CREATE' || " + ownLabel("object") + " && " +
-					fmt.Sprintf("object.metadata.name == '%s' + object.spec.?claimRef.uid.orValue('')", volumeID),
-				MessageExpression: refusal(fmt.Sprintf("may create only PVs labelled %s=<its node> and named %s<UID of the claim they refer to>", ownership.LabelNode, volumeID)),
+				Expression: "request.operation != 'CREATE' || " + ownLabel("object") + " && " + ours("object") + " && " +
+					fmt.Sprintf("object.metadata.name == '%s' + object.spec.?claimRef.uid.orValue('') && ", volumeID) +
+					"object.spec.csi.volumeHandle == object.metadata.name",
+				MessageExpression: refusal(fmt.Sprintf("may create only PVs of driver %s labelled %s=<its node>, named %s<UID of the claim they refer to> and with that name as volume handle",
+					names.DriverName, ownership.LabelNode, volumeID)),
 			}, {
 				Expression: "request.operation != 'UPDATE' || " + ownLabel("oldObject") + " && " +
-					fmt.Sprintf("object.metadata.?labels[?'%[1]s'] == oldObject.metadata.?labels[?'%[1]s']", ownership.LabelNode),
-				MessageExpression: refusal("may change only its node's PVs, and not their node label"),
+					fmt.Sprintf("object.metadata.?labels[?'%[1]s'] == oldObject.metadata.?labels[?'%[1]s'] && ", ownership.LabelNode) +
+					same("spec.?claimRef", "spec.?nodeAffinity"),
+				MessageExpression: refusal("may change only its node's PVs, and not their node label, claim or node affinity"),
 			}, {
 				Expression: "request.operation != 'DELETE' || " + ownLabel("oldObject") + " || " +
-					"(oldObject.status.?phase.orValue('') == 'Released' && oldObject.spec.?persistentVolumeReclaimPolicy.orValue('') == 'Delete')",
-				MessageExpression: refusal("may delete only its node's PVs, or a Released PV whose reclaim policy is Delete"),
+					fmt.Sprintf("(%s && oldObject.metadata.?labels[?'%s'].orValue('') != '' && ", ours("oldObject"), ownership.LabelNode) +
+					"oldObject.status.?phase.orValue('') == 'Released' && oldObject.spec.?persistentVolumeReclaimPolicy.orValue('') == 'Delete')",
+				MessageExpression: refusal(fmt.Sprintf("may delete only its node's PVs, or a Released PV of driver %s labelled with a node whose reclaim policy is Delete", names.DriverName)),
 			}}),
 		policy(CapacityPolicyName, admissionv1.Rule{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csistoragecapacities"}}, write, nil,
 			[]admissionv1.Validation{{
 				Expression: "(request.operation == 'CREATE' || " + ownLabel("oldObject") + ") && " +
 					"(request.operation == 'DELETE' || " + ownLabel("object") + " && " +
-					"object.metadata.?ownerReferences.orValue([]).exists(r, r.kind == 'Node' && r.name == variables.node))",
-				MessageExpression: refusal(fmt.Sprintf("may write only CSIStorageCapacity objects labelled %s=<its node> and owned by its Node", ownership.LabelNode)),
+					"object.metadata.?ownerReferences.orValue([]).exists(r, r.kind == 'Node' && r.name == variables.node) && " +
+					"size(object.?nodeTopology.matchExpressions.orValue([])) == 0 && " +
+					fmt.Sprintf("object.?nodeTopology.matchLabels.orValue({}).size() == 1 && '%s' in object.?nodeTopology.matchLabels.orValue({}))", names.TopologyKeyHostname),
+				MessageExpression: refusal(fmt.Sprintf("may write only CSIStorageCapacity objects labelled %s=<its node>, owned by its Node and for one host (%s, nothing else)",
+					ownership.LabelNode, names.TopologyKeyHostname)),
 			}}),
 	}
 }

@@ -96,11 +96,40 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 
 	mine := e.CreateClaim(controllertest.Claim{Name: "mine", Node: nodeA})
 	theirs := e.CreateClaim(controllertest.Claim{Name: "theirs", Node: nodeB})
-	unplacedObj := e.ClaimObject(controllertest.Claim{Name: "unplaced"})
-	unplacedObj.Annotations = nil
-	if _, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Create(ctx, unplacedObj, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// The admin makes claims as the PV controller and the scheduler would
+	// leave them: c changes the object CreateClaim would make.
+	claim := func(name string, c func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
+		obj := e.ClaimObject(controllertest.Claim{Name: name, Node: nodeA})
+		c(obj)
+		made, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Create(ctx, obj, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return made
 	}
+	const otherDriver = "disk.example.com"
+	// Its claims name its class, or the PV controller would rename their
+	// provisioner to Plinth's (their class's) before the node writes.
+	otherClass := e.NS + "-disk"
+	e.CreateClassFor(otherDriver, otherClass, corev1.PersistentVolumeReclaimDelete, nil)
+	// An Immediate claim of Plinth's class that no node took yet.
+	claim("unplaced", func(c *corev1.PersistentVolumeClaim) { delete(c.Annotations, ownership.AnnSelectedNode) })
+	// Another driver's claims: one placed on node A by the scheduler, one
+	// bound without placement (an Immediate class).
+	otherPlaced := claim("other-placed", func(c *corev1.PersistentVolumeClaim) {
+		c.Annotations[ownership.AnnStorageProvisioner] = otherDriver
+		c.Spec.StorageClassName = &otherClass
+	})
+	claim("other-bound", func(c *corev1.PersistentVolumeClaim) {
+		c.Annotations = map[string]string{ownership.AnnStorageProvisioner: otherDriver}
+		c.Spec.StorageClassName = &otherClass
+		c.Spec.VolumeName = "disk-1"
+	})
+	// A claim of Plinth's class bound to a PV by hand, never placed.
+	claim("plinth-bound", func(c *corev1.PersistentVolumeClaim) {
+		delete(c.Annotations, ownership.AnnSelectedNode)
+		c.Spec.VolumeName = "pvc-by-hand"
+	})
 
 	// Claims.
 	allowed("binding its own claim to its volume", patchClaim(mine.Name, bind(ownership.VolumeIDFor(mine.UID))))
@@ -113,6 +142,16 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 	refused(clusterobjects.ClaimsPolicyName, "taking node B's claim", patchClaim(theirs.Name, ann(ownership.AnnSelectedNode, nodeA)))
 	refused(clusterobjects.ClaimsPolicyName, "placing an unplaced claim on node B", patchClaim("unplaced", ann(ownership.AnnSelectedNode, nodeB)))
 	refused(clusterobjects.ClaimsPolicyName, "placing an unplaced claim and changing more", patchClaim("unplaced", ann(ownership.AnnSelectedNode, nodeA, "other", "x")))
+	refused(clusterobjects.ClaimsPolicyName, "binding another driver's claim placed on it", patchClaim(otherPlaced.Name, bind(ownership.VolumeIDFor(otherPlaced.UID))))
+	refused(clusterobjects.ClaimsPolicyName, "another driver's claim's status", patchClaim(otherPlaced.Name, phase, "status"))
+	refused(clusterobjects.ClaimsPolicyName, "placing another driver's bound claim on itself", patchClaim("other-bound", ann(ownership.AnnSelectedNode, nodeA)))
+	refused(clusterobjects.ClaimsPolicyName, "placing a bound claim on itself", patchClaim("plinth-bound", ann(ownership.AnnSelectedNode, nodeA)))
+	refused(clusterobjects.ClaimsPolicyName, "handing its own claim to another driver", patchClaim(mine.Name, ann(ownership.AnnStorageProvisioner, otherDriver)))
+	refused(clusterobjects.ClaimsPolicyName, "removing its own claim's finalizers", patchClaim(mine.Name, map[string]any{"metadata": map[string]any{"finalizers": nil}}))
+	refused(clusterobjects.ClaimsPolicyName, "giving its own claim an owner", patchClaim(mine.Name, map[string]any{"metadata": map[string]any{"ownerReferences": []any{
+		map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": string(uuid.NewUUID())},
+	}}}))
+	refused(clusterobjects.ClaimsPolicyName, "labelling its own claim", patchClaim(mine.Name, map[string]any{"metadata": map[string]any{"labels": map[string]any{"backup": "skip"}}}))
 
 	// PVs. The admin makes one of node B's, Released with policy Retain,
 	// one Released with policy Delete (what node removal deletes), and one
@@ -140,10 +179,16 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 	}
 	pvs := e.Client.CoreV1().PersistentVolumes()
 	made := map[string]*corev1.PersistentVolume{}
+	// Another driver's, as its provisioner makes them: no node label.
+	otherPV := pv("disk-"+e.NS, nodeB, corev1.PersistentVolumeReclaimDelete, uuid.NewUUID())
+	otherPV.Labels = nil
+	otherPV.Annotations[ownership.AnnProvisionedBy] = otherDriver
+	otherPV.Spec.CSI.Driver = otherDriver
 	for _, p := range []*corev1.PersistentVolume{
 		pv("pvc-"+e.NS+"-b-retain", nodeB, corev1.PersistentVolumeReclaimRetain, uuid.NewUUID()),
 		pv("pvc-"+e.NS+"-b-delete", nodeB, corev1.PersistentVolumeReclaimDelete, uuid.NewUUID()),
 		pv("pvc-"+e.NS+"-a", nodeA, corev1.PersistentVolumeReclaimRetain, uuid.NewUUID()),
+		otherPV,
 	} {
 		if _, err := pvs.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -182,6 +227,18 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 	refused(clusterobjects.VolumesPolicyName, "taking node B's PV", patchPV("pvc-"+e.NS+"-b-retain", relabel(nodeA)))
 	refused(clusterobjects.VolumesPolicyName, "giving its PV to node B", patchPV("pvc-"+e.NS+"-a", relabel(nodeB)))
 	refused(clusterobjects.VolumesPolicyName, "deleting node B's Retain PV", deletePV("pvc-"+e.NS+"-b-retain"))
+	refused(clusterobjects.VolumesPolicyName, "deleting another driver's Released Delete PV", deletePV(otherPV.Name))
+	nfs := pv(ownership.VolumeIDFor(mine.UID), nodeA, corev1.PersistentVolumeReclaimDelete, mine.UID)
+	nfs.Spec.CSI = nil
+	nfs.Spec.NFS = &corev1.NFSVolumeSource{Server: "attacker.example.com", Path: "/"}
+	refused(clusterobjects.VolumesPolicyName, "creating an NFS PV for its claim", createPV(nfs))
+	handle := pv(ownership.VolumeIDFor(mine.UID), nodeA, corev1.PersistentVolumeReclaimDelete, mine.UID)
+	handle.Spec.CSI.VolumeHandle = ownership.VolumeIDFor(theirs.UID)
+	refused(clusterobjects.VolumesPolicyName, "creating a PV whose handle is another claim's volume", createPV(handle))
+	refused(clusterobjects.VolumesPolicyName, "pointing its PV at another claim", patchPV("pvc-"+e.NS+"-a",
+		[]byte(`{"spec":{"claimRef":{"name":"`+theirs.Name+`","uid":"`+string(theirs.UID)+`"}}}`)))
+	refused(clusterobjects.VolumesPolicyName, "giving its PV a node affinity", patchPV("pvc-"+e.NS+"-a",
+		[]byte(`{"spec":{"nodeAffinity":{"required":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"In","values":["`+nodeB+`"]}]}]}}}}`)))
 
 	// Capacity objects, in the test's namespace.
 	// owner "": none, so that the garbage collector leaves the admin's
@@ -192,6 +249,7 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 				GenerateName: "cap-", Namespace: e.NS,
 				Labels: map[string]string{ownership.LabelNode: ownership.NodeLabelValue(label)},
 			},
+			NodeTopology:     &metav1.LabelSelector{MatchLabels: map[string]string{names.TopologyKeyHostname: label}},
 			StorageClassName: e.Class,
 			Capacity:         resource.NewQuantity(1<<30, resource.BinarySI),
 		}
@@ -209,6 +267,12 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 	refused(clusterobjects.CapacityPolicyName, "publishing node B's capacity", createCap(capacity(nodeB, nodeB)))
 	refused(clusterobjects.CapacityPolicyName, "publishing capacity labelled its own for node B", createCap(capacity(nodeA, nodeB)))
 	refused(clusterobjects.CapacityPolicyName, "publishing capacity owned by no Node", createCap(capacity(nodeA, "")))
+	everywhere := capacity(nodeA, nodeA)
+	everywhere.NodeTopology = &metav1.LabelSelector{}
+	refused(clusterobjects.CapacityPolicyName, "publishing its capacity for every node", createCap(everywhere))
+	zone := capacity(nodeA, nodeA)
+	zone.NodeTopology.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "topology.kubernetes.io/zone", Operator: metav1.LabelSelectorOpExists}}
+	refused(clusterobjects.CapacityPolicyName, "publishing its capacity with more than its host", createCap(zone))
 	theirCap, err := e.Client.StorageV1().CSIStorageCapacities(e.NS).Create(ctx, capacity(nodeB, ""), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
