@@ -142,7 +142,7 @@ func Root(cfg Config) (supervisor.Runnable, error) {
 		if err := cfg.Root.Ephemeral.MkdirAll(); err != nil {
 			return fmt.Errorf("creating ephemeral tree: %w", err)
 		}
-		removeStaleTemporaryFiles(log, &cfg.Root.Ephemeral)
+		RemoveStaleTemporaryFiles(log, &cfg.Root.Ephemeral)
 
 		ready := make(chan *DataDir, 1)
 		if err := supervisor.Run(ctx, dataDirName, dataDirRunnable(cfg, ready)); err != nil {
@@ -215,7 +215,7 @@ func dataDirRunnable(cfg Config, ready chan<- *DataDir) supervisor.Runnable {
 		if err != nil {
 			return err
 		}
-		removeStaleTemporaryFiles(log, data)
+		RemoveStaleTemporaryFiles(log, data)
 		switch {
 		case dd.QuotaEnforced():
 			log.Infof("data directory %s ready; project quotas enforced", data.FullPath())
@@ -250,10 +250,12 @@ func dataDirRunnable(cfg Config, ready chan<- *DataDir) supervisor.Runnable {
 // to count as left by a crash (see localstorage.RemoveStaleTemporaryFiles).
 const staleTemporaryAge = time.Minute
 
-// removeStaleTemporaryFiles clears what interrupted atomic writes left in
-// n. Failing to is only worth a warning: the files waste a few bytes and
-// are never mistaken for records.
-func removeStaleTemporaryFiles(log logtree.LeveledLogger, n localstorage.Node) {
+// RemoveStaleTemporaryFiles clears what interrupted atomic writes left in
+// n, logging each file. Failing to is only worth a warning: the files waste
+// a few bytes and are never mistaken for records. The node's root runs it
+// on the ephemeral and data trees as it prepares them; csi-serve, which
+// shares those trees, does the same.
+func RemoveStaleTemporaryFiles(log logtree.LeveledLogger, n localstorage.Node) {
 	removed, err := localstorage.RemoveStaleTemporaryFiles(n, staleTemporaryAge)
 	for _, p := range removed {
 		log.Infof("removed temporary file %s left by an interrupted write", p)

@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"google.golang.org/grpc"
@@ -72,17 +71,23 @@ func parseCSIServeOptions(args []string) (*csiServeOptions, error) {
 	if err := o.completeNodeName(); err != nil {
 		return nil, err
 	}
+	// Resolved, as the kernel names mounts and loop devices' files.
 	for _, d := range []*string{&o.dataDir, &o.kubeletDir} {
-		abs, err := filepath.Abs(*d)
+		real, err := localstorage.Resolve(*d)
 		if err != nil {
 			return nil, err
 		}
-		*d = abs
+		*d = real
 	}
 	if o.ephemeralDir == "" {
 		sum := sha256.Sum256([]byte(o.dataDir))
 		o.ephemeralDir = "/run/plinth/csi-serve-" + hex.EncodeToString(sum[:6])
 	}
+	real, err := localstorage.Resolve(o.ephemeralDir)
+	if err != nil {
+		return nil, err
+	}
+	o.ephemeralDir = real
 	return o, nil
 }
 
@@ -173,6 +178,8 @@ func csiServe(ctx context.Context, args []string) error {
 			log.Warningf("project quotas not enforced (%v); filesystem volumes %s", dd.QuotaProbeError(),
 				map[bool]string{true: "are created WITHOUT size enforcement (--allow-unenforced-capacity)", false: "are refused"}[o.allowUnenforcedCapacity])
 		}
+		core.RemoveStaleTemporaryFiles(log, &root.Ephemeral)
+		core.RemoveStaleTemporaryFiles(log, &root.Data)
 		recs, err := vols.Recover(ctx)
 		for _, r := range recs {
 			if r.Err != nil {

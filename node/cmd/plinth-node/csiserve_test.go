@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +14,9 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/pkg/loop"
@@ -24,12 +28,31 @@ import (
 // SIGKILL (no cleanup of any kind), starts it again on the same
 // directories, and checks that the publications are still the same mount
 // and the same device, answer stats, accept a repeated publish without a
-// second mount or device, and unpublish cleanly.
+// second mount or device, and unpublish cleanly. Its --data-dir is a
+// symbolic link, as an operator's may be (csi-serve works at the resolved
+// path, which volume.New insists on), and a published volume is still
+// refused deletion. A temporary file an interrupted write left in the
+// data tree is removed at start.
 func TestCSIServeSurvivesKill(t *testing.T) {
 	ktest.RequireRoot(t)
 	dir := t.TempDir()
 	data, kubelet, eph := filepath.Join(dir, "data"), filepath.Join(dir, "kubelet"), filepath.Join(dir, "eph")
 	if err := os.MkdirAll(filepath.Join(kubelet, "pods"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	realData := filepath.Join(dir, "disk", "plinth")
+	stale := filepath.Join(realData, "state", "operations", ".tmp-interrupted")
+	if err := os.MkdirAll(filepath.Dir(stale), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(realData, data); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(stale, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(stale, old, old); err != nil {
 		t.Fatal(err)
 	}
 	nodeSock, ctrlSock := filepath.Join(dir, "csi.sock"), filepath.Join(dir, "ctrl.sock")
@@ -52,6 +75,9 @@ func TestCSIServeSurvivesKill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	n, nc, cc := start()
+	if _, err := os.Lstat(stale); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("stale temporary file %s after start: %v, want it removed", stale, err)
+	}
 
 	capOf := func(block bool) *csi.VolumeCapability {
 		c := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}
@@ -100,6 +126,12 @@ func TestCSIServeSurvivesKill(t *testing.T) {
 		}
 	}
 	writeDev(vols[1].target, payload)
+	for _, v := range vols {
+		_, err := cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: v.id})
+		if status.Code(err) != codes.FailedPrecondition {
+			t.Errorf("delete of published %s through a linked data directory: %v, want FailedPrecondition", v.id, err)
+		}
+	}
 	var before unix.Stat_t
 	if err := unix.Stat(vols[1].target, &before); err != nil {
 		t.Fatal(err)
@@ -164,7 +196,7 @@ func TestCSIServeSurvivesKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, b := range bindings {
-		if strings.HasPrefix(b.Backing, data) {
+		if strings.HasPrefix(b.Backing, realData) {
 			t.Errorf("loop device left over %s", b.Backing)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -249,7 +248,7 @@ func (c *commonOptions) completeNodeName() error {
 // given their own directory by flag.
 func (o *options) tree() (*localstorage.Root, error) {
 	var r localstorage.Root
-	root, err := filepath.Abs(o.root)
+	root, err := localstorage.Resolve(o.root)
 	if err != nil {
 		return nil, fmt.Errorf("--root: %w", err)
 	}
@@ -267,7 +266,7 @@ func (o *options) tree() (*localstorage.Root, error) {
 		if sub.dir == "" {
 			continue
 		}
-		p, err := filepath.Abs(sub.dir)
+		p, err := localstorage.Resolve(sub.dir)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sub.flag, err)
 		}

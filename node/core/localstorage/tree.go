@@ -217,6 +217,36 @@ func Place(n Node, path string) error {
 	return placeAt(n, path, 0)
 }
 
+// Resolve returns path, made absolute, with the symbolic links of the part
+// that exists resolved; the rest, which MkdirAll will create, is kept as
+// given. The kernel names mounts (/proc/self/mountinfo) and the backing
+// files of loop devices by resolved paths, so a tree placed through a link
+// would never find its own volumes there, and checks such as "is this
+// volume mounted?" would answer no. plinth-node places its trees at
+// resolved paths.
+func Resolve(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("resolving %s: %w", path, err)
+	}
+	existing, rest := abs, ""
+	for {
+		real, err := filepath.EvalSymlinks(existing)
+		if err == nil {
+			return filepath.Join(real, rest), nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("resolving %s: %w", path, err)
+		}
+		parent := filepath.Dir(existing)
+		if parent == existing {
+			return abs, nil
+		}
+		rest = filepath.Join(filepath.Base(existing), rest)
+		existing = parent
+	}
+}
+
 // placeAt is Place with a declared mode for n itself; accessors that return
 // dynamic children with a known mode use it.
 func placeAt(n Node, path string, mode fs.FileMode) error {

@@ -397,3 +397,34 @@ func TestDirectorySync(t *testing.T) {
 		t.Errorf("Sync of a missing directory: %v, want ErrNotExist", err)
 	}
 }
+
+// TestResolve: links in the existing part of a path are resolved, the part
+// that does not exist yet is kept, and a relative path becomes absolute.
+func TestResolve(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	real := filepath.Join(dir, "disk")
+	if err := os.Mkdir(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ in, want string }{
+		{filepath.Join(dir, "link"), real},
+		{filepath.Join(dir, "link", "data", "volumes"), filepath.Join(real, "data", "volumes")},
+		{filepath.Join(dir, "link", "..", "disk"), real},
+		{filepath.Join(dir, "new", "tree"), filepath.Join(dir, "new", "tree")},
+		{real + "/", real},
+	} {
+		if got, err := Resolve(c.in); err != nil || got != c.want {
+			t.Errorf("Resolve(%q) = %q, %v; want %q", c.in, got, err, c.want)
+		}
+	}
+	t.Chdir(filepath.Join(dir, "link"))
+	if got, err := Resolve("data"); err != nil || got != filepath.Join(real, "data") {
+		t.Errorf("Resolve of a relative path = %q, %v; want %q", got, err, filepath.Join(real, "data"))
+	}
+}

@@ -31,6 +31,7 @@ package volume
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 
 	"source.plinth.dev/node/core/localstorage"
@@ -199,6 +200,15 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if err := cfg.Data.MkdirAll(); err != nil {
 		return nil, fmt.Errorf("creating volume manager: %w", err)
+	}
+	// Whether a volume is in use (Delete refuses then) is read from the
+	// mount table and the loop devices' backing files, which name resolved
+	// paths: through a link, a mounted volume would look unused.
+	vols := cfg.Data.Volumes.FullPath()
+	if real, err := filepath.EvalSymlinks(vols); err != nil {
+		return nil, fmt.Errorf("creating volume manager: %w", err)
+	} else if real != vols {
+		return nil, fmt.Errorf("creating volume manager: the volumes directory %s is reached through a symbolic link (it is %s), and the kernel names mounts and loop devices by the resolved path; place the data directory there (localstorage.Resolve)", vols, real)
 	}
 	m := &Manager{Data: cfg.Data, QuotaError: cfg.QuotaError, AllowUnenforced: cfg.AllowUnenforced}
 	if cfg.QuotaError == nil {

@@ -11,6 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/node/kubernetes/volume/volumetest"
 	"source.plinth.dev/pkg/fsquota"
 )
 
@@ -321,5 +323,33 @@ func TestFormatBytes(t *testing.T) {
 		if got := formatBytes(n); got != want {
 			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// TestNewRefusesLinkedDataDirectory: a data tree placed through a symbolic
+// link is refused, since its in-use checks would compare its paths with
+// the kernel's resolved ones and find nothing in use; placed at the
+// resolved path (localstorage.Resolve), the same directory is accepted.
+func TestNewRefusesLinkedDataDirectory(t *testing.T) {
+	dir := t.TempDir()
+	real := filepath.Join(dir, "disk")
+	if err := os.Mkdir(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "data")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	d, qerr := volumetest.DataDir(t, link)
+	if _, err := New(Config{Data: d, QuotaError: qerr, AllowUnenforced: true}); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Errorf("New on a data directory placed through a link = %v, want a refusal naming the link", err)
+	}
+	resolved, err := localstorage.Resolve(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, qerr = volumetest.DataDir(t, resolved)
+	if _, err := New(Config{Data: d, QuotaError: qerr, AllowUnenforced: true}); err != nil {
+		t.Errorf("New on the resolved path: %v", err)
 	}
 }
