@@ -358,6 +358,27 @@ func (d *Device) Status() (Status, error) {
 	}, nil
 }
 
+// Serves reports whether the device is bound to the file at path, by the
+// file's identity (device and inode), whatever name sysfs gives it (see
+// Lookup). A detached device, or a missing file, serves nothing.
+func (d *Device) Serves(path string) (bool, error) {
+	var file unix.Stat_t
+	if err := unix.Stat(path, &file); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return false, nil
+		}
+		return false, fmt.Errorf("stat %s: %w", path, err)
+	}
+	st, err := d.Status()
+	if errors.Is(err, ErrDetached) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return st.BackingDev == file.Dev && st.BackingInode == file.Ino, nil
+}
+
 // Flags is a shortcut for Status().Flags.
 func (d *Device) Flags() (Flags, error) {
 	st, err := d.Status()

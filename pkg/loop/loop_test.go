@@ -253,6 +253,47 @@ func TestBindingsFollowTheBackingFile(t *testing.T) {
 	}
 }
 
+// TestLookupThroughUnreachableMount: a file attached through a mount that
+// is gone from the reader's view (here a bind mount lazily unmounted; on a
+// node, the mount namespace of a node agent's container that restarted)
+// is named by sysfs by its path below that mount's root. Lookup and In
+// still find its device by the file's identity, and a file elsewhere with
+// the same tail is not taken for it.
+func TestLookupThroughUnreachableMount(t *testing.T) {
+	ktest.RequireRoot(t)
+	dir := t.TempDir()
+	path := backing(t, dir, 8*MiB)
+	other := filepath.Join(t.TempDir(), filepath.Base(path))
+	if err := os.WriteFile(other, header, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mnt := t.TempDir()
+	if err := unix.Mount(dir, mnt, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	d := create(t, filepath.Join(mnt, filepath.Base(path)), loop.Options{})
+	if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	name, err := d.BackingFile()
+	if err != nil || name != "/"+filepath.Base(path) {
+		t.Fatalf("sysfs names the file %q (%v); want %q, its path below the detached mount", name, err, "/"+filepath.Base(path))
+	}
+	if got, err := loop.Lookup(path); err != nil || len(got) != 1 || got[0] != d.Path() {
+		t.Errorf("Lookup(%s) = %v, %v; want [%s]", path, got, err, d.Path())
+	}
+	if got, err := loop.Lookup(other); err != nil || len(got) != 0 {
+		t.Errorf("Lookup of another file with the same tail = %v, %v; want none", got, err)
+	}
+	in, err := loop.In(dir)
+	if err != nil || len(in) != 1 || in[0].Number != d.Number() || in[0].Backing != path {
+		t.Errorf("In(%s) = %+v, %v; want device %d over %s", dir, in, err, d.Number(), path)
+	}
+	if in, err := loop.In(filepath.Dir(other)); err != nil || len(in) != 0 {
+		t.Errorf("In(a directory with a file of the same name) = %+v, %v; want none", in, err)
+	}
+}
+
 func TestOpenAndIdentity(t *testing.T) {
 	ktest.RequireRoot(t)
 	path := backing(t, "", 8*MiB)

@@ -12,9 +12,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Which loop device serves which file is read from sysfs, never by opening
+// Which loop device serves which file is read from sysfs, not by opening
 // the devices: an open is one more opener, which delays a detach in
-// progress and makes LOOP_CTL_REMOVE fail.
+// progress and makes LOOP_CTL_REMOVE fail for a moment. The one exception
+// is a binding sysfs names by a path below an unreachable mount (Lookup),
+// which only the device's own status can confirm.
 
 // deletedSuffix is what the kernel appends to the path of a backing file
 // that was unlinked while bound.
@@ -89,10 +91,20 @@ func detached(err error) bool {
 }
 
 // Lookup returns the paths of the loop devices currently serving the file
-// at backing (as the kernel names it: an absolute path without symlinks).
-// A device whose file was unlinked serves no path, so it is not returned.
-// It reads sysfs only, so it opens no device; use it after a restart to
-// find devices attached before, instead of trusting a record of them.
+// at backing (an absolute path without symlinks). A device whose file was
+// unlinked serves no path, so it is not returned. It reads sysfs, so it
+// opens no device, except to confirm a binding named as below; use it
+// after a restart to find devices attached before, instead of trusting a
+// record of them.
+//
+// The kernel names a backing file by its path from the reader's root, or,
+// when the file was opened through a mount the reader cannot reach (a
+// mount namespace that is gone, such as the one of a node agent's
+// container before it restarted), by its path below that mount's root:
+// /var/lib/plinth/data/volumes/x.img reads /data/volumes/x.img then. A
+// binding whose name is such a tail of backing is confirmed by the file's
+// identity (the device's LOOP_GET_STATUS64 against stat), a short
+// read-only open, which a detach in progress waits out.
 func Lookup(backing string) ([]string, error) {
 	all, err := Bindings()
 	if err != nil {
@@ -100,9 +112,76 @@ func Lookup(backing string) ([]string, error) {
 	}
 	var paths []string
 	for _, b := range all {
-		if b.Backing == backing && !b.Deleted {
+		ok, err := b.serves(backing)
+		if err != nil {
+			return nil, fmt.Errorf("looking up loop devices of %s: %w", backing, err)
+		}
+		if ok {
 			paths = append(paths, b.Path())
 		}
 	}
 	return paths, nil
+}
+
+// In lists the loop devices bound to a file directly in dir (absolute,
+// without symlinks), including files unlinked since, with Backing set to
+// the file's path in dir. Bindings named by their path below an
+// unreachable mount's root are recognised as Lookup does; one of those
+// whose file was unlinked is not (nothing is left to compare it with).
+func In(dir string) ([]Binding, error) {
+	all, err := Bindings()
+	if err != nil {
+		return nil, fmt.Errorf("listing loop devices over files in %s: %w", dir, err)
+	}
+	dir = filepath.Clean(dir)
+	var out []Binding
+	for _, b := range all {
+		if filepath.Dir(b.Backing) == dir {
+			out = append(out, b)
+			continue
+		}
+		candidate := filepath.Join(dir, filepath.Base(b.Backing))
+		if b.Deleted || !isTail(candidate, b.Backing) {
+			continue
+		}
+		ok, err := b.serves(candidate)
+		if err != nil {
+			return nil, fmt.Errorf("listing loop devices over files in %s: %w", dir, err)
+		}
+		if ok {
+			b.Backing = candidate
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+// serves reports whether b is bound to the file at path, which it names
+// either as path or, opened through an unreachable mount, as a tail of it
+// (confirmed by identity). A device detached meanwhile serves nothing.
+func (b Binding) serves(path string) (bool, error) {
+	switch {
+	case b.Deleted:
+		return false, nil
+	case b.Backing == path:
+		return true, nil
+	case !isTail(path, b.Backing):
+		return false, nil
+	}
+	d, err := Open(b.Path())
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return false, nil
+		}
+		return false, err
+	}
+	defer d.Close()
+	return d.Serves(path)
+}
+
+// isTail reports whether name, as the kernel gives it, could be path seen
+// below the root of a mount that path lies in: a proper suffix of path
+// that starts at a component.
+func isTail(path, name string) bool {
+	return len(name) > 1 && len(name) < len(path) && strings.HasPrefix(name, "/") && strings.HasSuffix(path, name)
 }

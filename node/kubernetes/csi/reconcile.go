@@ -2,7 +2,6 @@ package csi
 
 import (
 	"context"
-	"strings"
 
 	"source.plinth.dev/pkg/loop"
 )
@@ -52,15 +51,16 @@ func (s *Server) removeLeakedLoops() {
 			claimed[p.Loop.Number] = true
 		}
 	}
-	volumesDir := s.cfg.Volumes.Data.Volumes.FullPath() + "/"
-	bindings, err := loop.Bindings()
+	// Devices attached by an earlier incarnation in another mount
+	// namespace (a restarted container) are found too (loop.In).
+	bindings, err := loop.In(s.cfg.Volumes.Data.Volumes.FullPath())
 	if err != nil {
 		s.log.Warningf("looking for leaked loop devices: %v", err)
 		return
 	}
 	for _, b := range bindings {
 		// A leaked device over a deleted image is leaked all the same.
-		if !strings.HasPrefix(b.Backing, volumesDir) || claimed[b.Number] {
+		if claimed[b.Number] {
 			continue
 		}
 		d, err := loop.Open(b.Path())

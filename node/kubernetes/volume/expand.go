@@ -81,11 +81,9 @@ func refreshLoops(image string) error {
 		if err != nil {
 			continue
 		}
-		backing, err := d.BackingFile()
-		if err == nil && backing == image {
+		serves, err := d.Serves(image)
+		if err == nil && serves {
 			err = d.RefreshSize()
-		} else {
-			err = nil
 		}
 		d.Close()
 		if err != nil {

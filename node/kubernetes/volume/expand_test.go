@@ -2,11 +2,14 @@ package volume
 
 import (
 	"context"
+	"errors"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/pkg/loop"
 )
 
@@ -68,4 +71,49 @@ func TestExpandRefreshesPublishedBlockDevice(t *testing.T) {
 			t.Errorf("device after repeated Expand: size %d (%v), want %d", size, err, 8*MiB)
 		}
 	})
+}
+
+// TestPublishedByAnEarlierContainer: a block volume attached through a
+// mount this process cannot reach any more (the mount namespace of the
+// node agent's container before it restarted; here a bind mount of the
+// data directory, lazily unmounted) is still found in use: Delete refuses
+// it, and Expand shows the new size on its device.
+func TestPublishedByAnEarlierContainer(t *testing.T) {
+	ktest.RequireRoot(t)
+	ctx := context.Background()
+	m := newManager(t, t.TempDir())
+	if _, err := m.Create(ctx, "blk", Block, MiB); err != nil {
+		t.Fatal(err)
+	}
+	_, img := m.paths("blk")
+	mnt := t.TempDir()
+	if err := unix.Mount(m.Data.FullPath(), mnt, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(m.Data.FullPath(), img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(mnt, rel), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := loop.Create(f, loop.Options{})
+	f.Close()
+	if err != nil {
+		t.Fatalf("attaching image: %v", err)
+	}
+	t.Cleanup(func() { _ = d.Remove() })
+	if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Delete(ctx, "blk"); !errors.Is(err, ErrInUse) {
+		t.Errorf("Delete of a volume attached by an earlier container = %v, want ErrInUse", err)
+	}
+	if _, err := m.Expand(ctx, "blk", 4*MiB); err != nil {
+		t.Fatalf("Expand: %v", err)
+	}
+	if size, err := d.Size(); err != nil || size != 4*MiB {
+		t.Errorf("device attached by an earlier container after Expand: size %d (%v), want %d", size, err, 4*MiB)
+	}
 }
