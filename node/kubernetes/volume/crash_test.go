@@ -183,6 +183,46 @@ func TestCrashAtEveryStep(t *testing.T) {
 	})
 }
 
+// TestCrashWhileDeletingACrashedCreate: a Create stopped after it claimed
+// a project ID, before the ID reached the directory, leaves the claim only
+// in the allocator; a Delete stopped right after its intent record finds
+// no ID on the directory to record. The next Delete, or Recover, must still
+// find the claim by name and release it.
+func TestCrashWhileDeletingACrashedCreate(t *testing.T) {
+	ctx := context.Background()
+	for _, b := range enforcedBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			m := newManagerOn(t, b)
+			for _, finish := range []struct {
+				name string
+				run  func(id string) error
+			}{
+				{"delete", func(id string) error { return m.Delete(ctx, id) }},
+				{"recover", func(string) error { _, err := m.Recover(ctx); return err }},
+			} {
+				id := "twice-" + finish.name
+				if !crashAt(m, "create:project-id", func() { _, _ = m.Create(ctx, id, Filesystem, MiB) }) {
+					t.Fatal("Create never reached create:project-id")
+				}
+				pid, held, err := m.ProjectIDs.Lookup(id)
+				if err != nil || !held {
+					t.Fatalf("after a crash at create:project-id, %s holds no project ID (%v)", id, err)
+				}
+				if !crashAt(m, "delete:intent", func() { _ = m.Delete(ctx, id) }) {
+					t.Fatal("Delete never reached delete:intent")
+				}
+				if err := finish.run(id); err != nil {
+					t.Fatalf("%s after both crashes: %v", finish.name, err)
+				}
+				assertGone(t, m, id)
+				if owner, held, err := m.ProjectIDs.Owner(pid); err != nil || held {
+					t.Errorf("%s after both crashes left project ID %d claimed by %q (%v)", finish.name, pid, owner, err)
+				}
+			}
+		})
+	}
+}
+
 func assertPending(t *testing.T, m *Manager, id string, op Op) {
 	t.Helper()
 	list, err := m.List(context.Background())

@@ -70,10 +70,10 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		}
 	}
 	// An interrupted Create may have claimed a project ID it never put on
-	// the directory; only then is the (slow) claim lookup needed.
+	// the directory, and an interrupted Delete of such a volume recorded
+	// no ID; only after an interruption is the (slow) claim lookup needed.
 	m.crashPoint("delete:intent")
-	lookup := in != nil && in.Op == OpCreate
-	if err := m.remove(id, pid, lookup); err != nil {
+	if err := m.remove(id, pid, in != nil); err != nil {
 		return fmt.Errorf("deleting volume %s: %w", id, err)
 	}
 	if err := m.clearIntent(id); err != nil {
@@ -115,8 +115,19 @@ func (m *Manager) remove(id string, pid uint32, lookupPID bool) error {
 		}
 		m.crashPoint("delete:contents")
 		if pid != 0 && m.CapacityEnforced() {
-			if err := fsquota.ClearQuota(fsPath); err != nil {
+			ours, err := m.projectIDOf(id, pid)
+			if err != nil {
 				return err
+			}
+			if ours {
+				if err := fsquota.ClearQuota(fsPath); err != nil {
+					return err
+				}
+			} else {
+				// The directory was moved to another volume's ID (by
+				// hand): it goes, that volume's limits stay, and this
+				// volume's own claim, if any, is found by name below.
+				pid, lookupPID = 0, true
 			}
 		}
 		m.crashPoint("delete:quota")
@@ -161,11 +172,9 @@ func (m *Manager) remove(id string, pid uint32, lookupPID bool) error {
 		// names, which ClearQuota above could not see. Clearing by ID is
 		// idempotent, so it is done whenever the ID is this volume's (or
 		// nobody's): another owner's limits are never touched.
-		owner, held, err := m.ProjectIDs.Owner(pid)
-		if err != nil {
+		if ours, err := m.projectIDOf(id, pid); err != nil {
 			return err
-		}
-		if !held || owner == id {
+		} else if ours {
 			if err := fsquota.ClearLimits(m.Data.Volumes.FullPath(), pid); err != nil {
 				return err
 			}
@@ -179,6 +188,16 @@ func (m *Manager) remove(id string, pid uint32, lookupPID bool) error {
 		}
 	}
 	return nil
+}
+
+// projectIDOf reports whether project ID pid is volume id's to clear: its
+// claim is id's, or nobody's (released by an earlier, interrupted try).
+func (m *Manager) projectIDOf(id string, pid uint32) (bool, error) {
+	owner, held, err := m.ProjectIDs.Owner(pid)
+	if err != nil {
+		return false, err
+	}
+	return !held || owner == id, nil
 }
 
 // removeContents deletes everything inside dir but dir itself, which must

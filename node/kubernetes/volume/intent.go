@@ -92,7 +92,9 @@ func (m *Manager) clearIntent(id string) error {
 func (m *Manager) finish(id string, in *intent) error {
 	switch in.Op {
 	case OpCreate, OpDelete:
-		if err := m.remove(id, in.ProjectID, in.Op == OpCreate); err != nil {
+		// An interrupted operation may hold a project ID claim that no
+		// directory names (see Delete): look it up.
+		if err := m.remove(id, in.ProjectID, true); err != nil {
 			return fmt.Errorf("finishing interrupted %s of volume %s: %w", in.Op, id, err)
 		}
 	case OpExpand:

@@ -209,6 +209,17 @@ func TestStatReportsLostQuotaAndStrayClaimsAreReleased(t *testing.T) {
 			if st, err := m.Stat(ctx, "moved"); err != nil || !st.Abnormal || !strings.Contains(st.Message, "volume changed") {
 				t.Errorf("Stat of a volume moved to another's project ID = %+v, %v; want abnormal, naming the owner", st, err)
 			}
+			// Deleting it leaves the other volume's limits alone and
+			// releases its own, forsaken, project ID.
+			if err := m.Delete(ctx, "moved"); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := fsquota.GetQuota(dir); err != nil || got.ProjectID != q.ProjectID || got.Limits.Bytes != MiB {
+				t.Errorf("quota of the volume whose ID a deleted volume carried = %+v, %v; want project %d limited to %d bytes", got, err, q.ProjectID, MiB)
+			}
+			if pid, held, err := m.ProjectIDs.Lookup("moved"); err != nil || held {
+				t.Errorf("deleted volume still holds project ID %d (%v)", pid, err)
+			}
 			// A claim whose volume is gone (crash between rmdir and
 			// release) is released by Recover; live claims stay.
 			if _, err := m.Create(ctx, "live", Filesystem, MiB); err != nil {
