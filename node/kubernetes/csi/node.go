@@ -65,13 +65,17 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err != nil {
 		return nil, statusFromVolume(err)
 	}
-	if vmode != mode {
-		return nil, status.Errorf(codes.InvalidArgument, "volume %s is a %v volume; it cannot be published with %s access", id, vmode, describeMode(mode))
-	}
 	if err := checkResolvedParent(s.cfg.Kubelet, "target_path", target); err != nil {
 		return nil, err
 	}
-	if cur := s.store.get(target); cur != nil {
+	// A publication already at the target answers first: a request
+	// unlike it is ALREADY_EXISTS, whatever else is wrong with it.
+	cur := s.store.get(target)
+	if vmode != mode && (cur == nil || cur.sameRequest(want)) {
+		// The CSI spec's "exceeds capabilities".
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is a %v volume; it cannot be published with %s access", id, vmode, describeMode(mode))
+	}
+	if cur != nil {
 		if !cur.sameRequest(want) {
 			return nil, status.Errorf(codes.AlreadyExists, "target %s already publishes volume %s (%s, readonly=%v, access mode %v); refusing to publish volume %s (%s, readonly=%v, access mode %v) there",
 				target, cur.VolumeID, cur.Mode, cur.ReadOnly, csi.VolumeCapability_AccessMode_Mode(cur.AccessMode), id, want.Mode, want.ReadOnly, accessMode)

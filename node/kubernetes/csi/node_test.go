@@ -48,7 +48,8 @@ func TestPublishFilesystem(t *testing.T) {
 	wantCode(t, "publish read-only over a read-write publication", e.publish("fs", rw, volume.Filesystem, true), codes.AlreadyExists)
 	e.create("other", volume.Filesystem, MiB)
 	wantCode(t, "publish another volume at the same target", e.publish("other", rw, volume.Filesystem, false), codes.AlreadyExists)
-	wantCode(t, "publish a filesystem volume as block", e.publish("fs", e.target("blk"), volume.Block, false), codes.InvalidArgument)
+	wantCode(t, "publish the volume at the same target with block access", e.publish("fs", rw, volume.Block, false), codes.AlreadyExists)
+	wantCode(t, "publish a filesystem volume as block", e.publish("fs", e.target("blk"), volume.Block, false), codes.FailedPrecondition)
 
 	// Read-only really is read-only (the CSI flag, not only the
 	// container's mount).
@@ -243,5 +244,41 @@ func TestConcurrentPublishOfOneVolume(t *testing.T) {
 	}
 	if loops != 1 {
 		t.Errorf("%d loop devices over the image after concurrent publishes, want 1", loops)
+	}
+}
+
+// TestPublishMountFlags: mount flags reach the mount, and a retry that
+// asks for the same mount (flags in another order, repeated, or with the
+// nosuid and nodev every publication has) succeeds, where other flags are
+// ALREADY_EXISTS.
+func TestPublishMountFlags(t *testing.T) {
+	e := newEnv(t, "")
+	ctx := context.Background()
+	e.create("fs", volume.Filesystem, 8*MiB)
+	target := e.target("flags")
+	publish := func(flags ...string) error {
+		c := capability(volume.Filesystem, rwo)
+		c.GetMount().MountFlags = flags
+		_, err := e.srv.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: "fs", TargetPath: target, VolumeCapability: c})
+		return err
+	}
+	if err := publish("noexec", "noatime"); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(target, &st); err != nil || st.Flags&unix.ST_NOEXEC == 0 || st.Flags&unix.ST_NOATIME == 0 {
+		t.Errorf("publication flags %#x, %v: want noexec and noatime", st.Flags, err)
+	}
+	for _, same := range [][]string{{"noatime", "noexec"}, {"noexec", "noatime", "noexec"}, {"nosuid", "noatime", "nodev", "noexec"}} {
+		if err := publish(same...); err != nil {
+			t.Errorf("retry with flags %q: %v", same, err)
+		}
+	}
+	if n := mounttest.Count(t, target); n != 1 {
+		t.Errorf("%d mounts at the target after the retries, want 1", n)
+	}
+	wantCode(t, "publish with other flags at the same target", publish("noexec"), codes.AlreadyExists)
+	if err := e.unpublish("fs", target); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -25,13 +25,19 @@ func (s *Server) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	if path == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_path is required")
 	}
+	var mode volume.Mode
 	if c := req.GetVolumeCapability(); c != nil {
-		if _, err := checkCapability(c); err != nil {
+		var err error
+		if mode, err = checkCapability(c); err != nil {
 			return nil, err
 		}
 	}
-	if req.GetCapacityRange().GetRequiredBytes() < 0 || req.GetCapacityRange().GetLimitBytes() < 0 {
+	required, limit := req.GetCapacityRange().GetRequiredBytes(), req.GetCapacityRange().GetLimitBytes()
+	if required < 0 || limit < 0 {
 		return nil, status.Error(codes.InvalidArgument, "capacity_range bytes must not be negative")
+	}
+	if limit > 0 && required > limit {
+		return nil, status.Errorf(codes.OutOfRange, "capacity_range asks for at least %d bytes and at most %d", required, limit)
 	}
 	unlock := s.locks.Lock(volumeKey(id))
 	defer unlock()
@@ -43,8 +49,14 @@ func (s *Server) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	if p == nil || p.VolumeID != id {
 		return nil, status.Errorf(codes.NotFound, "volume %s is not published at %q", id, path)
 	}
-	if req := req.GetCapacityRange().GetRequiredBytes(); req > st.CapacityBytes {
-		return nil, status.Errorf(codes.OutOfRange, "volume %s has %d bytes, %d requested: expand it through the controller first", id, st.CapacityBytes, req)
+	if mode != 0 && mode != st.Mode {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %s is a %v volume, not one for %s access", id, st.Mode, describeMode(mode))
+	}
+	if required > st.CapacityBytes {
+		return nil, status.Errorf(codes.OutOfRange, "volume %s has %d bytes, %d requested: expand it through the controller first", id, st.CapacityBytes, required)
+	}
+	if limit > 0 && st.CapacityBytes > limit {
+		return nil, status.Errorf(codes.OutOfRange, "volume %s has %d bytes, more than the limit of %d: volumes do not shrink", id, st.CapacityBytes, limit)
 	}
 	if st.Mode == volume.Filesystem {
 		return &csi.NodeExpandVolumeResponse{CapacityBytes: st.CapacityBytes}, nil

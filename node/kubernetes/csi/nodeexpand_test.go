@@ -47,6 +47,14 @@ func TestExpand(t *testing.T) {
 				t.Fatalf("NodeExpandVolume(%s) = %+v, %v", id, nresp, err)
 			}
 		}
+		// A range the volume cannot be in, and the other access type.
+		for _, r := range []*csi.CapacityRange{{RequiredBytes: 2 * MiB, LimitBytes: MiB}, {LimitBytes: 4 * MiB}} {
+			_, err := e.srv.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: id, VolumePath: e.target(id), CapacityRange: r})
+			wantCode(t, "node expansion with an 8 MiB volume outside "+r.String(), err, codes.OutOfRange)
+		}
+		other := map[volume.Mode]volume.Mode{volume.Filesystem: volume.Block, volume.Block: volume.Filesystem}[mode]
+		_, err = e.srv.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: id, VolumePath: e.target(id), VolumeCapability: capability(other, csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)})
+		wantCode(t, "node expansion of a "+mode.String()+" volume with the other access type", err, codes.InvalidArgument)
 	}
 	d, err := loop.Open(e.target("blk"))
 	if err != nil {

@@ -44,10 +44,22 @@ type loopRecord struct {
 }
 
 // sameRequest reports whether p was published with the same arguments as
-// q, which makes a repeated NodePublishVolume a no-op.
+// q, which makes a repeated NodePublishVolume a no-op. Mount flags are
+// compared by their effect (effectiveFlags), not as written.
 func (p *publication) sameRequest(q *publication) bool {
 	return p.VolumeID == q.VolumeID && p.TargetPath == q.TargetPath && p.Mode == q.Mode &&
-		p.ReadOnly == q.ReadOnly && p.AccessMode == q.AccessMode && slices.Equal(p.MountFlags, q.MountFlags)
+		p.ReadOnly == q.ReadOnly && p.AccessMode == q.AccessMode &&
+		slices.Equal(effectiveFlags(p.MountFlags), effectiveFlags(q.MountFlags))
+}
+
+// effectiveFlags is a publication's mount flags as a sorted set, without
+// the ones every publication gets anyway (nosuid, nodev) and "ro", which
+// ReadOnly carries: two requests that differ only in order, repetition or
+// those flags make the same mount.
+func effectiveFlags(flags []string) []string {
+	out := slices.DeleteFunc(slices.Clone(flags), func(f string) bool { return f == "nosuid" || f == "nodev" || f == "ro" })
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // store persists publications in the CSI state directory, one file per

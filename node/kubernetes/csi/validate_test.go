@@ -98,8 +98,8 @@ func TestBadRequestsAreRefusedAndTouchNothing(t *testing.T) {
 		{"fs type", "vol", good, withMount(func(m *csi.VolumeCapability_MountVolume) { m.FsType = "ext4" }), "", codes.InvalidArgument},
 		{"mount flag suid", "vol", good, withMount(func(m *csi.VolumeCapability_MountVolume) { m.MountFlags = []string{"suid"} }), "", codes.InvalidArgument},
 		{"mount flag bind", "vol", good, withMount(func(m *csi.VolumeCapability_MountVolume) { m.MountFlags = []string{"bind"} }), "", codes.InvalidArgument},
-		{"block access to a filesystem volume", "vol", good, capability(volume.Block, rwo), "", codes.InvalidArgument},
-		{"mount access to a block volume", "blk", good, mount, "", codes.InvalidArgument},
+		{"block access to a filesystem volume", "vol", good, capability(volume.Block, rwo), "", codes.FailedPrecondition},
+		{"mount access to a block volume", "blk", good, mount, "", codes.FailedPrecondition},
 	}
 	before, beforeOut := snapshot(t, kubelet), snapshot(t, outside)
 	for _, tc := range cases {
