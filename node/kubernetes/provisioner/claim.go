@@ -101,6 +101,11 @@ func validateClaim(pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageCl
 	if pvc.Spec.DataSource != nil || pvc.Spec.DataSourceRef != nil {
 		return bad("volume data sources (clones, snapshots, populators) are not supported")
 	}
+	if c := pvc.Spec.VolumeAttributesClassName; c != nil && *c != "" {
+		// Kubernetes binds a claim only to a PV of the class it names; a
+		// volume without it would be one the user did not ask for.
+		return bad("volume attributes classes are not supported (the claim asks for %q); remove spec.volumeAttributesClassName", *c)
+	}
 	if len(pvc.Spec.AccessModes) == 0 {
 		return bad("no access mode requested; use ReadWriteOnce or ReadWriteOncePod")
 	}

@@ -272,6 +272,10 @@ func TestBadInput(t *testing.T) {
 		{"clone", func(p *corev1.PersistentVolumeClaim) {
 			p.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "rwx"}
 		}, "data sources"},
+		{"attributes-class", func(p *corev1.PersistentVolumeClaim) {
+			gold := "gold"
+			p.Spec.VolumeAttributesClassName = &gold
+		}, "volume attributes classes are not supported"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := e.ClaimObject(controllertest.Claim{Name: tc.name})
@@ -451,4 +455,41 @@ func TestPVMadeElsewhere(t *testing.T) {
 			t.Errorf("Event %s %q: the node called the volume its own", ev.Reason, ev.Message)
 		}
 	}
+	// Later syncs of the claim (each update) neither make a volume again
+	// nor repeat the Event.
+	touch := func(v string) {
+		t.Helper()
+		patch := []byte(`{"metadata":{"annotations":{"test.plinth.dev/touch":"` + v + `"}}}`)
+		if _, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Patch(ctx, pvc.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	touch("1")
+	touch("2")
+	time.Sleep(2 * time.Second)
+	reported := 0
+	for _, ev := range e.Events(pvc.UID) {
+		if ev.Reason == ReasonVolumeMadeElsewhere {
+			reported += int(max(ev.Count, 1))
+		}
+	}
+	if reported != 1 {
+		t.Errorf("VolumeMadeElsewhere reported %d times after two more syncs, want once", reported)
+	}
+	// Once that PV is gone, the node provisions the claim.
+	if err := e.Client.CoreV1().PersistentVolumes().Delete(ctx, foreign.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	controllertest.Eventually(t, 30*time.Second, "the PV of the foreign one gone", func() (bool, error) {
+		_, err := e.Client.CoreV1().PersistentVolumes().Get(ctx, foreign.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	touch("3")
+	controllertest.Eventually(t, 30*time.Second, "the claim bound to this node's PV", func() (bool, error) {
+		pv, err := e.Client.CoreV1().PersistentVolumes().Get(ctx, ownership.VolumeIDFor(pvc.UID), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil && pv.Labels[ownership.LabelNode] == ownership.NodeLabelValue(e.Node), err
+	})
 }

@@ -45,6 +45,11 @@ type run struct {
 	kept      map[string]bool      // unreferenced volumes kept (Retain), already reported
 
 	bindRefused atomic.Bool // a binding write was refused and said so (see bindFailed)
+
+	// elsewhere holds the UIDs of claims whose PV another node made
+	// (madeElsewhere), reported once: until that PV goes, their syncs
+	// make no volume. Entries are as rare as such PVs.
+	elsewhere sync.Map
 }
 
 // Run provisions and deletes volumes until ctx ends.

@@ -44,6 +44,9 @@ func (r *run) syncClaim(ctx context.Context, key string) error {
 	if pv, done := r.provisioned(pvc, id); done {
 		return r.bindClaim(ctx, pvc, pv)
 	}
+	if waiting, err := r.stillElsewhere(ctx, pvc, id); waiting || err != nil {
+		return err
+	}
 	// An attempt, counted from here: whatever happens next is this
 	// node trying to provision the claim.
 	start, reason := time.Now(), ""
@@ -206,7 +209,28 @@ func (r *run) madeElsewhere(ctx context.Context, pvc *corev1.PersistentVolumeCla
 	if err := r.Volumes.Delete(ctx, pv.Name); err != nil {
 		return fmt.Errorf("removing volume %s, since PV %s was made elsewhere: %w", pv.Name, pv.Name, err)
 	}
+	r.elsewhere.Store(pvc.UID, true)
 	return nil
+}
+
+// stillElsewhere reports whether the claim's PV, made elsewhere and
+// reported (madeElsewhere), still exists: then the sync makes no volume
+// and says nothing more. The PV is read from the API server, since this
+// node's PV informer sees only its own; once it is gone, the claim is
+// provisioned here as any other.
+func (r *run) stillElsewhere(ctx context.Context, pvc *corev1.PersistentVolumeClaim, id string) (bool, error) {
+	if _, reported := r.elsewhere.Load(pvc.UID); !reported {
+		return false, nil
+	}
+	_, err := r.Client.CoreV1().PersistentVolumes().Get(ctx, id, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		r.elsewhere.Delete(pvc.UID)
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading PV %s, made elsewhere: %w", id, err)
+	}
+	return true, nil
 }
 
 // reportProvisioned records the new PV's reclaim policy on the node and
