@@ -95,14 +95,12 @@ func (r *run) syncPlacement(ctx context.Context, key string, pvc *corev1.Persist
 	if class.Provisioner != r.Driver || !immediate(class) {
 		return nil
 	}
-	// A claim the node could not serve is left to other nodes; one that
-	// no node can serve stays Pending, and the PV controller's Event says
-	// it waits for this driver.
-	req, err := validateClaim(pvc, class, r.Driver)
-	if err != nil {
-		r.log.V(1).Infof("not placing claim %s here: %v", ownership.DescribeClaim(pvc), err)
-		return nil
-	}
+	// A claim no node can serve as it is (validateClaim depends on the
+	// claim and its class alone) is placed all the same, by the same
+	// race: the one node that wins it then says why in a
+	// ProvisioningFailed Event, as for any claim placed on it, where
+	// otherwise every node would keep silent, or every node say it.
+	req, invalid := validateClaim(pvc, class, r.Driver)
 	if wait := placementDelay(pvc.UID, r.NodeName) - r.clock.Since(pvc.CreationTimestamp.Time); wait > 0 {
 		r.claimQ.AddAfter(key, wait)
 		return nil
@@ -117,13 +115,18 @@ func (r *run) syncPlacement(ctx context.Context, key string, pvc *corev1.Persist
 	if !topologyAdmits(class.AllowedTopologies, node.Labels) {
 		return nil
 	}
-	space, err := r.Volumes.Space(ctx)
-	if err != nil {
-		return err
-	}
-	if req.bytes > space.Available(req.overcommit) {
-		r.log.V(1).Infof("not placing claim %s here: %d bytes asked, %d available", ownership.DescribeClaim(pvc), req.bytes, space.Available(req.overcommit))
-		return nil
+	if invalid == nil {
+		// A claim the node has no room for is left to other nodes; one
+		// that no node can hold stays Pending, and the PV controller's
+		// Event says it waits for this driver.
+		space, err := r.Volumes.Space(ctx)
+		if err != nil {
+			return err
+		}
+		if req.bytes > space.Available(req.overcommit) {
+			r.log.V(1).Infof("not placing claim %s here: %d bytes asked, %d available", ownership.DescribeClaim(pvc), req.bytes, space.Available(req.overcommit))
+			return nil
+		}
 	}
 	// The cache may be behind: the patch is conditional on the version
 	// this decision was made from.

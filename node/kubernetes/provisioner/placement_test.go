@@ -175,6 +175,16 @@ func TestImmediateClaimsArePlaced(t *testing.T) {
 	}
 	t.Logf("claims of a class without topology, by node: %v", count)
 
+	// A claim no node can serve as it is: one node takes it all the same
+	// and says why, once, as for a claim placed on it; it gets no volume.
+	rwxObj := a.ClaimObject(controllertest.Claim{Name: "rwx", Class: anyClass, Size: "1Mi", Access: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}})
+	rwxObj.Annotations = nil
+	rwx, err := a.Client.CoreV1().PersistentVolumeClaims(a.NS).Create(ctx, rwxObj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.WaitEvent(rwx.UID, ReasonProvisioningFailed, `access mode "ReadWriteMany" is not supported`)
+
 	// The claims no node may take: still unplaced a while after the
 	// others were all provisioned (every node's delay is under a second).
 	time.Sleep(2 * maxPlacementDelay)
@@ -188,4 +198,18 @@ func TestImmediateClaimsArePlaced(t *testing.T) {
 		}
 		a.NoPV(pvc.UID)
 	}
+	got, err := a.Client.CoreV1().PersistentVolumeClaims(a.NS).Get(ctx, rwx.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	placedOn := got.Annotations[ownership.AnnSelectedNode]
+	if placedOn != a.Node && placedOn != b.Node {
+		t.Errorf("invalid claim placed on %q, want one of the nodes", placedOn)
+	}
+	for _, ev := range a.Events(rwx.UID) {
+		if ev.Reason == ReasonProvisioningFailed && ev.Source.Host != "" && ev.Source.Host != placedOn {
+			t.Errorf("node %s reported the invalid claim placed on %s: %q", ev.Source.Host, placedOn, ev.Message)
+		}
+	}
+	a.NoPV(rwx.UID)
 }
