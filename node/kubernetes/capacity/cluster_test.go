@@ -22,6 +22,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"source.plinth.dev/node/kubernetes/capacity"
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
@@ -198,14 +199,24 @@ func TestCapacityFollowsVolumes(t *testing.T) {
 	e.CreateClaim(controllertest.Claim{Name: "exact", Size: fmt.Sprint(left), Mode: corev1.PersistentVolumeBlock})
 	e.WaitBound("exact")
 
-	// Deleting the claims releases the PVs; the volumes go, and their
-	// space is published again.
+	// The kubelet may register the node again under another hostname
+	// label; the topology of an object cannot change, so the node
+	// replaces it. Deleting the claims releases the PVs; the volumes go,
+	// and their space is published again, under the new topology.
+	relabel := []byte(`{"metadata":{"labels":{"` + names.TopologyKeyHostname + `":"renamed-` + e.NS + `"}}}`)
+	if _, err := e.Client.CoreV1().Nodes().Patch(ctx, e.Node, types.MergePatchType, relabel, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range []string{"blk", "too-big", "exact"} {
 		if err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	waitCapacity(t, n, e.Class, empty)
+	obj, _ = published(t, e, e.Node, e.Class)
+	if got := obj.NodeTopology.MatchLabels; len(got) != 1 || got[names.TopologyKeyHostname] != "renamed-"+e.NS {
+		t.Errorf("topology after the hostname label changed: %v, want %s=renamed-%s", got, names.TopologyKeyHostname, e.NS)
+	}
 
 	// A class that is gone has no capacity.
 	if err := e.Client.StorageV1().StorageClasses().Delete(ctx, over, metav1.DeleteOptions{}); err != nil {

@@ -198,8 +198,9 @@ func (r *run) publish(ctx context.Context) error {
 	return nil
 }
 
-// ensure creates the object or updates it when its figures, topology or
-// owner differ; an unchanged object costs no write.
+// ensure creates the object or updates it when its figures or owner
+// differ, or replaces it when its topology does; an unchanged object costs
+// no write.
 func (r *run) ensure(ctx context.Context, name string, w *storagev1.CSIStorageCapacity) error {
 	api := r.Client.StorageV1().CSIStorageCapacities(r.Namespace)
 	have, ok := r.objects.Get(r.Namespace + "/" + name)
@@ -211,10 +212,19 @@ func (r *run) ensure(ctx context.Context, name string, w *storagev1.CSIStorageCa
 	case same(have, w):
 		r.note(w)
 		return nil
+	case !equalSelector(have.NodeTopology, w.NodeTopology):
+		// The API server keeps an object's topology as it was created; a
+		// node whose hostname label changed gets a new object.
+		uid := have.UID
+		err = api.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("replacing CSIStorageCapacity %s of StorageClass %s, whose topology changed: %w", name, w.StorageClassName, err)
+		}
+		made, err = api.Create(ctx, w, metav1.CreateOptions{})
 	default:
 		upd := have.DeepCopy()
 		upd.Labels, upd.OwnerReferences = w.Labels, w.OwnerReferences
-		upd.NodeTopology, upd.Capacity, upd.MaximumVolumeSize = w.NodeTopology, w.Capacity, w.MaximumVolumeSize
+		upd.Capacity, upd.MaximumVolumeSize = w.Capacity, w.MaximumVolumeSize
 		made, err = api.Update(ctx, upd, metav1.UpdateOptions{})
 	}
 	if err != nil {
