@@ -16,11 +16,12 @@
 //     node is gone). Their data, if the machine ever returns, is removed by
 //     that node's own orphan reconciler; Retain PVs are kept.
 //
-// Which plinth-node acts: the one with the lowest name among the nodes
-// whose CSINode lists the driver (itself counted), so that the cluster
-// gets one Event per claim, not one per node. Each node keeps an informer
-// of CSINodes (small objects that change only when a driver registers);
-// only the actor lists PVs, at an interval.
+// Which plinth-node acts: the one with the lowest name among the Ready
+// nodes whose CSINode lists the driver (itself counted), so that the
+// cluster gets one Event per claim, not one per node. Each node keeps an
+// informer of CSINodes (small objects that change only when a driver
+// registers) and reads the Nodes of lower names until one is Ready; only
+// the actor lists PVs, at an interval.
 package noderemoval
 
 import (
@@ -130,7 +131,11 @@ type sweep struct {
 // PVs whose Node objects are gone and settles the claims of those gone for
 // longer than the grace period.
 func (s *sweep) run(ctx context.Context) error {
-	if !s.isActor() {
+	acting, err := s.isActor(ctx)
+	if err != nil {
+		return err
+	}
+	if !acting {
 		clear(s.missingSince)
 		return nil
 	}
@@ -170,23 +175,46 @@ func (s *sweep) run(ctx context.Context) error {
 }
 
 // isActor says whether this node is the one that acts: the lowest name
-// among the nodes whose CSINode lists the driver, and itself.
-func (s *sweep) isActor() bool {
+// among itself and the nodes whose CSINode lists the driver and whose Node
+// is Ready. A node that is down keeps its CSINode (only its own kubelet
+// removes it), so by name alone a powered-off node would keep every
+// survivor from acting. The lower names are read lowest first, until one
+// is Ready: on a healthy cluster, one GET a look.
+func (s *sweep) isActor(ctx context.Context) (bool, error) {
 	all, err := s.csiNodes.List(labels.Everything())
 	if err != nil {
-		return false
+		return false, err
 	}
-	names := []string{s.NodeName}
+	var lower []string
 	for _, n := range all {
-		if slices.ContainsFunc(n.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == s.Driver }) {
-			names = append(names, n.Name)
+		if n.Name < s.NodeName && slices.ContainsFunc(n.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == s.Driver }) {
+			lower = append(lower, n.Name)
 		}
 	}
-	return actor(names) == s.NodeName
+	slices.Sort(lower)
+	for _, name := range lower {
+		node, err := s.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		} else if err != nil {
+			return false, fmt.Errorf("reading Node %s, which may act instead: %w", name, err)
+		}
+		if ready(node) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
-// actor is the node that acts among names: the lowest.
-func actor(names []string) string { return slices.Min(names) }
+// ready reports whether node's Ready condition is True.
+func ready(node *corev1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
 
 // nodeOf is the name of the node a PV of ours lives on, from its node
 // label; "" when the label is a hash of a long name, which cannot be

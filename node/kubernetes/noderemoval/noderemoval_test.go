@@ -14,6 +14,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
@@ -23,12 +24,6 @@ import (
 )
 
 func TestMain(m *testing.M) { controllertest.Main(m) }
-
-func TestActorIsTheLowestName(t *testing.T) {
-	if a := actor([]string{"node-b", "node-a", "node-c"}); a != "node-a" {
-		t.Errorf("actor = %s, want node-a", a)
-	}
-}
 
 // TestRemovedNodeClaims: while the gone node's Node object exists, nothing
 // happens; once it has been deleted for the grace period, its bound claim
@@ -118,15 +113,20 @@ func TestRemovedNodeClaims(t *testing.T) {
 		t.Errorf("claim %s has %d %s Events, want 1 (one actor, once)", bound.Name, n, ReasonNodeRemoved)
 	}
 
-	// A node of lower name that runs the driver is the actor from now on:
-	// a second removed node's claim is left to it.
+	// A node of lower name that runs the driver and is Ready is the actor
+	// from now on: a second removed node's claim is left to it. While it
+	// is not Ready (powered off, its CSINode still there), the survivor
+	// acts.
+	lower := "a-" + e.Node
 	if _, err := e.Client.StorageV1().CSINodes().Create(ctx, &storagev1.CSINode{
-		ObjectMeta: metav1.ObjectMeta{Name: "a-" + e.Node},
-		Spec:       storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: names.DriverName, NodeID: "a-" + e.Node}}},
+		ObjectMeta: metav1.ObjectMeta{Name: lower},
+		Spec:       storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: names.DriverName, NodeID: lower}}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.Client.StorageV1().CSINodes().Delete(ctx, "a-"+e.Node, metav1.DeleteOptions{}) })
+	t.Cleanup(func() { _ = e.Client.StorageV1().CSINodes().Delete(ctx, lower, metav1.DeleteOptions{}) })
+	createNode(t, e, lower)
+	setReady(t, e, lower, corev1.ConditionTrue)
 	gone2 := e.Node + "-gone2"
 	createNode(t, e, gone2)
 	stop2 := startProvisioner(t, e, gone2, t.TempDir())
@@ -139,6 +139,29 @@ func TestRemovedNodeClaims(t *testing.T) {
 	time.Sleep(4 * time.Second)
 	if evs := eventsOf(e, other, ReasonNodeRemoved); len(evs) > 0 {
 		t.Errorf("a node that is not the actor reported a removed node: %q", evs)
+	}
+	setReady(t, e, lower, corev1.ConditionUnknown)
+	e.WaitEvent(other.UID, ReasonNodeRemoved, gone2)
+}
+
+// setReady sets the Ready condition of Node name, as its kubelet (True)
+// or the node lifecycle controller (Unknown, once heartbeats stop) would.
+func setReady(t *testing.T, e *controllertest.Env, name string, status corev1.ConditionStatus) {
+	t.Helper()
+	ctx := context.Background()
+	// The node lifecycle controller writes new Nodes too.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := e.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: "Test",
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		_, err = e.Client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
