@@ -130,6 +130,9 @@ func (s *Server) checkPublication(ctx context.Context, p *publication) string {
 		}
 		return ""
 	}
+	if p.Loop == nil {
+		return "its publication record names no loop device"
+	}
 	d := openRecordedLoop(p, source)
 	if d == nil {
 		return fmt.Sprintf("loop device %d is detached or no longer serves this volume's image", p.Loop.Number)

@@ -3,6 +3,7 @@ package csi
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -72,5 +73,16 @@ func TestConditionReportsBrokenPublications(t *testing.T) {
 	h, err := e.srv.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: "blk"})
 	if err != nil || len(h.GetVolumeHealth().GetHealthStatuses()) < 2 {
 		t.Errorf("health of a sparse, unattached block volume = %v, %v; want two problems", h, err)
+	}
+	// A block publication record that names no loop device (edited by
+	// hand) is a problem to report, not a crash.
+	rec := *e.srv.store.get(e.target("blk"))
+	rec.Loop = nil
+	if err := e.srv.store.put(&rec); err != nil {
+		t.Fatal(err)
+	}
+	h, err = e.srv.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: "blk", VolumePublishPath: e.target("blk")})
+	if err != nil || !strings.Contains(h.String(), "names no loop device") {
+		t.Errorf("health of a block publication whose record names no loop device = %v, %v", h, err)
 	}
 }

@@ -212,14 +212,23 @@ func (r *run) onVolume(obj any) {
 // state, right in the handler: once the PV has left the informer's store a
 // queued key finds nothing, and a policy changed just before the deletion
 // (patched to Retain, then deleted) must not be lost. The volume of a PV we
-// deleted ourselves is gone by then, and recording is a no-op.
+// deleted ourselves is gone by then, and recording is a no-op. A deletion
+// the watch missed (the informer found the PV gone when it listed again)
+// has no final state: the policy might have been changed in the gap, so
+// the data is kept, as for Retain, rather than deleted on a guess.
 func (r *run) onVolumeDeleted(ctx context.Context, obj any) {
+	missed := false
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
+		obj, missed = t.Obj, true
 	}
 	pv, ok := obj.(*corev1.PersistentVolume)
 	if !ok {
 		return
+	}
+	if missed && pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain {
+		r.log.Warningf("PV %s was deleted while this node's watch was interrupted, so its last reclaim policy is unknown; keeping its volume's data as if it were Retain (remove the volume by hand if it is not needed)", pv.Name)
+		pv = pv.DeepCopy()
+		pv.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimRetain
 	}
 	if err := r.recordPolicy(ctx, pv); err != nil && ctx.Err() == nil {
 		r.log.Errorf("PV %s was deleted and its reclaim policy could not be recorded on the node: %v", pv.Name, err)

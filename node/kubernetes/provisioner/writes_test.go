@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
@@ -28,9 +29,10 @@ import (
 // fakeVolumes counts Create calls (a fake is fine here: this is a unit test
 // of the controller's bookkeeping, not of volumes).
 type fakeVolumes struct {
-	mu      sync.Mutex
-	creates int
-	deletes int
+	mu       sync.Mutex
+	creates  int
+	deletes  int
+	policies map[string]volume.ReclaimPolicy
 }
 
 func (f *fakeVolumes) Create(_ context.Context, id string, mode volume.Mode, bytes int64, _ ...volume.CreateOption) (volume.Info, error) {
@@ -51,7 +53,13 @@ func (f *fakeVolumes) Space(context.Context) (volume.Space, error) {
 }
 func (f *fakeVolumes) CapacityEnforced() bool            { return true }
 func (f *fakeVolumes) UnenforcedCapacity() (error, bool) { return nil, false }
-func (f *fakeVolumes) SetReclaimPolicy(context.Context, string, volume.ReclaimPolicy) error {
+func (f *fakeVolumes) SetReclaimPolicy(_ context.Context, id string, p volume.ReclaimPolicy) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.policies == nil {
+		f.policies = map[string]volume.ReclaimPolicy{}
+	}
+	f.policies[id] = p
 	return nil
 }
 func (f *fakeVolumes) ReclaimPolicy(context.Context, string) (volume.ReclaimPolicy, error) {
@@ -139,4 +147,25 @@ func unitRun(t *testing.T, client *fake.Clientset) (*run, *fakeVolumes, string) 
 		claimQ:     controller.NewBackoffQueue("test", clock.RealClock{}, time.Second, time.Second, nil),
 	}
 	return r, vols, pvc.Namespace + "/" + pvc.Name
+}
+
+// TestMissedDeletionKeepsData: a PV deletion the watch saw records the
+// PV's last reclaim policy; one it missed (a tombstone after a relist)
+// records Retain whatever the last policy seen, since the policy may have
+// changed in the gap, and data is never deleted on a guess.
+func TestMissedDeletionKeepsData(t *testing.T) {
+	r, vols, _ := unitRun(t, fake.NewClientset())
+	pvc := testClaim()
+	req := &request{id: ownership.VolumeIDFor(pvc.UID), mode: corev1.PersistentVolumeFilesystem, size: resource.MustParse("1Mi"),
+		reclaim: corev1.PersistentVolumeReclaimDelete, class: testClass()}
+	pv := buildPV(pvc, req, testDriver, testNode, ownership.NodeLabelValue(testNode))
+	ctx := context.Background()
+	r.onVolumeDeleted(ctx, pv)
+	if got := vols.policies[pv.Name]; got != volume.ReclaimDelete {
+		t.Errorf("seen deletion of a Delete PV recorded %q, want %q", got, volume.ReclaimDelete)
+	}
+	r.onVolumeDeleted(ctx, cache.DeletedFinalStateUnknown{Key: pv.Name, Obj: pv})
+	if got := vols.policies[pv.Name]; got != volume.ReclaimRetain {
+		t.Errorf("missed deletion of a Delete PV recorded %q, want %q", got, volume.ReclaimRetain)
+	}
 }
