@@ -119,6 +119,18 @@ type PluginsDirectory struct {
 	Directory
 }
 
+// VolumePlugin returns plugins/kubernetes.io/csi/, the directory of the
+// kubelet's own CSI volume plugin, where the kubelet puts the staging and
+// publish paths of block volumes (volumeDevices/) and the global mounts of
+// staged filesystem volumes. The kubelet creates it; this only names it.
+func (p *PluginsDirectory) VolumePlugin() Directory {
+	var d Directory
+	if err := placeAt(&d, filepath.Join(p.FullPath(), "kubernetes.io", "csi"), 0o750); err != nil {
+		panic(fmt.Sprintf("placing the kubelet's CSI volume plugin directory: %v", err))
+	}
+	return d
+}
+
 // PluginDirectory is plugins/<driver>/, the home of one CSI driver's socket.
 type PluginDirectory struct {
 	Directory

@@ -32,6 +32,9 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err := checkPathInside(s.cfg.Kubelet, "target_path", target); err != nil {
 		return nil, err
 	}
+	if err := checkPublishArea(s.cfg.Kubelet, target); err != nil {
+		return nil, err
+	}
 	if sp := req.GetStagingTargetPath(); sp != "" {
 		// Never staged by us (no STAGE_UNSTAGE), but a path outside
 		// the kubelet directory is wrong whatever it is for.

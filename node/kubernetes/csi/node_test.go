@@ -282,3 +282,27 @@ func TestPublishMountFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPublishBlockAtKubeletDevicePath: a block volume is published where
+// the kubelet puts block volumes' device paths, below
+// plugins/kubernetes.io/csi/ (the kubelet creates the parent directory).
+func TestPublishBlockAtKubeletDevicePath(t *testing.T) {
+	e := newEnv(t, "")
+	e.create("blk", volume.Block, MiB)
+	volumePlugin := e.root.Kubelet.Plugins.VolumePlugin()
+	parent := filepath.Join(volumePlugin.FullPath(), "volumeDevices", "publish", "pvc-blk")
+	if err := os.MkdirAll(parent, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(parent, "pod-uid")
+	if err := e.publish("blk", target, volume.Block, false); err != nil {
+		t.Fatalf("publishing at the kubelet's device path: %v", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(target, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		t.Errorf("target after publish: %+v, %v; want a block device node", st, err)
+	}
+	if err := e.unpublish("blk", target); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -60,6 +60,22 @@ func checkPathInside(kubelet *localstorage.KubeletDirectory, field, p string) er
 	return nil
 }
 
+// checkPublishArea refuses a target path outside the two places the
+// kubelet publishes CSI volumes: below pods/ (a pod's mount point of a
+// filesystem volume) and below plugins/kubernetes.io/csi/ (a block
+// volume's device path). Anywhere else in the kubelet directory a bind
+// mount or a device node would cover the kubelet's own files
+// (plugins_registry/, a driver's socket directory).
+func checkPublishArea(kubelet *localstorage.KubeletDirectory, p string) error {
+	volumePlugin := kubelet.Plugins.VolumePlugin()
+	for _, area := range []*localstorage.Directory{&kubelet.Pods, &volumePlugin} {
+		if area.Contains(p) && p != area.FullPath() {
+			return nil
+		}
+	}
+	return status.Errorf(codes.InvalidArgument, "target_path %q is not where the kubelet publishes volumes: below %s or %s", p, kubelet.Pods.FullPath(), volumePlugin.FullPath())
+}
+
 // checkPathLength refuses a path the kernel would refuse with ENAMETOOLONG,
 // so such a request fails as the caller's mistake (InvalidArgument) before
 // any system call, instead of as an Internal error from the first lstat.
