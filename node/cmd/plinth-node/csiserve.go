@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"google.golang.org/grpc"
@@ -71,23 +72,21 @@ func parseCSIServeOptions(args []string) (*csiServeOptions, error) {
 	if err := o.completeNodeName(); err != nil {
 		return nil, err
 	}
-	// Resolved, as the kernel names mounts and loop devices' files.
-	for _, d := range []*string{&o.dataDir, &o.kubeletDir} {
-		real, err := localstorage.Resolve(*d)
-		if err != nil {
-			return nil, err
-		}
-		*d = real
+	// The data directory resolved, as the kernel names mounts and loop
+	// devices' files (volume.New insists); the kubelet's as given, the
+	// form of the paths the kubelet sends.
+	real, err := localstorage.Resolve(o.dataDir)
+	if err != nil {
+		return nil, err
+	}
+	o.dataDir = real
+	if o.kubeletDir, err = filepath.Abs(o.kubeletDir); err != nil {
+		return nil, err
 	}
 	if o.ephemeralDir == "" {
 		sum := sha256.Sum256([]byte(o.dataDir))
 		o.ephemeralDir = "/run/plinth/csi-serve-" + hex.EncodeToString(sum[:6])
 	}
-	real, err := localstorage.Resolve(o.ephemeralDir)
-	if err != nil {
-		return nil, err
-	}
-	o.ephemeralDir = real
 	return o, nil
 }
 

@@ -379,3 +379,45 @@ func TestHostedAsPID1(t *testing.T) {
 		}
 	}
 }
+
+// TestOnlyTheDataDirectoryIsResolved: a data directory reached through a
+// symbolic link is placed at its resolved path (the volume layer compares
+// its paths with the kernel's); a linked kubelet directory keeps the form
+// it was given, which is the form of the target paths the kubelet sends.
+// Both commands agree.
+func TestOnlyTheDataDirectoryIsResolved(t *testing.T) {
+	base, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"data", "kubelet"} {
+		if err := os.MkdirAll(filepath.Join(base, "disk", d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join(base, "disk", d), filepath.Join(base, d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, kubelet := filepath.Join(base, "data"), filepath.Join(base, "kubelet")
+	o, err := parseOptions([]string{"--root", filepath.Join(base, "root"), "--data-dir", data, "--kubelet-dir", kubelet}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, err := o.tree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := tree.Data.FullPath(), filepath.Join(base, "disk", "data"); got != want {
+		t.Errorf("node: data directory at %q, want the resolved %q", got, want)
+	}
+	if got := tree.Kubelet.FullPath(); got != kubelet {
+		t.Errorf("node: kubelet directory at %q, want %q as given", got, kubelet)
+	}
+	c, err := parseCSIServeOptions([]string{"--endpoint", "unix:///csi.sock", "--data-dir", data, "--kubelet-dir", kubelet, "--node-name", "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.dataDir != filepath.Join(base, "disk", "data") || c.kubeletDir != kubelet {
+		t.Errorf("csi-serve: data directory %q, kubelet directory %q; want %q and %q", c.dataDir, c.kubeletDir, filepath.Join(base, "disk", "data"), kubelet)
+	}
+}

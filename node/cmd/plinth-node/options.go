@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -248,7 +249,7 @@ func (c *commonOptions) completeNodeName() error {
 // given their own directory by flag.
 func (o *options) tree() (*localstorage.Root, error) {
 	var r localstorage.Root
-	root, err := localstorage.Resolve(o.root)
+	root, err := filepath.Abs(o.root)
 	if err != nil {
 		return nil, fmt.Errorf("--root: %w", err)
 	}
@@ -266,13 +267,24 @@ func (o *options) tree() (*localstorage.Root, error) {
 		if sub.dir == "" {
 			continue
 		}
-		p, err := localstorage.Resolve(sub.dir)
+		p, err := filepath.Abs(sub.dir)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sub.flag, err)
 		}
 		if err := sub.place(p); err != nil {
 			return nil, fmt.Errorf("%s: %w", sub.flag, err)
 		}
+	}
+	// The data tree at its resolved path: the volume layer compares its
+	// paths with the kernel's, which are resolved (volume.New). The
+	// kubelet's stays as given: it is the form of the paths the kubelet
+	// sends.
+	data, err := localstorage.Resolve(r.Data.FullPath())
+	if err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	if err := r.Data.Place(data); err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
 	}
 	return &r, nil
 }
