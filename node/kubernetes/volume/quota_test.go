@@ -295,3 +295,48 @@ func TestFullVolumeGrowsWithItsData(t *testing.T) {
 		})
 	}
 }
+
+// TestAvailableIsBoundByFreeSpace fills the data filesystem beside a
+// volume (as an over-committed neighbour or the node's other data would)
+// and checks that Stat's available bytes, which the kubelet reports as
+// kubelet_volume_stats_available_bytes, say what the volume can really
+// still take, not its quota's room.
+func TestAvailableIsBoundByFreeSpace(t *testing.T) {
+	ctx := context.Background()
+	for _, b := range enforcedBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			m := newManagerOn(t, b)
+			if _, err := m.Create(ctx, "a", Filesystem, 64*MiB); err != nil {
+				t.Fatal(err)
+			}
+			st, err := m.Stat(ctx, "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.AvailableBytes != st.CapacityBytes-st.UsedBytes {
+				t.Fatalf("Stat of an empty volume on a roomy filesystem = %+v, want all of its quota's room available", st)
+			}
+			var sfs unix.Statfs_t
+			if err := unix.Statfs(m.Data.Volumes.FullPath(), &sfs); err != nil {
+				t.Fatal(err)
+			}
+			free := int64(sfs.Bavail) * sfs.Bsize
+			filler, err := os.Create(filepath.Join(filepath.Dir(m.Data.Volumes.FullPath()), "filler"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer os.Remove(filler.Name())
+			defer filler.Close()
+			if err := unix.Fallocate(int(filler.Fd()), 0, 0, free-16*MiB); err != nil {
+				t.Fatal(err)
+			}
+			st, err = m.Stat(ctx, "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.AvailableBytes <= 0 || st.AvailableBytes > 17*MiB || st.Abnormal {
+				t.Errorf("Stat with 16 MiB left on the data filesystem = %+v, want about 16 MiB available", st)
+			}
+		})
+	}
+}

@@ -130,11 +130,11 @@ func (m *Manager) Space(ctx context.Context) (Space, error) {
 }
 
 func (m *Manager) space() (Space, error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(m.Data.Volumes.FullPath(), &st); err != nil {
-		return Space{}, fmt.Errorf("checking free space: %w", err)
+	free, err := m.freeBytes()
+	if err != nil {
+		return Space{}, err
 	}
-	s := Space{Free: int64(st.Bavail) * st.Bsize}
+	s := Space{Free: free}
 	if m.CapacityEnforced() {
 		p, err := m.promisedBytes()
 		if err != nil {
@@ -143,6 +143,19 @@ func (m *Manager) space() (Space, error) {
 		s.Promised = p
 	}
 	return s, nil
+}
+
+// freeBytes is the free space of the data filesystem, as a writer
+// without the filesystem's root reserve gets it. It is read on the
+// volumes directory, which carries no project ID: statfs on a volume's
+// directory reports its quota instead (XFS and ext4 do so for a directory
+// with PROJINHERIT).
+func (m *Manager) freeBytes() (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(m.Data.Volumes.FullPath(), &st); err != nil {
+		return 0, fmt.Errorf("checking free space: %w", err)
+	}
+	return int64(st.Bavail) * st.Bsize, nil
 }
 
 // checkSpace fails with ErrNoSpace when size more bytes of any volume do

@@ -83,7 +83,14 @@ func (m *Manager) statFilesystem(id, path string) (Stats, error) {
 		st.CapacityBytes = int64(q.Limits.Bytes)
 		st.UsageKnown = true
 		st.UsedBytes = int64(q.UsedBytes)
+		// The data filesystem can fill before the quota does (volumes
+		// of an over-committing class, or other data beside the
+		// volumes): what the volume can still take is the smaller of
+		// its quota's room and the free space.
 		st.AvailableBytes = max(st.CapacityBytes-st.UsedBytes, 0)
+		if free, err := m.freeBytes(); err == nil {
+			st.AvailableBytes = min(st.AvailableBytes, free)
+		}
 		st.Inodes = int64(q.Limits.Inodes)
 		st.InodesUsed = int64(q.UsedInodes)
 		st.InodesFree = max(st.Inodes-st.InodesUsed, 0)
@@ -126,9 +133,8 @@ func (m *Manager) statFilesystem(id, path string) (Stats, error) {
 	// Without a quota the volume can still fill up when the data
 	// filesystem does, so report what is really left for it; a zero here
 	// would look like a full volume to every alert on free space.
-	var sfs unix.Statfs_t
-	if err := unix.Statfs(path, &sfs); err == nil {
-		st.AvailableBytes = min(st.CapacityBytes, int64(sfs.Bavail)*sfs.Bsize)
+	if free, err := m.freeBytes(); err == nil {
+		st.AvailableBytes = min(st.CapacityBytes, free)
 	}
 	switch {
 	case m.CapacityEnforced() && err != nil && !errors.Is(err, fsquota.ErrNoQuota):
