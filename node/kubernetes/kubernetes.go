@@ -248,9 +248,11 @@ func (s *Service) Run(ctx context.Context) error {
 
 // VolumeHealth builds the runnable that watches the health of this node's
 // volumes through checker (the CSI plugin, volumehealth.CSI) and reports
-// changes as Events on their claims and PVs, every interval (zero: the
-// default).
-func VolumeHealth(c Clients, nodeName string, checker volumehealth.Checker, interval time.Duration) (supervisor.Runnable, error) {
+// changes as Events on their claims and PVs, every interval, and that
+// puts files moved out of a volume's project quota back in through
+// auditor (the volume manager), every auditInterval (zero: the defaults).
+func VolumeHealth(c Clients, nodeName string, checker volumehealth.Checker, interval time.Duration,
+	auditor volumehealth.Auditor, auditInterval time.Duration) (supervisor.Runnable, error) {
 	m, err := volumehealth.New(volumehealth.Config{
 		Base: controller.Base{
 			Client:      c.Client,
@@ -258,8 +260,10 @@ func VolumeHealth(c Clients, nodeName string, checker volumehealth.Checker, inte
 			Driver:      names.DriverName,
 			NodeName:    nodeName,
 		},
-		Checker:  checker,
-		Interval: interval,
+		Checker:       checker,
+		Interval:      interval,
+		Auditor:       auditor,
+		AuditInterval: auditInterval,
 	})
 	if err != nil {
 		return nil, err

@@ -2,6 +2,8 @@ package e2evm
 
 import (
 	"context"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -115,3 +117,80 @@ func abnormal(ctx context.Context, t *testing.T, w *world, ns, claim string) str
 	}
 	return evs.Items[0].Message
 }
+
+// TestQuotaEscapeRepaired plays a pod, in the host's user namespace as
+// pods are by default, that moves a directory of its 4 MiB volume out of
+// the volume's project quota and writes 8 MiB into it, which the kernel
+// allows. The node's audit (every 20 s on this node, see setUp) must put
+// the files back: the claim gets a Warning VolumeQuotaRestored saying how
+// much, and inside the pod the volume then shows the 8 MiB used and the
+// next write fails.
+func TestQuotaEscapeRepaired(t *testing.T) {
+	w := vmWorld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	ns := newNamespace(t, w, "escape")
+	cs := w.cp.Client
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim("data", corev1.PersistentVolumeFilesystem, "4Mi"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "escape"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr(int64(1)),
+			Containers: []corev1.Container{{
+				Name: "main", Image: images.PersistentVolumeRef, ImagePullPolicy: corev1.PullNever,
+				Args:         []string{"-escape-quota", "/data"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+			}},
+			Volumes: []corev1.Volume{claimVolume("data")},
+		},
+	}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	line, err := waitLog(ctx, w, ns, pod.Name, "[ESCAPE", 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(line, "[ESCAPED]") {
+		t.Fatalf("the pod could not write past its volume's size, so there is nothing to repair: %s", line)
+	}
+	escaped := time.Now()
+	t.Logf("pod: %s", line)
+
+	var msg string
+	await.For(t, ctx, 3*time.Minute, volumehealth.ReasonQuotaRestored+" on the claim", func() (bool, error) {
+		evs, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=PersistentVolumeClaim,involvedObject.name=data,type=" + corev1.EventTypeWarning +
+				",reason=" + volumehealth.ReasonQuotaRestored,
+		})
+		if err != nil || len(evs.Items) == 0 {
+			return false, err
+		}
+		msg = evs.Items[0].Message
+		return true, nil
+	})
+	t.Logf("claim: %s %.0fs after the escape: %s", volumehealth.ReasonQuotaRestored, time.Since(escaped).Seconds(), msg)
+	for _, want := range []string{`(the first: "moved-out")`, "the 8Mi they hold did not count"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the Event says %q, want it to say %q", msg, want)
+		}
+	}
+	line, err = waitLog(ctx, w, ns, pod.Name, markEscapeEnded, 2*time.Minute)
+	if err != nil {
+		t.Fatalf("after the repair, the pod's writes past its size did not start failing: %v", err)
+	}
+	t.Logf("pod: %s", line)
+	m := regexp.MustCompile(`shows (\d+) of (\d+) bytes used`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("the pod's last line has no usage: %s", line)
+	}
+	if used, _ := strconv.ParseInt(m[1], 10, 64); used < 4<<20 {
+		t.Errorf("after the repair the pod sees %d bytes used in its 4 MiB volume, want it full", used)
+	}
+}
+
+// markEscapeEnded is what the escape pod prints once a write over its
+// volume's size fails again (test/e2e/persistentvolume).
+const markEscapeEnded = "[ESCAPE-ENDED]"

@@ -101,6 +101,9 @@ func setUp() (*world, error) {
 		// Small: the infeasible resize must exceed it, and a sparse
 		// image costs nothing until written.
 		DataSize: 2 << 30,
+		// Words after "--" go to plinth-node: the quota audit every 20 s
+		// (default 10 min), for TestQuotaEscapeRepaired.
+		KernelArgs: []string{"--", "--volume-audit-interval=20s"},
 	})
 	if err != nil {
 		w.cp.Stop(ctx)

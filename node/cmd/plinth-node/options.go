@@ -44,6 +44,9 @@ type options struct {
 	orphanGracePeriod time.Duration
 	// volumeHealthInterval is how often the volumes' health is checked.
 	volumeHealthInterval time.Duration
+	// volumeAuditInterval is how often every filesystem volume is walked
+	// for files moved out of its project quota.
+	volumeAuditInterval time.Duration
 	// removedNodeGracePeriod is how long a node's Node object must be gone
 	// before its claims are told the node was removed.
 	removedNodeGracePeriod time.Duration
@@ -124,6 +127,8 @@ func (o *options) flagSet(out io.Writer) *flag.FlagSet {
 		"how long a node with Plinth volumes must have no Node object before its claims get a NodeRemoved Event and its released PVs are deleted (one surviving node acts)")
 	fs.DurationVar(&o.volumeHealthInterval, "volume-health-interval", volumehealth.DefaultInterval,
 		"how often the node checks its bound volumes (data present, quota in place, publications intact) and reports a change as an Event on the claim")
+	fs.DurationVar(&o.volumeAuditInterval, "volume-audit-interval", volumehealth.DefaultAuditInterval,
+		"how often the node walks every filesystem volume for files its users moved out of its project quota (chattr -p), puts them back and says so in an Event on the claim")
 	fs.StringVar(&o.capacityNamespace, "capacity-namespace", capacity.DefaultNamespace,
 		"namespace of the CSIStorageCapacity objects that tell the scheduler how much this node can still hold")
 	// The help shows the flags declared so far: the test-only ones follow.
@@ -182,8 +187,8 @@ func (o *options) complete() error {
 			return err
 		}
 	}
-	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst <= 0 || o.orphanGracePeriod <= 0 || o.volumeHealthInterval <= 0 || o.removedNodeGracePeriod <= 0 {
-		return errors.New("--kube-api-qps, --kube-api-burst, --orphan-grace-period, --removed-node-grace-period and --volume-health-interval must be positive")
+	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst <= 0 || o.orphanGracePeriod <= 0 || o.volumeHealthInterval <= 0 || o.volumeAuditInterval <= 0 || o.removedNodeGracePeriod <= 0 {
+		return errors.New("--kube-api-qps, --kube-api-burst, --orphan-grace-period, --removed-node-grace-period, --volume-health-interval and --volume-audit-interval must be positive")
 	}
 	if o.verbosity < 0 {
 		return fmt.Errorf("-v %d: verbosity cannot be negative", o.verbosity)

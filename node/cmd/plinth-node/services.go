@@ -52,7 +52,7 @@ func services(o *options, tree *localstorage.Root, booted *bootedNode, m *metric
 			TestOnlyNoOrphanRemoval: o.testOnlyNoOrphanRemoval,
 			RemovedNodeGracePeriod:  o.removedNodeGracePeriod,
 			Extra: map[string]func(kubernetes.Clients, *core.Env, *volume.Manager) supervisor.Runnable{
-				"csi": csiPlugin(registrar, o.volumeHealthInterval, m),
+				"csi": csiPlugin(registrar, o.volumeHealthInterval, o.volumeAuditInterval, m),
 			},
 			Metrics: m,
 		}))
@@ -64,9 +64,10 @@ func services(o *options, tree *localstorage.Root, booted *bootedNode, m *metric
 // in the kubelet's plugins directory and registers it with the kubelet
 // through registrar (child "server"; the kubelet is its only caller), and
 // watches the health of the node's volumes through it, reporting changes
-// as Events on their claims (child "volume-health") every healthInterval.
-// Its calls are counted in m.
-func csiPlugin(registrar *csi.Registrar, healthInterval time.Duration, m *metrics.Metrics) func(kubernetes.Clients, *core.Env, *volume.Manager) supervisor.Runnable {
+// as Events on their claims (child "volume-health") every healthInterval;
+// the same child walks the filesystem volumes every auditInterval for
+// files moved out of their project quota. Its calls are counted in m.
+func csiPlugin(registrar *csi.Registrar, healthInterval, auditInterval time.Duration, m *metrics.Metrics) func(kubernetes.Clients, *core.Env, *volume.Manager) supervisor.Runnable {
 	return func(clients kubernetes.Clients, env *core.Env, vols *volume.Manager) supervisor.Runnable {
 		srv, err := csi.NewServer(csi.Config{
 			Volumes:   vols,
@@ -82,7 +83,7 @@ func csiPlugin(registrar *csi.Registrar, healthInterval time.Duration, m *metric
 			// checked before the tree started (by services and core.Root).
 			return func(context.Context) error { return err }
 		}
-		health, err := kubernetes.VolumeHealth(clients, env.NodeName, volumehealth.CSI(srv), healthInterval)
+		health, err := kubernetes.VolumeHealth(clients, env.NodeName, volumehealth.CSI(srv), healthInterval, vols, auditInterval)
 		if err != nil {
 			return func(context.Context) error { return err }
 		}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
@@ -88,6 +89,14 @@ type Config struct {
 	Checker Checker
 	// Interval is the time between two checks of every volume.
 	Interval time.Duration
+	// Auditor, when set, walks every bound filesystem volume every
+	// AuditInterval, at most AuditRate files a second, puts back in the
+	// volume's project quota what its user moved out, and says so in a
+	// Warning Event (ReasonQuotaRestored). Zero AuditInterval and
+	// AuditRate are the defaults.
+	Auditor       Auditor
+	AuditInterval time.Duration
+	AuditRate     int
 }
 
 // Monitor is the volume health runnable: build it with New, then pass Run
@@ -104,14 +113,20 @@ func New(cfg Config) (*Monitor, error) {
 	if cfg.Checker == nil {
 		return nil, errors.New("creating volume health monitor: no checker")
 	}
+	if cfg.Interval < 0 || cfg.AuditInterval < 0 || cfg.AuditRate < 0 {
+		return nil, errors.New("creating volume health monitor: negative interval or audit rate")
+	}
 	cfg.Interval = controller.OrDefault(cfg.Interval, DefaultInterval)
+	cfg.AuditInterval = controller.OrDefault(cfg.AuditInterval, DefaultAuditInterval)
+	cfg.AuditRate = controller.OrDefault(cfg.AuditRate, DefaultAuditRate)
 	return &Monitor{Config: cfg}, nil
 }
 
-// Run checks this node's bound volumes every Interval until ctx ends.
-// What it last found is kept in memory only: after a restart, a volume
-// still abnormal is reported once more, which the API server folds into
-// the earlier Event.
+// Run checks this node's bound volumes every Interval, and audits them
+// every AuditInterval when there is an Auditor, until ctx ends. What it
+// last found is kept in memory only: after a restart, a volume still
+// abnormal is reported once more, which the API server folds into the
+// earlier Event.
 func (m *Monitor) Run(ctx context.Context) error {
 	log := supervisor.Logger(ctx)
 	factory := m.NodeInformers()
@@ -126,6 +141,15 @@ func (m *Monitor) Run(ctx context.Context) error {
 	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	r := &round{Monitor: m, log: log, recorder: recorder, lister: volumes.Lister(), last: map[string]Condition{}}
+	if m.Auditor != nil {
+		a := &audit{round: r, limiter: rate.NewLimiter(rate.Limit(m.AuditRate), max(m.AuditRate/10, 1)), incomplete: map[string]string{}}
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			_ = controller.Every(ctx, m.Clock, m.AuditInterval, a.auditAll)
+		}()
+	}
 	return controller.Every(ctx, m.Clock, m.Interval, r.checkAll)
 }
 

@@ -17,6 +17,12 @@
 // quota (damage.go) for the health tests, prints [DAMAGE-DONE] or
 // [DAMAGE-FAILED] <reason>, and waits for SIGTERM.
 //
+// With "-escape-quota DIR" it moves part of the volume mounted at DIR out
+// of the volume's project quota, as a pod in the host's user namespace
+// can, writes past the volume's size (escape.go), prints [ESCAPED] or
+// [ESCAPE-FAILED] <reason>, then [ESCAPE-ENDED] once a write fails over
+// the size again, and waits for SIGTERM.
+//
 // With "-node-leftovers DATA,KUBELET,WAIT,VOLUME[+VOLUME...][,KEY...]" it looks
 // for what deleting those volumes' claims and their pod should have
 // removed from the node (leftovers.go), and prints [NODE-CLEAN] or
@@ -46,6 +52,13 @@ func main() {
 	// pod on the node, and read the result in its log.
 	if len(os.Args) == 3 && os.Args[1] == "-damage-quota" {
 		fmt.Println(damageQuota(os.Args[2]))
+		<-ctx.Done()
+		return
+	}
+	// The escape mode: the audit test plays a pod that writes past its
+	// volume's size, and reads in its log when that stops working.
+	if len(os.Args) == 3 && os.Args[1] == "-escape-quota" {
+		escapeQuota(ctx, os.Args[2], os.Stdout, 2*time.Second)
 		<-ctx.Done()
 		return
 	}

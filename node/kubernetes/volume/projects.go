@@ -1,0 +1,75 @@
+package volume
+
+import (
+	"context"
+	"fmt"
+
+	"source.plinth.dev/pkg/fsquota"
+)
+
+// RestoreProjectIDs gives every file and directory of filesystem volume id
+// the volume's project ID again, and reports those that had another
+// (fsquota.RestoreTree). A process using the volume can move files out of
+// its project (chattr -p, or a restore tool that sets project IDs) and
+// then write past the volume's size; after this walk those files count
+// against the size again, and the next write over it fails.
+//
+// Block volumes, volumes without a project ID (made while quotas were not
+// enforced) and nodes without enforced quotas have nothing to restore: the
+// result is empty. A volume being created or deleted is ErrNotFound, as in
+// Stat.
+//
+// The walk takes time proportional to the volume's files, so the volume's
+// lock is held only to find its directory and project ID, never during
+// the walk: publishing, stats and expansion go on meanwhile. A Delete
+// meanwhile makes the walk fail or repair files that are being removed.
+func (m *Manager) RestoreProjectIDs(ctx context.Context, id string, pace func(context.Context) error) (fsquota.Restored, error) {
+	if err := ctx.Err(); err != nil {
+		return fsquota.Restored{}, fmt.Errorf("restoring the project IDs of volume %s: %w", id, err)
+	}
+	if err := ValidateID(id); err != nil {
+		return fsquota.Restored{}, fmt.Errorf("restoring the project IDs of volume: %w", err)
+	}
+	dir, pid, err := m.projectOf(id)
+	if err != nil || pid == 0 {
+		return fsquota.Restored{}, err
+	}
+	r, err := fsquota.RestoreTree(ctx, dir, pid, pace)
+	if err != nil {
+		return r, fmt.Errorf("restoring the project IDs of volume %s: %w", id, err)
+	}
+	return r, nil
+}
+
+// projectOf returns the directory of filesystem volume id and the project
+// ID claimed for it, or pid 0 when it has none to restore.
+func (m *Manager) projectOf(id string) (dir string, pid uint32, err error) {
+	if m.ProjectIDs == nil {
+		return "", 0, nil
+	}
+	unlock := m.locks.Lock(id)
+	defer unlock()
+	in, err := m.readIntent(id)
+	if err != nil {
+		return "", 0, fmt.Errorf("restoring the project IDs of volume %s: %w", id, err)
+	}
+	if in != nil && in.Op != OpExpand {
+		return "", 0, fmt.Errorf("restoring the project IDs of volume %s: %w (a %s is in progress or was interrupted)", id, ErrNotFound, in.Op)
+	}
+	fsPath, imgPath := m.paths(id)
+	switch {
+	case isDir(fsPath):
+	case isRegular(imgPath):
+		return "", 0, nil
+	default:
+		return "", 0, fmt.Errorf("restoring the project IDs of volume %s: %w", id, ErrNotFound)
+	}
+	pid, ok, err := m.ProjectIDs.Lookup(id)
+	if err != nil {
+		return "", 0, fmt.Errorf("restoring the project IDs of volume %s: %w", id, err)
+	}
+	if !ok {
+		return "", 0, nil
+	}
+	return fsPath, pid, nil
+}

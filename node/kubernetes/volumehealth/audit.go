@@ -1,0 +1,143 @@
+package volumehealth
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"source.plinth.dev/pkg/fsquota"
+)
+
+// ReasonQuotaRestored is the Event reason of files found moved out of a
+// volume's project quota and put back.
+const ReasonQuotaRestored = "VolumeQuotaRestored"
+
+// Defaults of the audit (Config.Auditor).
+const (
+	// DefaultAuditInterval is the time between two walks of every
+	// filesystem volume. What a process writes past its volume's size
+	// between two walks stays on the data filesystem until the next one
+	// counts it, so the interval bounds how long the overrun goes
+	// unnoticed, not how large it is.
+	DefaultAuditInterval = 10 * time.Minute
+	// DefaultAuditRate is the most files and directories the walk
+	// examines per second, over all volumes: each costs a handful of
+	// system calls (open, fstat, an ioctl), so a node with a million
+	// files spends about eight minutes a round on it, on one core a
+	// small share of the time.
+	DefaultAuditRate = 2000
+)
+
+// Auditor puts files that a volume's user moved out of the volume's
+// project quota back in it (volume.Manager.RestoreProjectIDs). pace is
+// called before each file, to bound the walk's rate.
+type Auditor interface {
+	RestoreProjectIDs(ctx context.Context, volumeID string, pace func(context.Context) error) (fsquota.Restored, error)
+}
+
+// audit is the state of the monitor's audit loop.
+type audit struct {
+	*round
+	limiter *rate.Limiter
+	// incomplete is what each PV's last walk could not examine, reported
+	// once until it changes.
+	incomplete map[string]string
+}
+
+// auditAll walks every bound filesystem volume of this node once.
+func (a *audit) auditAll(ctx context.Context) {
+	pvs, err := a.lister.List(labels.Everything())
+	if err != nil {
+		a.log.Warningf("listing this node's PVs: %v", err)
+		return
+	}
+	seen := map[string]bool{}
+	for _, pv := range pvs {
+		if !a.watched(pv) || (pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock) {
+			continue
+		}
+		seen[pv.Name] = true
+		r, err := a.Auditor.RestoreProjectIDs(ctx, pv.Spec.CSI.VolumeHandle, a.limiter.Wait)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			// A volume gone or half-deleted is the condition checks'
+			// to report.
+			a.log.Warningf("PV %s: %v", pv.Name, err)
+			continue
+		}
+		a.reportAudit(pv, r)
+	}
+	for name := range a.incomplete {
+		if !seen[name] {
+			delete(a.incomplete, name)
+		}
+	}
+}
+
+// reportAudit sends the Events for one volume's walk: a Warning on the
+// claim and the PV whenever files had to be put back (each walk finds
+// new ones only if the user moved them again), and one when the walk
+// could not examine everything, until that changes.
+func (a *audit) reportAudit(pv *corev1.PersistentVolume, r fsquota.Restored) {
+	claim := pv.Spec.ClaimRef
+	id := pv.Spec.CSI.VolumeHandle
+	if r.Strays > 0 {
+		msg := restoredMessage(id, a.NodeName, r)
+		a.log.Warningf("volume %s of claim %s/%s: %s", id, claim.Namespace, claim.Name, msg)
+		for _, obj := range []*corev1.ObjectReference{claim, ref(pv)} {
+			a.recorder.Event(obj, corev1.EventTypeWarning, ReasonQuotaRestored, msg)
+		}
+	}
+	gap := incompleteMessage(r)
+	if gap == a.incomplete[pv.Name] {
+		return
+	}
+	a.incomplete[pv.Name] = gap
+	if gap == "" {
+		return
+	}
+	msg := fmt.Sprintf("checking that every file of volume %s on node %s counts against its size: %s", id, a.NodeName, gap)
+	a.log.Warningf("claim %s/%s: %s", claim.Namespace, claim.Name, msg)
+	for _, obj := range []*corev1.ObjectReference{claim, ref(pv)} {
+		a.recorder.Event(obj, corev1.EventTypeWarning, ReasonQuotaRestored, msg)
+	}
+}
+
+// restoredMessage tells the user what the walk put back, and how it
+// could have happened.
+func restoredMessage(id, node string, r fsquota.Restored) string {
+	held := resource.NewQuantity(r.StrayBytes, resource.BinarySI)
+	return fmt.Sprintf("%s of volume %s on node %s (the first: %q) had been moved out of the volume's project quota, "+
+		"so the %s they hold did not count against its size; they count again now, and writes past the size fail. "+
+		"A process using the volume changed their project ID (chattr -p, FS_IOC_FSSETXATTR, or a restore of saved project IDs)",
+		plural(r.Strays, "file or directory", "files and directories"), id, node, r.FirstStray, held.String())
+}
+
+// incompleteMessage says what a walk could not examine, or "".
+func incompleteMessage(r fsquota.Restored) string {
+	var parts []string
+	if r.Failed > 0 {
+		parts = append(parts, fmt.Sprintf("%s could not be examined (%s)", plural(r.Failed, "entry", "entries"), r.FirstFailure))
+	}
+	if r.Unchecked > 0 {
+		parts = append(parts, fmt.Sprintf("%s deeper than %d levels could not be examined",
+			plural(r.Unchecked, "directory", "directories"), fsquota.MaxTreeDepth))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// plural is "1 one" or "n many".
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}

@@ -1,0 +1,81 @@
+package volumehealth
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+
+	"source.plinth.dev/node/kubernetes/internal/controller"
+	"source.plinth.dev/pkg/fsquota"
+	"source.plinth.dev/pkg/logtree"
+)
+
+// TestReportAuditSaysWhatWasPutBack runs reportAudit, the audit's pure
+// step, through a volume's walks: every walk that put files back is
+// reported, a walk that could not examine everything once until that
+// changes, and a clean walk never.
+func TestReportAuditSaysWhatWasPutBack(t *testing.T) {
+	rec := record.NewFakeRecorder(100)
+	a := &audit{
+		round: &round{
+			Monitor:  &Monitor{Config{Base: controller.Base{Driver: "d", NodeName: "n"}}},
+			log:      logtree.New().LeveledFor("test"),
+			recorder: rec,
+		},
+		incomplete: map[string]string{},
+	}
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "pv"},
+		Spec: corev1.PersistentVolumeSpec{
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: "d", VolumeHandle: "pv"}},
+			ClaimRef:               &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "ns", Name: "c"},
+		},
+	}
+	clean := fsquota.Restored{Checked: 10}
+	escaped := fsquota.Restored{Checked: 10, Strays: 2, StrayBytes: 8 << 20, FirstStray: "out"}
+	unreadable := fsquota.Restored{Checked: 10, Failed: 1, FirstFailure: "opening x: permission denied"}
+	deep := fsquota.Restored{Checked: 10, Unchecked: 3}
+	for _, step := range []struct {
+		r    fsquota.Restored
+		want []string // messages' fragments, one Event each for the claim and the PV
+	}{
+		{clean, nil},
+		{escaped, []string{`2 files and directories of volume pv on node n (the first: "out")`, "the 8Mi they hold did not count", "count again now"}},
+		{escaped, []string{"2 files and directories"}}, // moved out again
+		{clean, nil},
+		{unreadable, []string{"1 entry could not be examined (opening x: permission denied)"}},
+		{unreadable, nil}, // the same gap: said once
+		{deep, []string{"3 directories deeper than 1000 levels could not be examined"}},
+		{clean, nil},
+		{deep, []string{"3 directories deeper"}}, // a new gap after a clean walk
+	} {
+		a.reportAudit(pv, step.r)
+		var got []string
+		for len(rec.Events) > 0 {
+			got = append(got, <-rec.Events)
+		}
+		if len(step.want) == 0 {
+			if len(got) != 0 {
+				t.Errorf("after %+v: Events %q, want none", step.r, got)
+			}
+			continue
+		}
+		if len(got) != 2 {
+			t.Errorf("after %+v: Events %q, want one for the claim and one for the PV", step.r, got)
+			continue
+		}
+		for _, ev := range got {
+			if !strings.HasPrefix(ev, "Warning "+ReasonQuotaRestored+" ") {
+				t.Errorf("after %+v: Event %q, want a Warning %s", step.r, ev, ReasonQuotaRestored)
+			}
+			for _, w := range step.want {
+				if !strings.Contains(ev, w) {
+					t.Errorf("after %+v: Event %q does not say %q", step.r, ev, w)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,268 @@
+package fsquota
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// MaxTreeDepth is how deep RestoreTree descends. Each level holds one open
+// directory; a tree deeper than this (which only a program builds) is
+// reported in Restored.Unchecked rather than followed.
+const MaxTreeDepth = 1000
+
+// Restored is what RestoreTree found and repaired below a directory.
+type Restored struct {
+	// Checked counts the regular files and directories examined,
+	// the top directory included.
+	Checked int64
+	// Strays counts those that carried another project ID, or were
+	// directories without PROJINHERIT (whose new files would take
+	// project 0). They carry the right ID and flag now.
+	Strays int64
+	// StrayBytes is the space the stray regular files hold (allocated
+	// blocks, what quota charges). The project's usage did not include
+	// it before; it does now.
+	StrayBytes int64
+	// FirstStray is the path of one stray, relative to the top
+	// directory ("." for the top itself); empty when there were none.
+	FirstStray string
+	// Unchecked counts directories deeper than MaxTreeDepth, whose
+	// contents were not examined.
+	Unchecked int64
+	// Failed counts entries that could not be examined or repaired;
+	// FirstFailure says why for one of them. The walk goes on past
+	// them, so that one entry the tree's owner made unreadable cannot
+	// hide the rest.
+	Failed       int64
+	FirstFailure string
+}
+
+// RestoreTree gives every regular file and directory below dir, and dir
+// itself, the project ID id (and directories PROJINHERIT), and reports
+// those that had something else.
+//
+// A project quota only charges files that carry its ID, and the owner of
+// a file may change the ID (FS_IOC_FSSETXATTR) from the initial user
+// namespace, which is where pods without hostUsers: false run. A process
+// can thus move a subdirectory of its volume to project 0 and write past
+// the volume's size, unseen by its usage. xfs_quota's "project -c" and
+// "project -s" check and set a tree the same way; this is that walk,
+// safe to run over a tree whose owner is hostile:
+//
+//   - it never follows a symbolic link: every step opens a name relative
+//     to its parent's descriptor, with O_NOFOLLOW, so a link swapped in
+//     mid-walk cannot lead outside dir;
+//   - it never opens a device, FIFO or socket: an entry is opened with
+//     O_PATH first, and reopened for the ioctl only once fstat says it is
+//     a regular file or a directory (opening some devices has effects);
+//   - entries that vanish mid-walk are skipped.
+//
+// Other file types hold no data blocks and are left alone. pace, when not
+// nil, is called before each entry, so that a caller can bound the walk's
+// rate; its error, like ctx's, ends the walk with what was done so far.
+func RestoreTree(ctx context.Context, dir string, id uint32, pace func(context.Context) error) (Restored, error) {
+	var r Restored
+	if id == 0 {
+		return r, fmt.Errorf("restoring project IDs below %s: project ID 0 is the default project of every file", dir)
+	}
+	top, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return r, fmt.Errorf("restoring project IDs below %s: %w", dir, &os.PathError{Op: "open", Path: dir, Err: err})
+	}
+	w := &treeWalk{ctx: ctx, id: id, pace: pace, r: &r}
+	if err := w.entry(top, ".", 0); err != nil {
+		return r, fmt.Errorf("restoring project IDs below %s: %w", dir, err)
+	}
+	if r.Checked == 0 {
+		// The top directory itself failed: nothing was examined.
+		return r, fmt.Errorf("restoring project IDs below %s: %s", dir, r.FirstFailure)
+	}
+	return r, nil
+}
+
+type treeWalk struct {
+	ctx  context.Context
+	id   uint32
+	pace func(context.Context) error
+	r    *Restored
+}
+
+// entry examines the object open (O_PATH) as pfd at rel, repairs its
+// project ID, and descends into it when it is a directory. It closes pfd.
+// It returns only the errors that end the walk (ctx's and pace's); those
+// of the entry are counted in Failed.
+func (w *treeWalk) entry(pfd int, rel string, depth int) error {
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(pfd, &st); err != nil {
+		w.fail(fmt.Errorf("stat %s: %w", rel, err))
+		return nil
+	}
+	isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+	if !isDir && st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil
+	}
+	fd, err := reopen(pfd, isDir)
+	if err != nil {
+		w.fail(fmt.Errorf("opening %s: %w", rel, err))
+		return nil
+	}
+	defer unix.Close(fd)
+	w.r.Checked++
+	if err := w.repair(fd, rel, isDir, &st); err != nil {
+		w.fail(err)
+	}
+	if !isDir {
+		return nil
+	}
+	if depth >= MaxTreeDepth {
+		w.r.Unchecked++
+		return nil
+	}
+	return w.children(fd, rel, depth)
+}
+
+func (w *treeWalk) fail(err error) {
+	w.r.Failed++
+	if w.r.FirstFailure == "" {
+		w.r.FirstFailure = err.Error()
+	}
+}
+
+// repair gives the object open as fd the walk's project ID (and a
+// directory PROJINHERIT) when it lacks them, and counts it as a stray.
+func (w *treeWalk) repair(fd int, rel string, isDir bool, st *unix.Stat_t) error {
+	x, err := getXattr(uintptr(fd))
+	if err != nil {
+		return fmt.Errorf("%s: FS_IOC_FSGETXATTR: %w", rel, err)
+	}
+	if x.Projid == w.id && (!isDir || x.Xflags&xflagProjInherit != 0) {
+		return nil
+	}
+	w.r.Strays++
+	if !isDir {
+		w.r.StrayBytes += st.Blocks * 512
+	}
+	if w.r.FirstStray == "" {
+		w.r.FirstStray = rel
+	}
+	x.Projid = w.id
+	if isDir {
+		x.Xflags |= xflagProjInherit
+	}
+	if err := setXattr(uintptr(fd), &x); err != nil {
+		return fmt.Errorf("%s: giving it project ID %d: FS_IOC_FSSETXATTR: %w", rel, w.id, err)
+	}
+	return nil
+}
+
+// children examines every entry of the directory open as fd.
+func (w *treeWalk) children(fd int, rel string, depth int) error {
+	// The directory is read through a duplicate, which the os.File owns
+	// and closes; fd stays the caller's.
+	dup, err := unix.Dup(fd)
+	if err != nil {
+		w.fail(fmt.Errorf("reading %s: %w", rel, err))
+		return nil
+	}
+	unix.CloseOnExec(dup)
+	d := os.NewFile(uintptr(dup), rel)
+	defer d.Close()
+	for {
+		names, err := d.Readdirnames(256)
+		for _, name := range names {
+			if err := w.ctx.Err(); err != nil {
+				return err
+			}
+			if w.pace != nil {
+				if err := w.pace(w.ctx); err != nil {
+					return err
+				}
+			}
+			pfd, err := unix.Openat(fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if errors.Is(err, unix.ENOENT) {
+				continue // removed since it was listed
+			} else if err != nil {
+				w.fail(fmt.Errorf("opening %s: %w", path.Join(rel, name), err))
+				continue
+			}
+			if err := w.entry(pfd, path.Join(rel, name), depth+1); err != nil {
+				return err
+			}
+		}
+		if errors.Is(err, io.EOF) || (err == nil && len(names) == 0) {
+			return nil
+		}
+		if err != nil {
+			w.fail(fmt.Errorf("reading %s: %w", rel, err))
+			return nil
+		}
+	}
+}
+
+// reopen opens the regular file or directory that pfd (O_PATH) names for
+// reading, through its /proc/self/fd link: the same inode, whatever has
+// been renamed over its name since. Access times stay as they are when
+// the caller may (it owns the file or has CAP_FOWNER).
+func reopen(pfd int, isDir bool) (int, error) {
+	flags := unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOCTTY
+	if isDir {
+		flags |= unix.O_DIRECTORY
+	}
+	p := "/proc/self/fd/" + strconv.Itoa(pfd)
+	fd, err := unix.Open(p, flags|unix.O_NOATIME, 0)
+	if errors.Is(err, unix.EPERM) {
+		fd, err = unix.Open(p, flags, 0)
+	}
+	return fd, err
+}
+
+// SetProjectID gives the regular file or directory at path the project
+// ID id, and sets or clears PROJINHERIT on a directory, as chattr -p and
+// chattr +P/-P do. It is what the owner of a file can do to it from the
+// initial user namespace, so tests use it to play a volume's user moving
+// files out of the volume's project; volumes themselves get their ID from
+// SetQuota.
+func SetProjectID(path string, id uint32, inherit bool) error {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		return fmt.Errorf("setting the project ID of %s: %w", path, &os.PathError{Op: "open", Path: path, Err: err})
+	}
+	defer unix.Close(fd)
+	x, err := getXattr(uintptr(fd))
+	if err != nil {
+		return fmt.Errorf("setting the project ID of %s: FS_IOC_FSGETXATTR: %w", path, err)
+	}
+	x.Projid = id
+	if inherit {
+		x.Xflags |= xflagProjInherit
+	} else {
+		x.Xflags &^= xflagProjInherit
+	}
+	if err := setXattr(uintptr(fd), &x); err != nil {
+		return fmt.Errorf("setting the project ID of %s to %d: FS_IOC_FSSETXATTR: %w", path, id, err)
+	}
+	return nil
+}
+
+// ProjectID returns the project ID of the regular file or directory at
+// path and whether it has PROJINHERIT.
+func ProjectID(path string) (id uint32, inherit bool, err error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		return 0, false, fmt.Errorf("reading the project ID of %s: %w", path, &os.PathError{Op: "open", Path: path, Err: err})
+	}
+	defer unix.Close(fd)
+	x, err := getXattr(uintptr(fd))
+	if err != nil {
+		return 0, false, fmt.Errorf("reading the project ID of %s: FS_IOC_FSGETXATTR: %w", path, err)
+	}
+	return x.Projid, x.Xflags&xflagProjInherit != 0, nil
+}

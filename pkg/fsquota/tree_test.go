@@ -1,0 +1,129 @@
+package fsquota_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"source.plinth.dev/pkg/fsquota"
+)
+
+// TestRestoreTreeEndsAnEscape plays a volume's user who moves a
+// subdirectory out of the volume's project and writes past the limit, then
+// checks that RestoreTree finds every stray, charges them to the project
+// again (so the next write fails), and touches nothing it must not: a
+// link's target outside the tree, a FIFO (opening it would block), files
+// that were right.
+func TestRestoreTreeEndsAnEscape(t *testing.T) {
+	for _, fs := range quotaFS {
+		t.Run(fs.disk, func(t *testing.T) {
+			ctx := context.Background()
+			dir, id := volume(t, fs.disk, fsquota.Limits{Bytes: 4 * MiB, Inodes: 1000})
+			other, otherID := volume(t, fs.disk, fsquota.Limits{Bytes: 4 * MiB, Inodes: 1000})
+			victim := filepath.Join(other, "victim")
+			if err := writeFile(victim, 4096); err != nil {
+				t.Fatal(err)
+			}
+			if err := writeFile(filepath.Join(dir, "right"), MiB); err != nil {
+				t.Fatal(err)
+			}
+			// The escape: a directory moved to project 0, its PROJINHERIT
+			// cleared, and 6 MiB written below it into a 4 MiB volume.
+			escape := filepath.Join(dir, "escape")
+			deep := filepath.Join(escape, "a", "b")
+			if err := os.MkdirAll(deep, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range []string{escape, filepath.Join(escape, "a"), deep} {
+				if err := fsquota.SetProjectID(d, 0, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := writeFile(filepath.Join(escape, "big"), 4*MiB); err != nil {
+				t.Fatalf("the escape did not work (writing 4 MiB into a directory moved to project 0): %v", err)
+			}
+			if err := writeFile(filepath.Join(deep, "more"), 2*MiB); err != nil {
+				t.Fatal(err)
+			}
+			// A directory with the right ID whose new files would take
+			// project 0.
+			noInherit := filepath.Join(dir, "no-inherit")
+			if err := os.Mkdir(noInherit, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := fsquota.SetProjectID(noInherit, id, false); err != nil {
+				t.Fatal(err)
+			}
+			// What must be left alone.
+			if err := os.Symlink(victim, filepath.Join(dir, "link")); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Mkfifo(filepath.Join(dir, "fifo"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			before := getQuota(t, dir)
+			if before.UsedBytes > 2*MiB {
+				t.Fatalf("the volume's usage counts %d bytes before the walk; the escaped 6 MiB should not be in it", before.UsedBytes)
+			}
+
+			r, err := fsquota.RestoreTree(ctx, dir, id, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("RestoreTree: %+v", r)
+			// Strays: escape, a, b (moved), big, more (created in them),
+			// no-inherit (flag). Checked: those, the top and "right".
+			if r.Strays != 6 || r.Checked != 8 || r.StrayBytes < 6*MiB || r.StrayBytes > 6*MiB+64<<10 ||
+				r.FirstStray == "" || r.Failed != 0 || r.Unchecked != 0 {
+				t.Errorf("RestoreTree = %+v, want 6 strays holding 6 MiB among 8 entries", r)
+			}
+			after := getQuota(t, dir)
+			if after.UsedBytes < 7*MiB {
+				t.Errorf("usage after the walk = %d bytes, want the 7 MiB the volume holds", after.UsedBytes)
+			}
+			if err := writeFile(filepath.Join(escape, "again"), 4096); !errors.Is(err, fs.overErr) && !errors.Is(err, unix.EDQUOT) {
+				t.Errorf("writing into the repaired directory of a volume over its limit: %v, want %v", err, fs.overErr)
+			}
+			for _, p := range []string{escape, deep, filepath.Join(deep, "more"), noInherit} {
+				got, inherit, err := fsquota.ProjectID(p)
+				if err != nil || got != id || (inherit != (p != filepath.Join(deep, "more"))) {
+					t.Errorf("%s after the walk: project %d, inherit %v, %v; want project %d", p, got, inherit, err, id)
+				}
+			}
+			if got, _, err := fsquota.ProjectID(victim); err != nil || got != otherID {
+				t.Errorf("the link's target outside the tree: project %d, %v; want %d, untouched", got, err, otherID)
+			}
+			os.Remove(filepath.Join(escape, "again")) // ext4 creates it before refusing its data
+			again, err := fsquota.RestoreTree(ctx, dir, id, nil)
+			if err != nil || again.Strays != 0 || again.Checked != r.Checked {
+				t.Errorf("a second walk = %+v, %v; want no strays among %d entries", again, err, r.Checked)
+			}
+		})
+	}
+}
+
+// TestRestoreTreeStopsWhenPaced checks that pace's error ends the walk.
+func TestRestoreTreeStopsWhenPaced(t *testing.T) {
+	dir, id := volume(t, "xfs", fsquota.Limits{Bytes: 4 * MiB, Inodes: 1000})
+	for _, n := range []string{"a", "b", "c", "d"} {
+		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls := 0
+	stop := errors.New("enough")
+	r, err := fsquota.RestoreTree(context.Background(), dir, id, func(context.Context) error {
+		calls++
+		if calls == 3 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || r.Checked != 3 {
+		t.Errorf("RestoreTree paced to stop at the third entry = %+v, %v; want 3 checked (the top and two files) and the pace's error", r, err)
+	}
+}
