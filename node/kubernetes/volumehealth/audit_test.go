@@ -4,13 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/record"
-
-	"source.plinth.dev/node/kubernetes/internal/controller"
 	"source.plinth.dev/pkg/fsquota"
-	"source.plinth.dev/pkg/logtree"
 )
 
 // TestReportAuditSaysWhatWasPutBack runs reportAudit, the audit's pure
@@ -18,22 +12,8 @@ import (
 // reported, a walk that could not examine everything once until that
 // changes, and a clean walk never.
 func TestReportAuditSaysWhatWasPutBack(t *testing.T) {
-	rec := record.NewFakeRecorder(100)
-	a := &audit{
-		round: &round{
-			Monitor:  &Monitor{Config{Base: controller.Base{Driver: "d", NodeName: "n"}}},
-			log:      logtree.New().LeveledFor("test"),
-			recorder: rec,
-		},
-		incomplete: map[string]string{},
-	}
-	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "pv"},
-		Spec: corev1.PersistentVolumeSpec{
-			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: "d", VolumeHandle: "pv"}},
-			ClaimRef:               &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "ns", Name: "c"},
-		},
-	}
+	r, rec, pv := testRound()
+	a := &audit{round: r, incomplete: map[string]string{}}
 	clean := fsquota.Restored{Checked: 10}
 	escaped := fsquota.Restored{Checked: 10, Strays: 2, StrayBytes: 8 << 20, FirstStray: "out"}
 	unreadable := fsquota.Restored{Checked: 10, Failed: 1, FirstFailure: "opening x: permission denied"}

@@ -16,20 +16,7 @@ import (
 // TestReportSendsEventsOnChangesOnly runs report, the monitor's pure step,
 // through a volume's life: Events only when the condition changes.
 func TestReportSendsEventsOnChangesOnly(t *testing.T) {
-	rec := record.NewFakeRecorder(100)
-	r := &round{
-		Monitor:  &Monitor{Config{Base: controller.Base{Driver: "d", NodeName: "n"}}},
-		log:      logtree.New().LeveledFor("test"),
-		recorder: rec,
-		last:     map[string]Condition{},
-	}
-	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "pv"},
-		Spec: corev1.PersistentVolumeSpec{
-			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: "d", VolumeHandle: "pv"}},
-			ClaimRef:               &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "ns", Name: "c"},
-		},
-	}
+	r, rec, pv := testRound()
 	healthy := Condition{}
 	gone := Condition{Abnormal: true, Message: "gone"}
 	detached := Condition{Abnormal: true, Message: "detached"}
@@ -66,4 +53,24 @@ func TestReportSendsEventsOnChangesOnly(t *testing.T) {
 	if n := len(rec.Events); n != 2 {
 		t.Errorf("a volume abnormal at first sight sent %d Events, want 2 (claim and PV)", n)
 	}
+}
+
+// testRound is a monitor round of driver "d" on node "n" that records its
+// Events, and a bound PV "pv" of that driver for claim ns/c.
+func testRound() (*round, *record.FakeRecorder, *corev1.PersistentVolume) {
+	rec := record.NewFakeRecorder(100)
+	r := &round{
+		Monitor:  &Monitor{Config{Base: controller.Base{Driver: "d", NodeName: "n"}}},
+		log:      logtree.New().LeveledFor("test"),
+		recorder: rec,
+		last:     map[string]Condition{},
+	}
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "pv"},
+		Spec: corev1.PersistentVolumeSpec{
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: "d", VolumeHandle: "pv"}},
+			ClaimRef:               &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "ns", Name: "c"},
+		},
+	}
+	return r, rec, pv
 }

@@ -45,14 +45,14 @@ func escapeQuota(ctx context.Context, dir string, out io.Writer, poll time.Durat
 		fmt.Fprintf(out, "%s %v\n", markEscapeFailed, err)
 		return
 	}
-	if err := writeZeros(filepath.Join(moved, "big"), 2*size); err != nil {
+	if err := writeReadBack(filepath.Join(moved, "big"), int(2*size)); err != nil {
 		fmt.Fprintf(out, "%s writing %d bytes into a volume of %d: %v\n", markEscapeFailed, 2*size, size, err)
 		return
 	}
 	fmt.Fprintf(out, "%s wrote %d bytes into a volume of %d bytes; it shows %d bytes used\n", markEscaped, 2*size, size, used(dir))
 	probe := filepath.Join(dir, "probe")
 	for {
-		err := writeZeros(probe, 64<<10)
+		err := writeReadBack(probe, 64<<10)
 		os.Remove(probe)
 		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
 			fmt.Fprintf(out, "%s a 64 KiB write failed: %v; the volume shows %d of %d bytes used\n", markEscapeEnded, err, used(dir), size)
@@ -64,28 +64,6 @@ func escapeQuota(ctx context.Context, dir string, out io.Writer, poll time.Durat
 		case <-time.After(poll):
 		}
 	}
-}
-
-// writeZeros writes n zero bytes to a new file and syncs it.
-func writeZeros(path string, n int64) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	buf := make([]byte, 256<<10)
-	for n > 0 {
-		c := min(n, int64(len(buf)))
-		if _, err := f.Write(buf[:c]); err != nil {
-			f.Close()
-			return err
-		}
-		n -= c
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // used is the space statfs says is used in the volume at dir (what df in
