@@ -91,7 +91,7 @@ func TestQuotaDamageReported(t *testing.T) {
 	for n, want := range map[string]string{"lost": "no project quota", "raised": "changed outside Plinth"} {
 		var msg string
 		await.For(t, ctx, 3*time.Minute, volumehealth.ReasonAbnormal+" on claim "+n, func() (bool, error) {
-			msg = abnormal(ctx, t, w, ns, n)
+			msg = warning(ctx, w, ns, n, volumehealth.ReasonAbnormal)
 			return msg != "", nil
 		})
 		t.Logf("claim %s: %s %.0fs after the damage: %s", n, volumehealth.ReasonAbnormal, time.Since(damaged).Seconds(), msg)
@@ -99,18 +99,16 @@ func TestQuotaDamageReported(t *testing.T) {
 			t.Errorf("claim %s: the Event says %q, want it to mention %q", n, msg, want)
 		}
 	}
-	if msg := abnormal(ctx, t, w, ns, "intact"); msg != "" {
+	if msg := warning(ctx, w, ns, "intact", volumehealth.ReasonAbnormal); msg != "" {
 		t.Errorf("the untouched claim got %s: %s", volumehealth.ReasonAbnormal, msg)
 	}
 }
 
-// abnormal returns the message of claim's Warning VolumeConditionAbnormal
-// Event, or "".
-func abnormal(ctx context.Context, t *testing.T, w *world, ns, claim string) string {
-	t.Helper()
+// warning returns the message of claim's Warning Event with reason, or "".
+func warning(ctx context.Context, w *world, ns, claim, reason string) string {
 	evs, err := w.cp.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
 		FieldSelector: "involvedObject.kind=PersistentVolumeClaim,involvedObject.name=" + claim +
-			",type=" + corev1.EventTypeWarning + ",reason=" + volumehealth.ReasonAbnormal,
+			",type=" + corev1.EventTypeWarning + ",reason=" + reason,
 	})
 	if err != nil || len(evs.Items) == 0 {
 		return ""
@@ -161,15 +159,8 @@ func TestQuotaEscapeRepaired(t *testing.T) {
 
 	var msg string
 	await.For(t, ctx, 3*time.Minute, volumehealth.ReasonQuotaRestored+" on the claim", func() (bool, error) {
-		evs, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
-			FieldSelector: "involvedObject.kind=PersistentVolumeClaim,involvedObject.name=data,type=" + corev1.EventTypeWarning +
-				",reason=" + volumehealth.ReasonQuotaRestored,
-		})
-		if err != nil || len(evs.Items) == 0 {
-			return false, err
-		}
-		msg = evs.Items[0].Message
-		return true, nil
+		msg = warning(ctx, w, ns, "data", volumehealth.ReasonQuotaRestored)
+		return msg != "", nil
 	})
 	t.Logf("claim: %s %.0fs after the escape: %s", volumehealth.ReasonQuotaRestored, time.Since(escaped).Seconds(), msg)
 	for _, want := range []string{`(the first: "moved-out")`, "the 8Mi they hold did not count"} {

@@ -49,20 +49,12 @@ func (m *Manager) projectOf(id string) (dir string, pid uint32, err error) {
 	}
 	unlock := m.locks.Lock(id)
 	defer unlock()
-	in, err := m.readIntent(id)
+	mode, dir, _, err := m.locate(id)
 	if err != nil {
 		return "", 0, fmt.Errorf("restoring the project IDs of volume %s: %w", id, err)
 	}
-	if in != nil && in.Op != OpExpand {
-		return "", 0, fmt.Errorf("restoring the project IDs of volume %s: %w (a %s is in progress or was interrupted)", id, ErrNotFound, in.Op)
-	}
-	fsPath, imgPath := m.paths(id)
-	switch {
-	case isDir(fsPath):
-	case isRegular(imgPath):
+	if mode != Filesystem {
 		return "", 0, nil
-	default:
-		return "", 0, fmt.Errorf("restoring the project IDs of volume %s: %w", id, ErrNotFound)
 	}
 	pid, ok, err := m.ProjectIDs.Lookup(id)
 	if err != nil {
@@ -71,5 +63,5 @@ func (m *Manager) projectOf(id string) (dir string, pid uint32, err error) {
 	if !ok {
 		return "", 0, nil
 	}
-	return fsPath, pid, nil
+	return dir, pid, nil
 }

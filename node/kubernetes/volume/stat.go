@@ -48,23 +48,15 @@ func (m *Manager) Stat(ctx context.Context, id string) (Stats, error) {
 	// too, and only an interrupted one makes the volume abnormal.
 	unlock := m.locks.Lock(id)
 	defer unlock()
-	in, err := m.readIntent(id)
+	mode, path, in, err := m.locate(id)
 	if err != nil {
 		return Stats{}, fmt.Errorf("reading stats of volume %s: %w", id, err)
 	}
-	if in != nil && in.Op != OpExpand {
-		// Being created or deleted (or interrupted at it): not a volume.
-		return Stats{}, fmt.Errorf("reading stats of volume %s: %w (a %s is in progress or was interrupted)", id, ErrNotFound, in.Op)
-	}
-	fsPath, imgPath := m.paths(id)
 	var st Stats
-	switch {
-	case isDir(fsPath):
-		st, err = m.statFilesystem(id, fsPath)
-	case isRegular(imgPath):
-		st, err = statBlock(id, imgPath)
-	default:
-		return Stats{}, fmt.Errorf("reading stats of volume %s: %w", id, ErrNotFound)
+	if mode == Filesystem {
+		st, err = m.statFilesystem(id, path)
+	} else {
+		st, err = statBlock(id, path)
 	}
 	if err != nil {
 		return Stats{}, fmt.Errorf("reading stats of volume %s: %w", id, err)
@@ -210,21 +202,33 @@ func (m *Manager) Locate(ctx context.Context, id string) (Mode, string, error) {
 	if err := ValidateID(id); err != nil {
 		return 0, "", err
 	}
+	mode, path, _, err := m.locate(id)
+	if err != nil {
+		return 0, "", fmt.Errorf("volume %s: %w", id, err)
+	}
+	return mode, path, nil
+}
+
+// locate finds volume id's data: its mode, the path of its directory or
+// image, and its intent record, which is nil or an expansion under way or
+// interrupted. A volume being created or deleted (or interrupted at it) is
+// not a volume: ErrNotFound, as is one with no data.
+func (m *Manager) locate(id string) (Mode, string, *intent, error) {
 	in, err := m.readIntent(id)
 	if err != nil {
-		return 0, "", err
+		return 0, "", nil, err
 	}
 	if in != nil && in.Op != OpExpand {
-		return 0, "", fmt.Errorf("volume %s: %w (a %s is in progress or was interrupted)", id, ErrNotFound, in.Op)
+		return 0, "", nil, fmt.Errorf("%w (a %s is in progress or was interrupted)", ErrNotFound, in.Op)
 	}
 	fsPath, imgPath := m.paths(id)
 	switch {
 	case isDir(fsPath):
-		return Filesystem, fsPath, nil
+		return Filesystem, fsPath, in, nil
 	case isRegular(imgPath):
-		return Block, imgPath, nil
+		return Block, imgPath, in, nil
 	}
-	return 0, "", fmt.Errorf("volume %s: %w", id, ErrNotFound)
+	return 0, "", nil, ErrNotFound
 }
 
 func isRegular(p string) bool {

@@ -9,7 +9,6 @@ import (
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"source.plinth.dev/pkg/fsquota"
 )
@@ -52,17 +51,11 @@ type audit struct {
 
 // auditAll walks every bound filesystem volume of this node once.
 func (a *audit) auditAll(ctx context.Context) {
-	pvs, err := a.lister.List(labels.Everything())
-	if err != nil {
-		a.log.Warningf("listing this node's PVs: %v", err)
-		return
-	}
-	seen := map[string]bool{}
+	pvs := a.watchedPVs()
 	for _, pv := range pvs {
-		if !a.watched(pv) || (pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock) {
+		if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock {
 			continue
 		}
-		seen[pv.Name] = true
 		r, err := a.Auditor.RestoreProjectIDs(ctx, pv.Spec.CSI.VolumeHandle, a.limiter.Wait)
 		if ctx.Err() != nil {
 			return
@@ -75,11 +68,7 @@ func (a *audit) auditAll(ctx context.Context) {
 		}
 		a.reportAudit(pv, r)
 	}
-	for name := range a.incomplete {
-		if !seen[name] {
-			delete(a.incomplete, name)
-		}
-	}
+	forgetOthers(a.incomplete, pvs)
 }
 
 // reportAudit sends the Events for one volume's walk: a Warning on the
@@ -92,9 +81,7 @@ func (a *audit) reportAudit(pv *corev1.PersistentVolume, r fsquota.Restored) {
 	if r.Strays > 0 {
 		msg := restoredMessage(id, a.NodeName, r)
 		a.log.Warningf("volume %s of claim %s/%s: %s", id, claim.Namespace, claim.Name, msg)
-		for _, obj := range []*corev1.ObjectReference{claim, ref(pv)} {
-			a.recorder.Event(obj, corev1.EventTypeWarning, ReasonQuotaRestored, msg)
-		}
+		a.tell(pv, corev1.EventTypeWarning, ReasonQuotaRestored, msg)
 	}
 	gap := incompleteMessage(r)
 	if gap == a.incomplete[pv.Name] {
@@ -106,9 +93,7 @@ func (a *audit) reportAudit(pv *corev1.PersistentVolume, r fsquota.Restored) {
 	}
 	msg := fmt.Sprintf("checking that every file of volume %s on node %s counts against its size: %s", id, a.NodeName, gap)
 	a.log.Warningf("claim %s/%s: %s", claim.Namespace, claim.Name, msg)
-	for _, obj := range []*corev1.ObjectReference{claim, ref(pv)} {
-		a.recorder.Event(obj, corev1.EventTypeWarning, ReasonQuotaRestored, msg)
-	}
+	a.tell(pv, corev1.EventTypeWarning, ReasonQuotaRestored, msg)
 }
 
 // restoredMessage tells the user what the walk put back, and how it

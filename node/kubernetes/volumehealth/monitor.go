@@ -165,17 +165,8 @@ type round struct {
 
 // checkAll checks every bound volume of this node and reports the changes.
 func (r *round) checkAll(ctx context.Context) {
-	pvs, err := r.lister.List(labels.Everything())
-	if err != nil {
-		r.log.Warningf("listing this node's PVs: %v", err)
-		return
-	}
-	seen := map[string]bool{}
+	pvs := r.watchedPVs()
 	for _, pv := range pvs {
-		if !r.watched(pv) {
-			continue
-		}
-		seen[pv.Name] = true
 		cond, err := r.Checker.Check(ctx, pv.Spec.CSI.VolumeHandle)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -185,9 +176,36 @@ func (r *round) checkAll(ctx context.Context) {
 		}
 		r.report(pv, cond)
 	}
-	for name := range r.last {
+	forgetOthers(r.last, pvs)
+}
+
+// watchedPVs lists the PVs of this node's volumes in use (watched), or
+// none when the list fails, which it logs.
+func (r *round) watchedPVs() []*corev1.PersistentVolume {
+	pvs, err := r.lister.List(labels.Everything())
+	if err != nil {
+		r.log.Warningf("listing this node's PVs: %v", err)
+		return nil
+	}
+	var out []*corev1.PersistentVolume
+	for _, pv := range pvs {
+		if r.watched(pv) {
+			out = append(out, pv)
+		}
+	}
+	return out
+}
+
+// forgetOthers drops from last, a finding per PV name, the PVs not in
+// pvs: released or gone since.
+func forgetOthers[V any](last map[string]V, pvs []*corev1.PersistentVolume) {
+	seen := map[string]bool{}
+	for _, pv := range pvs {
+		seen[pv.Name] = true
+	}
+	for name := range last {
 		if !seen[name] {
-			delete(r.last, name)
+			delete(last, name)
 		}
 	}
 }
@@ -210,16 +228,20 @@ func (r *round) report(pv *corev1.PersistentVolume, cond Condition) {
 	switch {
 	case cond.Abnormal && (!known || prev != cond):
 		r.log.Warningf("volume %s of claim %s/%s is abnormal: %s", pv.Spec.CSI.VolumeHandle, claim.Namespace, claim.Name, cond.Message)
-		for _, obj := range []*corev1.ObjectReference{claim, ref(pv)} {
-			r.recorder.Eventf(obj, corev1.EventTypeWarning, ReasonAbnormal,
-				"volume %s on node %s is abnormal: %s", pv.Spec.CSI.VolumeHandle, r.NodeName, cond.Message)
-		}
+		r.tell(pv, corev1.EventTypeWarning, ReasonAbnormal,
+			fmt.Sprintf("volume %s on node %s is abnormal: %s", pv.Spec.CSI.VolumeHandle, r.NodeName, cond.Message))
 	case !cond.Abnormal && known && prev.Abnormal:
 		r.log.Infof("volume %s of claim %s/%s is healthy again", pv.Spec.CSI.VolumeHandle, claim.Namespace, claim.Name)
-		for _, obj := range []*corev1.ObjectReference{claim, ref(pv)} {
-			r.recorder.Eventf(obj, corev1.EventTypeNormal, ReasonNormal,
-				"volume %s on node %s is healthy again", pv.Spec.CSI.VolumeHandle, r.NodeName)
-		}
+		r.tell(pv, corev1.EventTypeNormal, ReasonNormal,
+			fmt.Sprintf("volume %s on node %s is healthy again", pv.Spec.CSI.VolumeHandle, r.NodeName))
+	}
+}
+
+// tell sends an Event about pv's volume to its claim, where users look,
+// and to the PV.
+func (r *round) tell(pv *corev1.PersistentVolume, eventType, reason, msg string) {
+	for _, obj := range []*corev1.ObjectReference{pv.Spec.ClaimRef, ref(pv)} {
+		r.recorder.Event(obj, eventType, reason, msg)
 	}
 }
 
