@@ -77,6 +77,10 @@ func Disks() []Disk {
 		// An XFS without quota options, to test that missing support is
 		// detected and explained.
 		{Name: "xfs-noquota", FS: "xfs", Size: 300 << 20, Mkfs: []string{"mkfs.xfs", "-q", "-f"}},
+		// A version 4 XFS that stores only 16-bit project IDs, with
+		// quotas enforced: Plinth's IDs start above 2^16, so the probe
+		// must refuse it (fsquota's TestProbeVM).
+		{Name: "xfs-projid16", FS: "xfs", Size: 300 << 20, Mkfs: []string{"mkfs.xfs", "-q", "-f", "-m", "crc=0", "-i", "projid32bit=0"}, Options: "prjquota"},
 		// An XFS big enough for its allocator's 8 GiB extents, to see
 		// what a failed fallocate leaves behind (volume's
 		// TestFailedExpansionOnXFSIsTrimmed). Sparse: mkfs writes

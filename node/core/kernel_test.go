@@ -20,10 +20,13 @@ func TestDataDirOnRealFilesystems(t *testing.T) {
 	for _, c := range []struct {
 		disk     string
 		enforced bool
+		// cause is what the refusal must name.
+		cause string
 	}{
-		{"xfs", true},
-		{"ext4", true},
-		{"xfs-noquota", false},
+		{"xfs", true, ""},
+		{"ext4", true, ""},
+		{"xfs-noquota", false, "prjquota"},
+		{"xfs-projid16", false, "projid32bit"},
 	} {
 		t.Run(c.disk, func(t *testing.T) {
 			var d localstorage.DataDirectory
@@ -44,9 +47,9 @@ func TestDataDirOnRealFilesystems(t *testing.T) {
 				}
 				return
 			}
-			// The refusal names the cause (the missing mount option) and
-			// the way out.
-			if !errors.Is(err, ErrCapacityNotEnforced) || !strings.Contains(err.Error(), "prjquota") || !strings.Contains(err.Error(), AllowUnenforcedCapacityFlag) {
+			// The refusal names the cause (the missing mount option, the
+			// filesystem's 16-bit project IDs) and the way out.
+			if !errors.Is(err, ErrCapacityNotEnforced) || !strings.Contains(err.Error(), c.cause) || !strings.Contains(err.Error(), AllowUnenforcedCapacityFlag) {
 				t.Errorf("refusal on %s: %v", c.disk, err)
 			}
 		})

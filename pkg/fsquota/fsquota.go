@@ -64,9 +64,10 @@ const (
 )
 
 // Probe reports whether the filesystem holding dir enforces project
-// quotas. It returns nil when SetQuota will work, and otherwise an error
-// wrapping ErrUnsupported that says why, so node start-up can tell the
-// operator what to fix (filesystem type, mount option, kernel).
+// quotas. It returns nil when SetQuota will work with any project ID (up
+// to 2^32-1), and otherwise an error wrapping ErrUnsupported that says
+// why, so node start-up can tell the operator what to fix (filesystem
+// type, mount option, kernel).
 func Probe(dir string) error {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
@@ -116,6 +117,18 @@ func Probe(dir string) error {
 	}
 	if err := call(d, func(fd uintptr) error { _, err := getXattr(fd); return err }); err != nil {
 		return fmt.Errorf("probing project quotas on %s: FS_IOC_FSGETXATTR: %v: %w", dir, err, ErrUnsupported)
+	}
+	if fsName == "xfs" {
+		// An XFS that stores 16-bit project IDs refuses larger ones with
+		// EINVAL on every SetQuota; callers pick IDs from the whole
+		// 32-bit range (ext4 always stores 32 bits).
+		var g xfsFsopGeomV1
+		if err := call(d, func(fd uintptr) (err error) { g, err = xfsGeometry(fd); return err }); err != nil {
+			return fmt.Errorf("probing project quotas on %s: XFS_IOC_FSGEOMETRY: %w", dir, err)
+		}
+		if g.Flags&xfsGeomFlagsProjID32 == 0 {
+			return fmt.Errorf("probing project quotas on %s: this xfs stores only 16-bit project IDs (a version 4 filesystem made without projid32bit); make it again with mkfs.xfs's defaults (version 5), or with -i projid32bit=1: %w", dir, ErrUnsupported)
+		}
 	}
 	return nil
 }

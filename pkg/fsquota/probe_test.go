@@ -22,6 +22,7 @@ func TestProbeVM(t *testing.T) {
 		{disk: "xfs"},
 		{disk: "ext4"},
 		{disk: "xfs-noquota", wantErr: "xfs mounted without prjquota"},
+		{disk: "xfs-projid16", wantErr: "only 16-bit project IDs"},
 	} {
 		t.Run(tc.disk, func(t *testing.T) {
 			err := fsquota.Probe(ktest.Mount(t, tc.disk))
@@ -36,6 +37,25 @@ func TestProbeVM(t *testing.T) {
 				t.Fatalf("Probe on %s: %v, want ErrUnsupported saying %q", tc.disk, err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestSixteenBitProjectIDs shows why Probe refuses an XFS that stores
+// only 16-bit project IDs although it enforces quotas: a small ID works
+// there, and any ID above 2^16-1 (Plinth's start at 2^20) is refused by
+// the kernel.
+func TestSixteenBitProjectIDs(t *testing.T) {
+	small, large := ktest.TempDir(t, "xfs-projid16"), ktest.TempDir(t, "xfs-projid16")
+	if err := fsquota.SetQuota(small, 4242, fsquota.Limits{Bytes: 1 << 20}); err != nil {
+		t.Fatalf("SetQuota with project ID 4242: %v, want success (quotas are enforced on this disk)", err)
+	}
+	if q, err := fsquota.GetQuota(small); err != nil || q.ProjectID != 4242 || q.Limits.Bytes != 1<<20 {
+		t.Errorf("GetQuota after SetQuota with project ID 4242: %+v (%v)", q, err)
+	}
+	err := fsquota.SetQuota(large, 1<<20, fsquota.Limits{Bytes: 1 << 20})
+	t.Logf("SetQuota with project ID 2^20: %v", err)
+	if !errors.Is(err, unix.EINVAL) {
+		t.Errorf("SetQuota with project ID 2^20: %v, want EINVAL", err)
 	}
 }
 

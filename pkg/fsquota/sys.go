@@ -35,6 +35,15 @@ const (
 
 	// The Q_X* interface counts space in 512-byte "basic blocks".
 	basicBlock = 512
+
+	// XFS_IOC_FSGEOMETRY_V1, _IOR('X', 100, struct xfs_fsop_geom_v1),
+	// from xfs/xfs_fs.h: the oldest form of the geometry call, which
+	// every kernel that has XFS answers.
+	xfsIocFsgeometryV1 = 0x80705864
+	// XFS_FSOP_GEOM_FLAGS_PROJID32: the filesystem stores 32-bit project
+	// IDs. Version 5 filesystems (mkfs.xfs's default since 2015) always
+	// do; a version 4 one only when made with -i projid32bit=1.
+	xfsGeomFlagsProjID32 = 1 << 11
 )
 
 func qcmd(cmd, typ int) int { return cmd<<8 | typ&0xff }
@@ -106,11 +115,38 @@ type fsQuotaStatV struct {
 	Pad2         [7]uint64
 }
 
+// xfsFsopGeomV1 mirrors struct xfs_fsop_geom_v1 (112 bytes).
+type xfsFsopGeomV1 struct {
+	Blocksize    uint32
+	Rtextsize    uint32
+	Agblocks     uint32
+	Agcount      uint32
+	Logblocks    uint32
+	Sectsize     uint32
+	Inodesize    uint32
+	Imaxpct      uint32
+	Datablocks   uint64
+	Rtblocks     uint64
+	Rtextents    uint64
+	Logstart     uint64
+	UUID         [16]byte
+	Sunit        uint32
+	Swidth       uint32
+	Version      int32
+	Flags        uint32
+	Logsectsize  uint32
+	Rtsectsize   uint32
+	Dirblocksize uint32
+	Pad          uint32
+}
+
 // Compile-time size checks against the C structs.
 var (
 	_ [28]byte  = [unsafe.Sizeof(fsxattr{})]byte{}
 	_ [112]byte = [unsafe.Sizeof(fsDiskQuota{})]byte{}
 	_ [160]byte = [unsafe.Sizeof(fsQuotaStatV{})]byte{}
+	_ [112]byte = [unsafe.Sizeof(xfsFsopGeomV1{})]byte{}
+	_ [92]byte  = [unsafe.Offsetof(xfsFsopGeomV1{}.Flags)]byte{}
 )
 
 func ioctl(fd uintptr, req uintptr, arg unsafe.Pointer) error {
@@ -140,4 +176,11 @@ func getXattr(fd uintptr) (fsxattr, error) {
 
 func setXattr(fd uintptr, x *fsxattr) error {
 	return ioctl(fd, fsIocFssetxattr, unsafe.Pointer(x))
+}
+
+// xfsGeometry reads the geometry of the XFS holding fd.
+func xfsGeometry(fd uintptr) (xfsFsopGeomV1, error) {
+	var g xfsFsopGeomV1
+	err := ioctl(fd, xfsIocFsgeometryV1, unsafe.Pointer(&g))
+	return g, err
 }
