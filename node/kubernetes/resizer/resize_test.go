@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
@@ -323,5 +324,67 @@ func TestConcurrentResizes(t *testing.T) {
 	for i := range n {
 		e.waitResized(fmt.Sprintf("c%02d", i), "12Mi", 60*time.Second)
 		e.assertResized(fmt.Sprintf("c%02d", i), "12Mi")
+	}
+}
+
+// TestClaimBoundByHand: a retained volume given to a new claim by hand
+// (spec.volumeName) does not grow while the claim lacks the annotations
+// that say it asks Plinth for a volume on this node (the admission
+// policies let a node write only claims placed on it, so the resizer
+// leaves others alone), and grows once its user adds them, as the README
+// tells.
+func TestClaimBoundByHand(t *testing.T) {
+	e := newEnv(t)
+	e.CreateClass("retain", corev1.PersistentVolumeReclaimRetain, nil)
+	e.start()
+	ctx := context.Background()
+	claims, pvs := e.Client.CoreV1().PersistentVolumeClaims(e.NS), e.Client.CoreV1().PersistentVolumes()
+	first := e.CreateClaim(controllertest.Claim{Name: "first", Class: "retain"})
+	_, pv := e.WaitBound("first")
+	t.Cleanup(func() { _ = pvs.Delete(context.Background(), pv.Name, metav1.DeleteOptions{}) })
+	if err := claims.Delete(ctx, first.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	controllertest.Eventually(t, 30*time.Second, "PV "+pv.Name+" Released", func() (bool, error) {
+		got, err := pvs.Get(ctx, pv.Name, metav1.GetOptions{})
+		return err == nil && got.Status.Phase == corev1.VolumeReleased, err
+	})
+	// The operator frees the PV for a new claim, and the user's claim
+	// names it.
+	if _, err := pvs.Patch(ctx, pv.Name, types.MergePatchType, []byte(`{"spec":{"claimRef":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	second := e.ClaimObject(controllertest.Claim{Name: "second", Class: "retain"})
+	second.Annotations = nil
+	second.Spec.VolumeName = pv.Name
+	if _, err := claims.Create(ctx, second, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pvc, _ := e.WaitBound("second")
+	if pvc.Spec.VolumeName != pv.Name {
+		t.Fatalf("claim second bound to %s, want %s", pvc.Spec.VolumeName, pv.Name)
+	}
+
+	e.mustRequest("second", "32Mi")
+	time.Sleep(3 * time.Second) // time for a resize to happen
+	p := e.claim("second")
+	if c := p.Status.Capacity[corev1.ResourceStorage]; c.String() != "16Mi" || p.Status.AllocatedResourceStatuses != nil {
+		t.Errorf("claim bound by hand, not annotated: capacity %s, statuses %v; want 16Mi, untouched", c.String(), p.Status.AllocatedResourceStatuses)
+	}
+	if st, err := e.Vols.Stat(ctx, pv.Name); err != nil || st.CapacityBytes != 16<<20 {
+		t.Errorf("volume of the claim bound by hand: %d bytes (%v), want 16Mi", st.CapacityBytes, err)
+	}
+
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`,
+		ownership.AnnStorageProvisioner, names.DriverName, ownership.AnnSelectedNode, e.Node)
+	if _, err := claims.Patch(ctx, "second", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitResized("second", "32Mi", 30*time.Second)
+	e.assertResized("second", "32Mi")
+	// The annotations made the claim the node's, and bound: nothing to
+	// provision for it.
+	if ids := e.VolumeIDs(); len(ids) != 1 || ids[0] != pv.Name {
+		t.Errorf("volumes on the node: %v, want only %s", ids, pv.Name)
 	}
 }
