@@ -91,8 +91,17 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, fmt.Errorf("suite log: %w", err)
 	}
 	defer logFile.Close()
+	// e2e.test leaves temporary files behind (the kubectl preferences
+	// directories test-kuberc*, one per worker); give it a temporary
+	// directory of its own and remove that afterwards.
+	tmp, err := os.MkdirTemp("", "plinth-storagesuite-")
+	if err != nil {
+		return Result{}, fmt.Errorf("suite temporary directory: %w", err)
+	}
+	defer os.RemoveAll(tmp)
 	cmd := exec.CommandContext(ctx, filepath.Join(cfg.Bin, "ginkgo"), cfg.Args()...)
 	cmd.Dir = cfg.OutDir
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	start := time.Now()
 	res.Err = cmd.Run()
