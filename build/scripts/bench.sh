@@ -87,7 +87,8 @@ ENTRIES=(
 	# Project quota on a new directory against one metadata change (chmod).
 	"./pkg/fsquota SetQuota base=chmod vm"
 	# Volume usage from the quota against walking 100,000 files (goal:
-	# 1000x faster). One run: each makes the 100,000 files anew, in the VM.
+	# 1000x faster), and the quota audit's walk of the same files. One
+	# run: each makes the 100,000 files anew, in the VM.
 	"./node/kubernetes/csi VolumeStats base=quota count=1 vm"
 )
 
