@@ -40,6 +40,10 @@ const (
 	Publish   Operation = "publish"
 	Unpublish Operation = "unpublish"
 	Stats     Operation = "stats"
+	// Audit is one walk of a filesystem volume by the quota audit
+	// (volumehealth), paced, so it lasts as long as the volume's files
+	// take at the node's audit rate.
+	Audit Operation = "audit"
 )
 
 // Metrics are plinth-node's metrics, registered with one registry.
@@ -54,7 +58,12 @@ type Metrics struct {
 	// restarts counts restarts of each supervised runnable, by its name
 	// in the tree (e.g. "root.kubernetes.provisioner").
 	restarts *prometheus.CounterVec
-	queues   queueMetrics
+	// restored counts what the quota audit found outside its volume's
+	// project quota and put back: files and directories, and the bytes
+	// they held. Any increase means a process moved part of its volume
+	// out of the volume's size.
+	restoredEntries, restoredBytes prometheus.Counter
+	queues                         queueMetrics
 
 	// reg is where New registered the metrics, and where WatchVolumes
 	// registers a volume collector.
@@ -67,7 +76,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		operationSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace,
 			Name:      "operation_duration_seconds",
-			Help:      "Duration of volume operations (provision, delete, resize, publish, unpublish, stats), failed ones included; _count is the number of attempts.",
+			Help:      "Duration of volume operations (provision, delete, resize, publish, unpublish, stats, audit), failed ones included; _count is the number of attempts.",
 			// 1 ms to about a minute: a publish takes milliseconds, a
 			// provision behind a busy API server seconds.
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
@@ -82,10 +91,20 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name:      "supervisor_restarts_total",
 			Help:      "Restarts of each supervised runnable after it failed, by its name in the supervision tree.",
 		}, []string{"runnable"}),
+		restoredEntries: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "quota_audit_restored_entries_total",
+			Help:      "Files and directories the quota audit found moved out of their volume's project quota, and put back.",
+		}),
+		restoredBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "quota_audit_restored_bytes_total",
+			Help:      "Bytes held by the files the quota audit put back in their volume's project quota, which had not counted against the volume's size.",
+		}),
 		queues: newQueueMetrics(),
 		reg:    reg,
 	}
-	cs := []prometheus.Collector{m.operationSeconds, m.operationErrors, m.restarts}
+	cs := []prometheus.Collector{m.operationSeconds, m.operationErrors, m.restarts, m.restoredEntries, m.restoredBytes}
 	cs = append(cs, m.queues.collectors()...)
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
@@ -105,6 +124,16 @@ func (m *Metrics) Observe(op Operation, start time.Time, code string) {
 	if code != "" {
 		m.operationErrors.WithLabelValues(string(op), code).Inc()
 	}
+}
+
+// QuotaRestored counts what one walk of the quota audit put back in its
+// volume's project quota: entries files and directories holding bytes.
+func (m *Metrics) QuotaRestored(entries, bytes int64) {
+	if m == nil {
+		return
+	}
+	m.restoredEntries.Add(float64(entries))
+	m.restoredBytes.Add(float64(bytes))
 }
 
 // Restarted counts a restart of the runnable named dn. It is the

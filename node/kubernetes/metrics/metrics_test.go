@@ -51,9 +51,12 @@ func TestObserveAndRestarts(t *testing.T) {
 	m.Observe(Provision, start, ReasonInfeasible)
 	m.Restarted("root.kubernetes")
 	m.Restarted("root.kubernetes")
+	m.QuotaRestored(2, 8<<20)
+	m.QuotaRestored(1, 4096)
 	var none *Metrics // a node without an endpoint
 	none.Observe(Publish, start, "")
 	none.Restarted("root")
+	none.QuotaRestored(1, 1)
 	f := gather(t, reg)
 	for _, c := range []struct {
 		name   string
@@ -65,6 +68,8 @@ func TestObserveAndRestarts(t *testing.T) {
 		{"plinth_operation_errors_total", []string{"operation", "provision", "code", "Infeasible"}, 1},
 		{"plinth_operation_duration_seconds", []string{"operation", "provision"}, 1},
 		{"plinth_supervisor_restarts_total", []string{"runnable", "root.kubernetes"}, 2},
+		{"plinth_quota_audit_restored_entries_total", nil, 3},
+		{"plinth_quota_audit_restored_bytes_total", nil, 8<<20 + 4096},
 	} {
 		if got := f.Value(c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"source.plinth.dev/node/kubernetes/metrics"
 	"source.plinth.dev/pkg/fsquota"
 )
 
@@ -56,10 +57,12 @@ func (a *audit) auditAll(ctx context.Context) {
 		if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock {
 			continue
 		}
+		start := time.Now()
 		r, err := a.Auditor.RestoreProjectIDs(ctx, pv.Spec.CSI.VolumeHandle, a.limiter.Wait)
 		if ctx.Err() != nil {
 			return
 		}
+		a.Metrics.Observe(metrics.Audit, start, metrics.Reason(err))
 		if err != nil {
 			// A volume gone or half-deleted is the condition checks'
 			// to report.
@@ -71,14 +74,16 @@ func (a *audit) auditAll(ctx context.Context) {
 	forgetOthers(a.incomplete, pvs)
 }
 
-// reportAudit sends the Events for one volume's walk: a Warning on the
-// claim and the PV whenever files had to be put back (each walk finds
-// new ones only if the user moved them again), and one when the walk
-// could not examine everything, until that changes.
+// reportAudit reports one volume's walk: a Warning Event on the claim and
+// the PV, and the restored counts in the metrics, whenever files had to
+// be put back (each walk finds new ones only if the user moved them
+// again), and a Warning when the walk could not examine everything, until
+// that changes.
 func (a *audit) reportAudit(pv *corev1.PersistentVolume, r fsquota.Restored) {
 	claim := pv.Spec.ClaimRef
 	id := pv.Spec.CSI.VolumeHandle
 	if r.Strays > 0 {
+		a.Metrics.QuotaRestored(r.Strays, r.StrayBytes)
 		msg := restoredMessage(id, a.NodeName, r)
 		a.log.Warningf("volume %s of claim %s/%s: %s", id, claim.Namespace, claim.Name, msg)
 		a.tell(pv, corev1.EventTypeWarning, ReasonQuotaRestored, msg)

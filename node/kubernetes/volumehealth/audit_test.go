@@ -4,6 +4,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"source.plinth.dev/node/kubernetes/metrics"
+	"source.plinth.dev/node/kubernetes/metrics/metricstest"
 	"source.plinth.dev/pkg/fsquota"
 )
 
@@ -13,6 +17,12 @@ import (
 // changes, and a clean walk never.
 func TestReportAuditSaysWhatWasPutBack(t *testing.T) {
 	r, rec, pv := testRound()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Metrics = m
 	a := &audit{round: r, incomplete: map[string]string{}}
 	clean := fsquota.Restored{Checked: 10}
 	escaped := fsquota.Restored{Checked: 10, Strays: 2, StrayBytes: 8 << 20, FirstStray: "out"}
@@ -57,5 +67,17 @@ func TestReportAuditSaysWhatWasPutBack(t *testing.T) {
 				}
 			}
 		}
+	}
+	// The two walks that put files back are counted for alerts; the
+	// walks that could not examine everything put nothing back.
+	f, err := metricstest.Gather(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Value("plinth_quota_audit_restored_entries_total"); got != 4 {
+		t.Errorf("plinth_quota_audit_restored_entries_total = %v, want 4", got)
+	}
+	if got := f.Value("plinth_quota_audit_restored_bytes_total"); got != 16<<20 {
+		t.Errorf("plinth_quota_audit_restored_bytes_total = %v, want %d", got, 16<<20)
 	}
 }
