@@ -264,3 +264,80 @@ func TestUnpublishWithoutRecordTouchesOnlyOurs(t *testing.T) {
 		t.Errorf("unrecorded bind mount of the volume not removed (%d mounts)", n)
 	}
 }
+
+// TestCrashMidUnpublish: a node agent that dies in NodeUnpublishVolume
+// after taking a publication down but before removing its record (the
+// record goes last, see unpublish) restarts with a record of a
+// publication that is gone. The restart puts the publication back, since
+// the record says it exists and the kubelet was never told otherwise, and
+// the kubelet's retry of the unpublish (the call never answered) takes it
+// down for good: no mount, device node, loop device or record is left, and
+// the volume can be deleted.
+func TestCrashMidUnpublish(t *testing.T) {
+	e := newEnv(t, "")
+	ctx := context.Background()
+	e.create("fs", volume.Filesystem, MiB)
+	e.create("blk", volume.Block, MiB)
+	fsTarget, blkTarget := e.target("fs"), e.target("blk")
+	if err := e.publish("fs", fsTarget, volume.Filesystem, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.publish("blk", blkTarget, volume.Block, false); err != nil {
+		t.Fatal(err)
+	}
+	_, image, err := e.volumes.Locate(ctx, "blk")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// What unpublish does before it removes a record, done by hand.
+	if err := unix.Unmount(fsTarget, unix.UMOUNT_NOFOLLOW); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(fsTarget); err != nil {
+		t.Fatal(err)
+	}
+	d := openRecordedLoop(e.srv.store.get(blkTarget), image)
+	if d == nil {
+		t.Fatal("the block publication's loop device is not the recorded one")
+	}
+	if err := os.Remove(blkTarget); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+
+	e.restart()
+	if n := mounttest.Count(t, fsTarget); n != 1 {
+		t.Errorf("after the restart: %d mounts at the filesystem target, want the publication back (1)", n)
+	}
+	if p := e.srv.store.get(blkTarget); p == nil || !isBlockNode(blkTarget, p.Loop.Rdev) {
+		t.Errorf("after the restart: block publication %+v, want it back with its device node", p)
+	}
+
+	// The kubelet's retry.
+	for id, target := range map[string]string{"fs": fsTarget, "blk": blkTarget} {
+		if err := e.unpublish(id, target); err != nil {
+			t.Fatalf("unpublishing %s again: %v", id, err)
+		}
+		if p := e.srv.store.get(target); p != nil {
+			t.Errorf("%s: record left after the unpublish: %+v", id, p)
+		}
+		if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: target left after the unpublish: %v", id, err)
+		}
+	}
+	if n := mounttest.Count(t, fsTarget); n != 0 {
+		t.Errorf("%d mounts left at the filesystem target", n)
+	}
+	if paths, err := loop.Lookup(image); err != nil || len(paths) != 0 {
+		t.Errorf("loop devices left over the block image: %v (%v)", paths, err)
+	}
+	for _, id := range []string{"fs", "blk"} {
+		if err := e.volumes.Delete(ctx, id); err != nil {
+			t.Errorf("deleting %s after the unpublish: %v", id, err)
+		}
+	}
+}
