@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"source.plinth.dev/node/kubernetes/metrics/metricstest"
 	"source.plinth.dev/node/kubernetes/volumehealth"
 	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/test/e2e/await"
@@ -127,6 +129,18 @@ func TestVolumeHealthEvents(t *testing.T) {
 	if msgs := abnormalEvents(t, ctx, okName); len(msgs) > 0 {
 		t.Errorf("claim %s, left alone, has %s Events: %q", okName, volumehealth.ReasonAbnormal, msgs)
 	}
+	// An operator's alert sees them too. Other tests share the node, so
+	// at least the four damaged here.
+	var abnormal float64
+	await.For(t, ctx, 30*time.Second, "plinth_volumes_abnormal >= 4", func() (bool, error) {
+		s, err := metricstest.Get("http://" + c.PlinthNodeMetrics + "/metrics")
+		if err != nil {
+			return false, err
+		}
+		abnormal = s.Families.Value("plinth_volumes_abnormal")
+		return abnormal >= 4, fmt.Errorf("plinth_volumes_abnormal = %v", abnormal)
+	})
+	t.Logf("plinth_volumes_abnormal: %v", abnormal)
 }
 
 // abnormalEvents returns the messages of the claim's Warning Events of

@@ -63,7 +63,10 @@ type Metrics struct {
 	// they held. Any increase means a process moved part of its volume
 	// out of the volume's size.
 	restoredEntries, restoredBytes prometheus.Counter
-	queues                         queueMetrics
+	// abnormal is how many bound volumes the last health check found
+	// abnormal: the count behind the VolumeConditionAbnormal Events.
+	abnormal prometheus.Gauge
+	queues   queueMetrics
 
 	// reg is where New registered the metrics, and where WatchVolumes
 	// registers a volume collector.
@@ -101,10 +104,15 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name:      "quota_audit_restored_bytes_total",
 			Help:      "Bytes held by the files the quota audit put back in their volume's project quota, which had not counted against the volume's size.",
 		}),
+		abnormal: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "volumes_abnormal",
+			Help:      "Bound volumes of this node that the last health check found abnormal (data gone, quota changed, publication broken); each has a VolumeConditionAbnormal Event on its claim.",
+		}),
 		queues: newQueueMetrics(),
 		reg:    reg,
 	}
-	cs := []prometheus.Collector{m.operationSeconds, m.operationErrors, m.restarts, m.restoredEntries, m.restoredBytes}
+	cs := []prometheus.Collector{m.operationSeconds, m.operationErrors, m.restarts, m.restoredEntries, m.restoredBytes, m.abnormal}
 	cs = append(cs, m.queues.collectors()...)
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
@@ -134,6 +142,15 @@ func (m *Metrics) QuotaRestored(entries, bytes int64) {
 	}
 	m.restoredEntries.Add(float64(entries))
 	m.restoredBytes.Add(float64(bytes))
+}
+
+// VolumesAbnormal records how many bound volumes the last health check
+// found abnormal.
+func (m *Metrics) VolumesAbnormal(n int) {
+	if m == nil {
+		return
+	}
+	m.abnormal.Set(float64(n))
 }
 
 // Restarted counts a restart of the runnable named dn. It is the

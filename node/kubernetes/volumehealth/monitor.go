@@ -177,6 +177,18 @@ func (r *round) checkAll(ctx context.Context) {
 		r.report(pv, cond)
 	}
 	forgetOthers(r.last, pvs)
+	r.Metrics.VolumesAbnormal(r.abnormal())
+}
+
+// abnormal counts the volumes whose last check found them abnormal.
+func (r *round) abnormal() int {
+	n := 0
+	for _, c := range r.last {
+		if c.Abnormal {
+			n++
+		}
+	}
+	return n
 }
 
 // watchedPVs lists the PVs of this node's volumes in use (watched), or

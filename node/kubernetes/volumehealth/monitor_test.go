@@ -46,6 +46,9 @@ func TestReportSendsEventsOnChangesOnly(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("after %+v: Events %q, want %q", step.cond, got, want)
 		}
+		if n, want := r.abnormal(), map[bool]int{true: 1}[step.cond.Abnormal]; n != want {
+			t.Errorf("after %+v: %d volumes counted abnormal, want %d", step.cond, n, want)
+		}
 	}
 	// A volume first seen abnormal (e.g. after a restart) is reported.
 	r.last = map[string]Condition{}
