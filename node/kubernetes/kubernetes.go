@@ -246,24 +246,38 @@ func (s *Service) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// Health is what VolumeHealth needs besides the clients.
+type Health struct {
+	NodeName string
+	// Checker checks a volume (the CSI plugin, volumehealth.CSI), every
+	// Interval (zero: the default).
+	Checker  volumehealth.Checker
+	Interval time.Duration
+	// Auditor puts files moved out of a volume's project quota back in
+	// (the volume manager), every AuditInterval (zero: the default).
+	Auditor       volumehealth.Auditor
+	AuditInterval time.Duration
+	// Metrics receives the count of abnormal volumes and the audit's
+	// figures (nil: none).
+	Metrics *metrics.Metrics
+}
+
 // VolumeHealth builds the runnable that watches the health of this node's
-// volumes through checker (the CSI plugin, volumehealth.CSI) and reports
-// changes as Events on their claims and PVs, every interval, and that
-// puts files moved out of a volume's project quota back in through
-// auditor (the volume manager), every auditInterval (zero: the defaults).
-func VolumeHealth(c Clients, nodeName string, checker volumehealth.Checker, interval time.Duration,
-	auditor volumehealth.Auditor, auditInterval time.Duration) (supervisor.Runnable, error) {
+// volumes and reports changes as Events on their claims and PVs, and that
+// puts files moved out of a volume's project quota back in (see Health).
+func VolumeHealth(c Clients, h Health) (supervisor.Runnable, error) {
 	m, err := volumehealth.New(volumehealth.Config{
 		Base: controller.Base{
 			Client:      c.Client,
 			EventClient: c.Events,
 			Driver:      names.DriverName,
-			NodeName:    nodeName,
+			NodeName:    h.NodeName,
+			Metrics:     h.Metrics,
 		},
-		Checker:       checker,
-		Interval:      interval,
-		Auditor:       auditor,
-		AuditInterval: auditInterval,
+		Checker:       h.Checker,
+		Interval:      h.Interval,
+		Auditor:       h.Auditor,
+		AuditInterval: h.AuditInterval,
 	})
 	if err != nil {
 		return nil, err

@@ -66,7 +66,8 @@ func services(o *options, tree *localstorage.Root, booted *bootedNode, m *metric
 // watches the health of the node's volumes through it, reporting changes
 // as Events on their claims (child "volume-health") every healthInterval;
 // the same child walks the filesystem volumes every auditInterval for
-// files moved out of their project quota. Its calls are counted in m.
+// files moved out of their project quota. Its calls, the abnormal volumes
+// and the audit's findings are counted in m.
 func csiPlugin(registrar *csi.Registrar, healthInterval, auditInterval time.Duration, m *metrics.Metrics) func(kubernetes.Clients, *core.Env, *volume.Manager) supervisor.Runnable {
 	return func(clients kubernetes.Clients, env *core.Env, vols *volume.Manager) supervisor.Runnable {
 		srv, err := csi.NewServer(csi.Config{
@@ -83,7 +84,14 @@ func csiPlugin(registrar *csi.Registrar, healthInterval, auditInterval time.Dura
 			// checked before the tree started (by services and core.Root).
 			return func(context.Context) error { return err }
 		}
-		health, err := kubernetes.VolumeHealth(clients, env.NodeName, volumehealth.CSI(srv), healthInterval, vols, auditInterval)
+		health, err := kubernetes.VolumeHealth(clients, kubernetes.Health{
+			NodeName:      env.NodeName,
+			Checker:       volumehealth.CSI(srv),
+			Interval:      healthInterval,
+			Auditor:       vols,
+			AuditInterval: auditInterval,
+			Metrics:       m,
+		})
 		if err != nil {
 			return func(context.Context) error { return err }
 		}
