@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"source.plinth.dev/node/kubernetes/metrics/metricstest"
 	"source.plinth.dev/node/kubernetes/volumehealth"
 	"source.plinth.dev/test/e2e/await"
 	"source.plinth.dev/test/images"
@@ -179,6 +180,16 @@ func TestQuotaEscapeRepaired(t *testing.T) {
 	}
 	if used, _ := strconv.ParseInt(m[1], 10, 64); used < 4<<20 {
 		t.Errorf("after the repair the pod sees %d bytes used in its 4 MiB volume, want it full", used)
+	}
+	// An operator's alert sees it in plinth-node's counters.
+	s, err := metricstest.Get("http://" + w.node.MetricsAddress() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, bytes := s.Families.Value("plinth_quota_audit_restored_entries_total"), s.Families.Value("plinth_quota_audit_restored_bytes_total")
+	t.Logf("plinth-node: plinth_quota_audit_restored_entries_total %v, plinth_quota_audit_restored_bytes_total %v", entries, bytes)
+	if entries < 2 || bytes < 8<<20 {
+		t.Errorf("plinth-node counted %v entries and %v bytes put back, want at least the 2 and the 8 MiB of the Event", entries, bytes)
 	}
 }
 

@@ -78,6 +78,10 @@ func vmWorld(t *testing.T) *world {
 	return theWorld
 }
 
+// metricsPort is where plinth-node serves its metrics in the VM node
+// (nodevm.Config.MetricsPort).
+const metricsPort = 9101
+
 func setUp() (*world, error) {
 	kernel, image := os.Getenv("PLINTH_KERNEL"), os.Getenv("PLINTH_NODE_IMAGE")
 	if kernel == "" || image == "" {
@@ -102,8 +106,10 @@ func setUp() (*world, error) {
 		// image costs nothing until written.
 		DataSize: 2 << 30,
 		// Words after "--" go to plinth-node: the quota audit every 20 s
-		// (default 10 min), for TestQuotaEscapeRepaired.
-		KernelArgs: []string{"--", "--volume-audit-interval=20s"},
+		// (default 10 min), for TestQuotaEscapeRepaired, which also reads
+		// plinth-node's metrics.
+		KernelArgs:  []string{"--", "--volume-audit-interval=20s"},
+		MetricsPort: metricsPort,
 	})
 	if err != nil {
 		w.cp.Stop(ctx)

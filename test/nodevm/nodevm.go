@@ -23,6 +23,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -73,8 +75,13 @@ type Config struct {
 	DataSize     int64
 	Memory       string
 	CPUs         int
-	// KernelArgs are extra kernel arguments (e.g. plinth.verbosity=2).
+	// KernelArgs are extra kernel arguments (e.g. plinth.verbosity=2);
+	// the words after a "--" among them are plinth-node's flags.
 	KernelArgs []string
+	// MetricsPort, when not zero, is the port plinth-node serves its
+	// metrics on in the guest (--metrics-address), forwarded to the same
+	// port of NodeIP on this host (MetricsAddress).
+	MetricsPort int
 	// Console receives the console of every boot, besides the log files.
 	Console io.Writer
 }
@@ -243,24 +250,33 @@ func (n *Node) Boot(ctx context.Context) error {
 		return fmt.Errorf("nodevm: %w", err)
 	}
 	n.log = log
+	args := append([]string{
+		"loglevel=4", "sysrq_always_enabled",
+		"plinth.data=/dev/vda", "plinth.config=/dev/vdb",
+		"plinth.hostname=" + n.cfg.NodeName,
+		// A test VM that fails should end, not reboot forever.
+		"plinth.onfailure=poweroff",
+	}, n.cfg.KernelArgs...)
+	forwards := []microvm.Forward{{HostIP: n.cfg.NodeIP, HostPort: kubeletPort, GuestPort: kubeletPort}}
+	if p := n.cfg.MetricsPort; p != 0 {
+		if !slices.Contains(args, "--") {
+			args = append(args, "--")
+		}
+		args = append(args, fmt.Sprintf("--metrics-address=0.0.0.0:%d", p))
+		forwards = append(forwards, microvm.Forward{HostIP: n.cfg.NodeIP, HostPort: p, GuestPort: p})
+	}
 	vm, err := microvm.Start(context.WithoutCancel(ctx), microvm.Config{
-		Kernel: n.cfg.Kernel,
-		Initrd: n.cfg.Image,
-		KernelArgs: append([]string{
-			"loglevel=4", "sysrq_always_enabled",
-			"plinth.data=/dev/vda", "plinth.config=/dev/vdb",
-			"plinth.hostname=" + n.cfg.NodeName,
-			// A test VM that fails should end, not reboot forever.
-			"plinth.onfailure=poweroff",
-		}, n.cfg.KernelArgs...),
-		Memory: n.cfg.Memory,
-		CPUs:   n.cfg.CPUs,
+		Kernel:     n.cfg.Kernel,
+		Initrd:     n.cfg.Image,
+		KernelArgs: args,
+		Memory:     n.cfg.Memory,
+		CPUs:       n.cfg.CPUs,
 		Disks: []microvm.Disk{
 			{Path: n.DataDisk, Serial: "plinth-data"},
 			{Path: n.ConfigDisk, Serial: "plinth-config", ReadOnly: true},
 		},
 		Network:  true,
-		Forwards: []microvm.Forward{{HostIP: n.cfg.NodeIP, HostPort: kubeletPort, GuestPort: kubeletPort}},
+		Forwards: forwards,
 		Console:  io.MultiWriter(log, n.cfg.Console),
 	})
 	if err != nil {
@@ -269,6 +285,15 @@ func (n *Node) Boot(ctx context.Context) error {
 	}
 	n.vm = vm
 	return nil
+}
+
+// MetricsAddress is where this host reaches plinth-node's metrics
+// endpoint (host:port), or "" when Config.MetricsPort is zero.
+func (n *Node) MetricsAddress() string {
+	if n.cfg.MetricsPort == 0 {
+		return ""
+	}
+	return net.JoinHostPort(n.cfg.NodeIP, strconv.Itoa(n.cfg.MetricsPort))
 }
 
 // VM is the running VM of the latest boot (nil before the first).

@@ -21,6 +21,10 @@ import (
 	"source.plinth.dev/test/nodevm"
 )
 
+// metricsPort is where plinth-node serves its metrics and health in the
+// VM, reached from this host on the node's IP.
+const metricsPort = 9101
+
 func main() {
 	dir := flag.String("dir", "/tmp/plinth-vm", "work directory: the node's disks and console logs stay, the control plane is started anew")
 	bin := flag.String("k8s-bin", os.Getenv(launch.BinEnv), "directory with the Kubernetes binaries (default: build them)")
@@ -74,7 +78,7 @@ func run(dir, bin, kernel, image string, fresh, console bool) error {
 	if console {
 		out = os.Stderr
 	}
-	node, err := nodevm.New(nodevm.Config{Dir: nodeDir, Kernel: kernel, Image: image, ControlPlane: cp, Console: out})
+	node, err := nodevm.New(nodevm.Config{Dir: nodeDir, Kernel: kernel, Image: image, ControlPlane: cp, Console: out, MetricsPort: metricsPort})
 	if err != nil {
 		return err
 	}
@@ -101,6 +105,7 @@ Plinth VM node %s is Ready with storage %s registered, %.1fs after qemu started.
   alias kubectl=%s
   kubectl get nodes -o wide
 
+plinth-node's metrics: http://%s/metrics (also /healthz, /readyz).
 The node's data disk (XFS with project quotas, enforced) is %s;
 the next run boots it again (-fresh for a blank one). Console logs: %s.
 Example claim and pod (kubectl apply -f -):
@@ -108,7 +113,7 @@ Example claim and pod (kubectl apply -f -):
 %s
 Ctrl-C stops the node cleanly, then the control plane.
 `, node.Name(), names.DriverName, time.Since(booted).Seconds(), cp.Kubeconfig, filepath.Join(cp.BinDir, "kubectl"),
-		node.DataDisk, nodeDir, launch.ExampleYAML)
+		node.MetricsAddress(), node.DataDisk, nodeDir, launch.ExampleYAML)
 
 	select {
 	case <-ctx.Done():
