@@ -124,7 +124,7 @@ func Probe(dir string) error {
 		// 32-bit range (ext4 always stores 32 bits).
 		var g xfsFsopGeomV1
 		if err := call(d, func(fd uintptr) (err error) { g, err = xfsGeometry(fd); return err }); err != nil {
-			return fmt.Errorf("probing project quotas on %s: XFS_IOC_FSGEOMETRY: %w", dir, err)
+			return fmt.Errorf("probing project quotas on %s: XFS_IOC_FSGEOMETRY_V1: %w", dir, err)
 		}
 		if g.Flags&xfsGeomFlagsProjID32 == 0 {
 			return fmt.Errorf("probing project quotas on %s: this xfs stores only 16-bit project IDs (a version 4 filesystem made without projid32bit); make it again with mkfs.xfs's defaults (version 5), or with -i projid32bit=1: %w", dir, ErrUnsupported)

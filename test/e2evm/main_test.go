@@ -78,10 +78,6 @@ func vmWorld(t *testing.T) *world {
 	return theWorld
 }
 
-// metricsPort is where plinth-node serves its metrics in the VM node
-// (nodevm.Config.MetricsPort).
-const metricsPort = 9101
-
 func setUp() (*world, error) {
 	kernel, image := os.Getenv("PLINTH_KERNEL"), os.Getenv("PLINTH_NODE_IMAGE")
 	if kernel == "" || image == "" {
@@ -109,7 +105,7 @@ func setUp() (*world, error) {
 		// (default 10 min), for TestQuotaEscapeRepaired, which also reads
 		// plinth-node's metrics.
 		KernelArgs:  []string{"--", "--volume-audit-interval=20s"},
-		MetricsPort: metricsPort,
+		MetricsPort: nodevm.MetricsPort,
 	})
 	if err != nil {
 		w.cp.Stop(ctx)

@@ -49,9 +49,12 @@ const (
 	// DefaultDataSize is the data disk's size (a sparse file; the node
 	// formats it XFS with project quotas at its first boot).
 	DefaultDataSize = 8 << 30
-	DefaultMemory   = "3G"
-	DefaultCPUs     = 2
-	kubeletPort     = nodeconfig.DefaultKubeletPort
+	// MetricsPort is the usual Config.MetricsPort: plinth-node's metrics
+	// and health endpoint, free in the guest and on the node's IP here.
+	MetricsPort   = 9101
+	DefaultMemory = "3G"
+	DefaultCPUs   = 2
+	kubeletPort   = nodeconfig.DefaultKubeletPort
 	// The guest's side of qemu's user network.
 	guestAddress = "10.0.2.15/24"
 	guestGateway = launch.GuestHostIP

@@ -21,10 +21,6 @@ import (
 	"source.plinth.dev/test/nodevm"
 )
 
-// metricsPort is where plinth-node serves its metrics and health in the
-// VM, reached from this host on the node's IP.
-const metricsPort = 9101
-
 func main() {
 	dir := flag.String("dir", "/tmp/plinth-vm", "work directory: the node's disks and console logs stay, the control plane is started anew")
 	bin := flag.String("k8s-bin", os.Getenv(launch.BinEnv), "directory with the Kubernetes binaries (default: build them)")
@@ -78,7 +74,7 @@ func run(dir, bin, kernel, image string, fresh, console bool) error {
 	if console {
 		out = os.Stderr
 	}
-	node, err := nodevm.New(nodevm.Config{Dir: nodeDir, Kernel: kernel, Image: image, ControlPlane: cp, Console: out, MetricsPort: metricsPort})
+	node, err := nodevm.New(nodevm.Config{Dir: nodeDir, Kernel: kernel, Image: image, ControlPlane: cp, Console: out, MetricsPort: nodevm.MetricsPort})
 	if err != nil {
 		return err
 	}
