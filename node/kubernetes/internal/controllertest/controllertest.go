@@ -57,11 +57,13 @@ type Option func()
 func WithScheduler() Option { return func() { controlPlane.scheduler = true } }
 
 // Main runs a test binary's tests and then stops its control plane, if
-// one was started. Call it from TestMain.
+// one was started, and removes the plinth-node it built, if it built one.
+// Call it from TestMain.
 func Main(m *testing.M) { os.Exit(Tests(m).Run()) }
 
-// Tests is m, whose Run also stops the control plane: for a package that
-// calls ktest.Main (so that `make test-kernel` runs it in the VM too),
+// Tests is m, whose Run also does what Main does after the tests: for a
+// package that calls ktest.Main (so that `make test-kernel` runs it in
+// the VM too),
 //
 //	func TestMain(m *testing.M) { ktest.Main(controllertest.Tests(m)) }
 func Tests(m *testing.M, opts ...Option) interface{ Run() int } {
@@ -75,6 +77,7 @@ type tests struct{ m *testing.M }
 
 func (t tests) Run() int {
 	code := t.m.Run()
+	removeNodeBinary()
 	if cp := controlPlane.cp; cp != nil {
 		if err := cp.Stop(context.Background()); err != nil {
 			fmt.Fprintf(os.Stderr, "stopping control plane: %v\n", err)

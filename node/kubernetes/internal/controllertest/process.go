@@ -24,28 +24,55 @@ import (
 // builds a static one and sets it there.
 const NodeBinEnv = "PLINTH_NODE_BIN"
 
+// nodeBinary is plinth-node as PlinthNodeBinary built it: once per test
+// binary, in dir, which Tests' Run removes after the tests.
+var nodeBinary struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
 // PlinthNodeBinary builds plinth-node once per test binary (unless
-// $PLINTH_NODE_BIN names one) and returns its path.
-var PlinthNodeBinary = sync.OnceValues(func() (string, error) {
+// $PLINTH_NODE_BIN names one) and returns its path. The build is removed
+// when the tests end (a package's TestMain runs them through Tests).
+func PlinthNodeBinary() (string, error) {
 	if bin := os.Getenv(NodeBinEnv); bin != "" {
 		return bin, nil
 	}
+	nodeBinary.once.Do(func() {
+		nodeBinary.bin, nodeBinary.err = buildNode()
+	})
+	return nodeBinary.bin, nodeBinary.err
+}
+
+// buildNode builds plinth-node into a new directory, which nodeBinary
+// records for removal even when the build fails.
+func buildNode() (string, error) {
 	dir, err := os.MkdirTemp("", "plinth-node-bin-")
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("building plinth-node: %w", err)
 	}
+	nodeBinary.dir = dir
 	repo, err := launch.RepoRoot(".")
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("building plinth-node: %w", err)
 	}
 	bin := filepath.Join(dir, "plinth-node")
 	cmd := exec.Command("go", "build", "-o", bin, "./node/cmd/plinth-node")
 	cmd.Dir = repo
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building plinth-node: %v\n%s", err, out)
+		return "", fmt.Errorf("building plinth-node: %w\n%s", err, out)
 	}
 	return bin, nil
-})
+}
+
+// removeNodeBinary removes what PlinthNodeBinary built, if it built.
+func removeNodeBinary() {
+	if nodeBinary.dir != "" {
+		_ = os.RemoveAll(nodeBinary.dir)
+	}
+}
 
 // NodeProcess runs plinth-node as a separate process that a test can kill
 // (or another program beside it, such as a benchmark's baseline).
