@@ -227,28 +227,73 @@ func GetQuota(dir string) (*Quota, error) {
 		if x.Projid == 0 {
 			return ErrNoQuota
 		}
-		var dq fsDiskQuota
-		err = quotactlFd(fd, qcmd(qXGetQuota, prjQuota), x.Projid, unsafe.Pointer(&dq))
-		if errors.Is(err, unix.ENOENT) {
-			// No dquot yet: nothing charged and no limits set.
-			q = &Quota{ProjectID: x.Projid}
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("reading project %d: quotactl_fd(Q_XGETQUOTA): %w", x.Projid, err)
-		}
-		q = &Quota{
-			ProjectID:  x.Projid,
-			Limits:     Limits{Bytes: dq.BlkHardlimit * basicBlock, Inodes: dq.InoHardlimit},
-			UsedBytes:  dq.Bcount * basicBlock,
-			UsedInodes: dq.Icount,
-		}
-		return nil
+		q, err = projectQuota(fd, x.Projid)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reading quota of %s: %w", dir, err)
 	}
 	return q, nil
+}
+
+// ProjectQuota reads the limits and usage of project id on the filesystem
+// holding dir (any directory of it), whichever files carry the ID. It is
+// how a caller that knows which project is its own reads that project,
+// when a directory's ID may have been changed by someone else.
+func ProjectQuota(dir string, id uint32) (*Quota, error) {
+	d, err := openDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading quota of project %d: %w", id, err)
+	}
+	defer unix.Close(d)
+	var q *Quota
+	err = call(d, func(fd uintptr) error {
+		q, err = projectQuota(fd, id)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading quota of project %d on %s: %w", id, dir, err)
+	}
+	return q, nil
+}
+
+// projectQuota reads project id's limits and usage through fd, an open
+// directory of the filesystem.
+func projectQuota(fd uintptr, id uint32) (*Quota, error) {
+	var dq fsDiskQuota
+	err := quotactlFd(fd, qcmd(qXGetQuota, prjQuota), id, unsafe.Pointer(&dq))
+	if errors.Is(err, unix.ENOENT) {
+		// No dquot yet: nothing charged and no limits set.
+		return &Quota{ProjectID: id}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading project %d: quotactl_fd(Q_XGETQUOTA): %w", id, err)
+	}
+	return &Quota{
+		ProjectID:  id,
+		Limits:     Limits{Bytes: dq.BlkHardlimit * basicBlock, Inodes: dq.InoHardlimit},
+		UsedBytes:  dq.Bcount * basicBlock,
+		UsedInodes: dq.Icount,
+	}, nil
+}
+
+// Sync makes every change to the filesystem holding dir durable, quota
+// limits and project IDs included (syncfs). Q_XSETQLIM and
+// FS_IOC_FSSETXATTR are journaled but not forced to disk: after a power
+// loss, a limit set moments before can be back at its old value. syncfs
+// also writes back the filesystem's dirty data, which can take a while on
+// a busy node, so it is for rare changes that a caller reports as done
+// elsewhere (a volume's expansion), not for every quota set.
+func Sync(dir string) error {
+	d, err := openDir(dir)
+	if err != nil {
+		return fmt.Errorf("syncing the filesystem of %s: %w", dir, err)
+	}
+	defer unix.Close(d)
+	if err := unix.Syncfs(d); err != nil {
+		return fmt.Errorf("syncing the filesystem of %s: syncfs: %w", dir, err)
+	}
+	return nil
 }
 
 // ClearQuota removes the limits of dir's project and takes the project ID

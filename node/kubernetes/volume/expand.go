@@ -26,6 +26,15 @@ import (
 // (LOOP_SET_CAPACITY) before Expand returns, also when the volume had the
 // size already (a retry after a crash in between): a published block
 // volume shows its new size in the pod at once, with no node-side step.
+// Likewise a filesystem volume's quota is made durable (fsquota.Sync)
+// before Expand returns, also on a retry: the caller records the new size
+// in the cluster, and a power loss must not take the quota back under it.
+//
+// A filesystem volume's quota is its own project's, the ID claimed for it
+// (ProjectIDs), not whatever ID its directory carries: a process using the
+// volume can change that one (chattr -p) to another volume's, and Expand
+// then refuses, transiently, until the quota audit puts the ID back
+// (RestoreProjectIDs), rather than read or raise the other volume's limit.
 func (m *Manager) Expand(ctx context.Context, id string, bytes int64) (Info, error) {
 	if err := ctx.Err(); err != nil {
 		return Info{}, fmt.Errorf("expanding volume %s: %w", id, err)
@@ -58,9 +67,14 @@ func (m *Manager) Expand(ctx context.Context, id string, bytes int64) (Info, err
 		}
 		cur.CapacityBytes = size
 	}
-	if cur.Mode == Block {
-		_, imgPath := m.paths(id)
+	fsPath, imgPath := m.paths(id)
+	switch {
+	case cur.Mode == Block:
 		if err := refreshLoops(imgPath); err != nil {
+			return Info{}, fmt.Errorf("expanding volume %s: %w", id, err)
+		}
+	case m.CapacityEnforced():
+		if err := fsquota.Sync(fsPath); err != nil {
 			return Info{}, fmt.Errorf("expanding volume %s: %w", id, err)
 		}
 	}
@@ -101,11 +115,16 @@ func (m *Manager) expandFilesystem(id string, from, to int64) error {
 		return err
 	}
 	if !m.CapacityEnforced() {
+		// As Create: a size that cannot be enforced is refused unless
+		// the operator accepted that.
+		if err := m.checkFilesystemAllowed(); err != nil {
+			return err
+		}
 		return setRecordedCapacity(fsPath, to)
 	}
-	q, err := fsquota.GetQuota(fsPath)
+	pid, err := m.expansionProjectID(id, fsPath)
 	if err != nil {
-		return fmt.Errorf("reading the volume's quota: %w", err)
+		return err
 	}
 	// The recorded size first: a crash before the quota follows leaves
 	// the volume reported abnormal (Stat) until the resizer's retry
@@ -113,13 +132,49 @@ func (m *Manager) expandFilesystem(id string, from, to int64) error {
 	if err := setRecordedCapacity(fsPath, to); err != nil {
 		return err
 	}
-	if err := fsquota.SetQuota(fsPath, q.ProjectID, fsquota.Limits{Bytes: uint64(to), Inodes: InodeLimit(to)}); err != nil {
+	if err := fsquota.SetQuota(fsPath, pid, fsquota.Limits{Bytes: uint64(to), Inodes: InodeLimit(to)}); err != nil {
 		if rerr := setRecordedCapacity(fsPath, from); rerr != nil {
 			return fmt.Errorf("%w (and restoring the recorded size: %v)", classifySpace(err), rerr)
 		}
 		return classifySpace(err)
 	}
 	return nil
+}
+
+// expansionProjectID returns the project whose limits are filesystem
+// volume id's size: the one claimed for it, which its directory must carry.
+// A directory moved to another project is refused (not an ErrInvalid: the
+// quota audit moves it back, and a retry then succeeds). A volume with no
+// claim (made before claims were kept) uses its directory's ID, unless
+// that ID is another volume's.
+func (m *Manager) expansionProjectID(id, fsPath string) (uint32, error) {
+	q, err := fsquota.GetQuota(fsPath)
+	if err != nil && !errors.Is(err, fsquota.ErrNoQuota) {
+		return 0, fmt.Errorf("reading the volume's quota: %w", err)
+	}
+	var carried uint32
+	if q != nil {
+		carried = q.ProjectID
+	}
+	pid, ok, err := m.projectID(id)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case ok && carried != 0 && carried != pid:
+		return 0, fmt.Errorf("the volume's directory carries project ID %d, not the volume's own %d: a process using the volume changed it; "+
+			"the quota audit puts the volume's ID back, and the expansion is retried", carried, pid)
+	case ok:
+		return pid, nil
+	case carried == 0:
+		return 0, fmt.Errorf("reading the volume's quota: %w", fsquota.ErrNoQuota)
+	}
+	if ours, err := m.projectIDOf(id, carried); err != nil {
+		return 0, err
+	} else if !ours {
+		return 0, fmt.Errorf("the volume's directory carries project ID %d, which belongs to another volume", carried)
+	}
+	return carried, nil
 }
 
 func (m *Manager) expandBlock(id string, from, to int64) error {

@@ -56,12 +56,38 @@ func (m *Manager) projectOf(id string) (dir string, pid uint32, err error) {
 	if mode != Filesystem {
 		return "", 0, nil
 	}
-	pid, ok, err := m.ProjectIDs.Lookup(id)
+	pid, _, err = m.projectID(id)
 	if err != nil {
 		return "", 0, fmt.Errorf("restoring the project IDs of volume %s: %w", id, err)
 	}
-	if !ok {
-		return "", 0, nil
-	}
 	return dir, pid, nil
+}
+
+// projectID returns the project ID claimed for volume id (ok false when
+// none is: no allocator, or a volume made while quotas were not enforced).
+// The claim, not the ID on the volume's directory, says which project is
+// the volume's: a process using the volume can change the directory's.
+func (m *Manager) projectID(id string) (pid uint32, ok bool, err error) {
+	if m.ProjectIDs == nil {
+		return 0, false, nil
+	}
+	pid, ok, err = m.ProjectIDs.Lookup(id)
+	if err != nil {
+		return 0, false, fmt.Errorf("looking up the project ID of volume %s: %w", id, err)
+	}
+	return pid, ok, nil
+}
+
+// quotaOf reads the quota of filesystem volume id, whose directory is
+// fsPath: its own project's (projectID) where it has a claim, else that of
+// the ID its directory carries.
+func (m *Manager) quotaOf(id, fsPath string) (*fsquota.Quota, error) {
+	pid, ok, err := m.projectID(id)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		return fsquota.ProjectQuota(fsPath, pid)
+	}
+	return fsquota.GetQuota(fsPath)
 }

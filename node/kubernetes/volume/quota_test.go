@@ -244,6 +244,65 @@ func TestStatReportsLostQuotaAndStrayClaimsAreReleased(t *testing.T) {
 	}
 }
 
+// TestExpandRaisesOnlyItsOwnProject: a volume whose directory a process
+// moved to another volume's project ID (chattr -p, as root in the pod)
+// grows neither that volume's limit nor its reported size: Expand refuses,
+// transiently, saying why, and once the audit has put the ID back the same
+// expansion raises the volume's own limit and only that.
+func TestExpandRaisesOnlyItsOwnProject(t *testing.T) {
+	ctx := context.Background()
+	for _, b := range enforcedBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			m := newManagerOn(t, b)
+			for id, size := range map[string]int64{"grows": MiB, "neighbour": 8 * MiB} {
+				if _, err := m.Create(ctx, id, Filesystem, size); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, dir, _ := m.Locate(ctx, "grows")
+			own, _, _ := m.ProjectIDs.Lookup("grows")
+			theirs, _, _ := m.ProjectIDs.Lookup("neighbour")
+			if err := fsquota.SetProjectID(dir, theirs, true); err != nil {
+				t.Fatal(err)
+			}
+			neighbourIntact := func(when string) {
+				t.Helper()
+				q, err := fsquota.ProjectQuota(dir, theirs)
+				if err != nil || q.Limits.Bytes != 8*MiB || q.Limits.Inodes != InodeLimit(8*MiB) {
+					t.Errorf("%s: the neighbour's quota = %+v, %v; want its own 8 MiB", when, q, err)
+				}
+			}
+			// Smaller than the neighbour: its limit must not be taken as
+			// this volume's size (a false "already that large").
+			// Larger: its limit must not be raised.
+			for _, size := range []int64{4 * MiB, 16 * MiB} {
+				v, err := m.Expand(ctx, "grows", size)
+				if err == nil || Infeasible(err) || !strings.Contains(err.Error(), "carries project ID") {
+					t.Errorf("Expand to %s of a volume moved to another's project = %+v, %v; want a transient refusal saying why", formatBytes(size), v, err)
+				}
+				neighbourIntact("after Expand to " + formatBytes(size))
+			}
+			if q, err := fsquota.ProjectQuota(dir, own); err != nil || q.Limits.Bytes != MiB {
+				t.Errorf("the volume's own quota after refused expansions = %+v, %v; want 1 MiB", q, err)
+			}
+			if _, err := m.RestoreProjectIDs(ctx, "grows", nil); err != nil {
+				t.Fatal(err)
+			}
+			v, err := m.Expand(ctx, "grows", 4*MiB)
+			if err != nil || v.CapacityBytes != 4*MiB {
+				t.Fatalf("Expand after the ID was put back = %+v, %v", v, err)
+			}
+			if q, err := fsquota.GetQuota(dir); err != nil || q.ProjectID != own || q.Limits.Bytes != 4*MiB {
+				t.Errorf("quota after the expansion = %+v, %v; want project %d with 4 MiB", q, err, own)
+			}
+			if st, err := m.Stat(ctx, "grows"); err != nil || st.Abnormal || st.CapacityBytes != 4*MiB {
+				t.Errorf("Stat after the expansion = %+v, %v; want 4 MiB, normal", st, err)
+			}
+			neighbourIntact("after the expansion")
+		})
+	}
+}
+
 // TestFullVolumeGrowsWithItsData: a filesystem volume written until its
 // quota refused more keeps every byte when it grows, shows the new size to
 // statfs at once (XFS), takes exactly the new room and no more.

@@ -168,7 +168,7 @@ func (m *Manager) describe(id string) (Info, error) {
 		return Info{}, fmt.Errorf("%w: volume %s exists both as a directory and as an image; remove the wrong one by hand", ErrExists, id)
 	case fsExists:
 		info := Info{ID: id, Mode: Filesystem}
-		q, err := fsquota.GetQuota(fsPath)
+		q, err := m.quotaOf(id, fsPath)
 		if err == nil && q.Limits.Bytes > 0 {
 			info.CapacityBytes = int64(q.Limits.Bytes)
 			return info, nil

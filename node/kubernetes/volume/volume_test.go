@@ -161,6 +161,15 @@ func TestUnenforcedCapacityIsRefusedUnlessAllowed(t *testing.T) {
 	if st, _ := m.Stat(ctx, "fs"); st.CapacityBytes != 2*MiB {
 		t.Errorf("capacity after Expand = %d, want %d", st.CapacityBytes, 2*MiB)
 	}
+	// Once the operator no longer accepts unenforced capacity, growing
+	// is refused as making is, and the recorded size stays.
+	m.AllowUnenforced = false
+	if _, err := m.Expand(ctx, "fs", 4*MiB); !errors.Is(err, ErrCapacityNotEnforced) || !Infeasible(err) {
+		t.Errorf("Expand with unenforced capacity refused = %v, want ErrCapacityNotEnforced", err)
+	}
+	if st, _ := m.Stat(ctx, "fs"); st.CapacityBytes != 2*MiB {
+		t.Errorf("capacity after a refused Expand = %d, want %d", st.CapacityBytes, 2*MiB)
+	}
 }
 
 func TestFullDiskLeavesNothingBehind(t *testing.T) {
