@@ -189,6 +189,14 @@ func childArgs(cmdline map[string]string, initArgs []string) []string {
 			args = append(args, s.flag, v)
 		}
 	}
+	// init logs at this level too; the node process, which does the
+	// work, is what it is for. A value that is not a level is left out
+	// (parseBootSettings warns of it), so that the node still starts.
+	if v := cmdline["plinth.verbosity"]; v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+			args = append(args, "-v", v)
+		}
+	}
 	return append(args, initArgs...)
 }
 

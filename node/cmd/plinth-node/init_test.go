@@ -308,6 +308,23 @@ func TestParseCmdline(t *testing.T) {
 	if n, err := strconv.Atoi(got["plinth.verbosity"]); err == nil {
 		t.Errorf("absent verbosity parsed as %d", n)
 	}
+	// plinth.verbosity reaches the node process; -v after "--" still
+	// overrides it.
+	args = childArgs(parseCmdline("plinth.data=/dev/vdb plinth.verbosity=3"), []string{"-v", "1"})
+	o, err := parseOptions(args, nil)
+	if err != nil || !slices.Contains(args, "3") {
+		t.Fatalf("child args %q with plinth.verbosity=3: %v", args, err)
+	}
+	if o.verbosity != 1 {
+		t.Errorf("child verbosity %d with plinth.verbosity=3 and -v 1 after --, want 1", o.verbosity)
+	}
+	if o, _ := parseOptions(childArgs(parseCmdline("plinth.data=/dev/vdb plinth.verbosity=3"), nil), nil); o == nil || o.verbosity != 3 {
+		t.Errorf("child options %+v with plinth.verbosity=3, want verbosity 3", o)
+	}
+	// A value that is not a level must not keep the node from starting.
+	if _, err := parseOptions(childArgs(parseCmdline("plinth.data=/dev/vdb plinth.verbosity=loud"), nil), nil); err != nil {
+		t.Errorf("child args with plinth.verbosity=loud do not parse: %v", err)
+	}
 }
 
 // TestChildArgsWithConfigDisk: plinth.config= passes the disk on and moves
