@@ -183,9 +183,10 @@ func (r *run) needsVolume(pvc *corev1.PersistentVolumeClaim) bool {
 	return ownership.OwnsClaim(pvc, r.Driver, r.NodeName) && pvc.Spec.VolumeName == "" && pvc.DeletionTimestamp == nil
 }
 
-// onClass requeues our pending claims, and unplaced ones, of a class that appeared or changed,
-// so claims created before their StorageClass are provisioned without
-// waiting for a resync.
+// onClass requeues our pending claims, and unplaced ones, of a class that
+// appeared or changed, at once: claims created before their StorageClass
+// are provisioned without waiting for a resync or for the backoff their
+// failures (the class was missing) built up.
 func (r *run) onClass(obj any) {
 	sc, ok := obj.(*storagev1.StorageClass)
 	if !ok || sc.Provisioner != r.Driver {
@@ -194,7 +195,9 @@ func (r *run) onClass(obj any) {
 	for _, o := range r.claimIdx.List() {
 		if pvc, ok := o.(*corev1.PersistentVolumeClaim); ok && (r.needsVolume(pvc) || ownership.ClaimUnplaced(pvc, r.Driver)) &&
 			pvc.Spec.StorageClassName != nil && *pvc.Spec.StorageClassName == sc.Name {
-			r.onClaim(pvc)
+			if key, err := cache.MetaNamespaceKeyFunc(pvc); err == nil {
+				r.claimQ.Retry(key)
+			}
 		}
 	}
 }

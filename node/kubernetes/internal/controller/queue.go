@@ -46,6 +46,15 @@ func NewBackoffQueue(name string, clk clock.WithTicker, base, maxDelay time.Dura
 // Add enqueues key for processing as soon as its backoff (if any) allows.
 func (q *BackoffQueue) Add(key string) { q.queue.Add(key) }
 
+// Retry enqueues key for processing now, ending its backoff: for a change
+// that removes the cause of the failures it backs off from (the object the
+// key waited for was created), which an ordinary Add would leave waiting
+// until the backoff ran out.
+func (q *BackoffQueue) Retry(key string) {
+	q.Forget(key)
+	q.queue.Add(key)
+}
+
 // AddAfter enqueues key after d, still subject to its backoff.
 func (q *BackoffQueue) AddAfter(key string, d time.Duration) { q.queue.AddAfter(key, d) }
 

@@ -107,3 +107,29 @@ func TestBackoffGrowsAndCaps(t *testing.T) {
 		q.Done("k", errors.New("fail"))
 	}
 }
+
+// TestRetryEndsTheBackoff: a key backing off after failures is handed out
+// at once by Retry (its cause is gone), where Add keeps it waiting.
+func TestRetryEndsTheBackoff(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	q := NewBackoffQueue("test", clk, time.Minute, time.Hour, nil)
+	defer q.ShutDown()
+	keys := consumer(q)
+	q.Add("a")
+	if k := within(keys, 10*time.Second); k != "a" {
+		t.Fatalf("first Get = %q", k)
+	}
+	q.Done("a", errors.New("class not found")) // backoff: a minute
+	q.Add("a")
+	if k := within(keys, 200*time.Millisecond); k != "" {
+		t.Fatalf("Add bypassed the backoff: got %q", k)
+	}
+	q.Retry("a")
+	if k := within(keys, 10*time.Second); k != "a" {
+		t.Fatalf("Retry during the backoff handed out %q, want a at once", k)
+	}
+	if f := q.Failures("a"); f != 0 {
+		t.Errorf("failures after Retry = %d, want 0", f)
+	}
+	q.Done("a", nil)
+}
