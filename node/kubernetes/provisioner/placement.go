@@ -116,9 +116,16 @@ func (r *run) syncPlacement(ctx context.Context, key string, pvc *corev1.Persist
 		return nil
 	}
 	if invalid == nil {
-		// A claim the node has no room for is left to other nodes; one
-		// that no node can hold stays Pending, and the PV controller's
-		// Event says it waits for this driver.
+		// A claim the node would refuse is left to other nodes: a
+		// filesystem volume where its size cannot be enforced, or one
+		// the node has no room for. One that no node can hold stays
+		// Pending, and the PV controller's Event says it waits for
+		// this driver (and the refusing nodes' CapacityNotEnforced
+		// Events say why they do not take it).
+		if reason, allowed := r.Volumes.UnenforcedCapacity(); req.mode == corev1.PersistentVolumeFilesystem && reason != nil && !allowed {
+			r.log.V(1).Infof("not placing claim %s here: filesystem volumes are refused on this node: %v", ownership.DescribeClaim(pvc), reason)
+			return nil
+		}
 		space, err := r.Volumes.Space(ctx)
 		if err != nil {
 			return err

@@ -71,6 +71,9 @@ func TestPlacementDelay(t *testing.T) {
 // PlacedOnNode Event, and the other node holds no volume for them; a
 // claim of a class whose topology names no node, and a claim of a
 // WaitForFirstConsumer class that no scheduler placed, stay unplaced.
+// Node b refuses filesystem volumes where it cannot enforce their size
+// (the host), so there it takes only the block claim its class names it
+// for, and node a all the others.
 func TestImmediateClaimsArePlaced(t *testing.T) {
 	a := newEnv(t, true)
 	bEnv := *a.Env
@@ -83,6 +86,11 @@ func TestImmediateClaimsArePlaced(t *testing.T) {
 		e.Vols = controllertest.NewVolumes(t, e.Dir, true)
 		e.CreateNode(e.Node, e.Node)
 		p := e.NodeProcess(t)
+		if e == b {
+			// Node b refuses filesystem volumes where their size is not
+			// enforced (the host), so it must not take such claims.
+			p.Args = slices.DeleteFunc(p.Args, func(a string) bool { return a == "--allow-unenforced-capacity" })
+		}
 		p.Start()
 		t.Cleanup(func() {
 			p.Kill(syscall.SIGTERM)
@@ -120,9 +128,9 @@ func TestImmediateClaimsArePlaced(t *testing.T) {
 	}
 	// A claim as a user creates it: no annotation (the PV controller adds
 	// the provisioner's; no scheduler adds a node).
-	create := func(name, class string) *corev1.PersistentVolumeClaim {
+	create := func(name, class string, mode corev1.PersistentVolumeMode) *corev1.PersistentVolumeClaim {
 		t.Helper()
-		obj := a.ClaimObject(controllertest.Claim{Name: name, Class: class, Size: "1Mi"})
+		obj := a.ClaimObject(controllertest.Claim{Name: name, Class: class, Size: "1Mi", Mode: mode})
 		obj.Annotations = nil
 		pvc, err := a.Client.CoreV1().PersistentVolumeClaims(a.NS).Create(ctx, obj, metav1.CreateOptions{})
 		if err != nil {
@@ -131,14 +139,16 @@ func TestImmediateClaimsArePlaced(t *testing.T) {
 		return pvc
 	}
 
-	onB := create("on-b", immediateClass("b", b.Node))
-	nowhere := create("nowhere", immediateClass("nowhere", "no-such-node"))
-	waiting := create("waiting", a.Class) // WaitForFirstConsumer
+	fsMode, blockMode := corev1.PersistentVolumeFilesystem, corev1.PersistentVolumeBlock
+	onB := create("on-b", immediateClass("b", b.Node), blockMode)
+	nowhere := create("nowhere", immediateClass("nowhere", "no-such-node"), fsMode)
+	waiting := create("waiting", a.Class, fsMode) // WaitForFirstConsumer
 	anyClass := immediateClass("any")
 	var anywhere []*corev1.PersistentVolumeClaim
 	for i := range 8 {
-		anywhere = append(anywhere, create(fmt.Sprintf("any-%d", i), anyClass))
+		anywhere = append(anywhere, create(fmt.Sprintf("any-%d", i), anyClass, fsMode))
 	}
+	bRefusesFilesystems := !b.Vols.CapacityEnforced()
 
 	// holder waits for claim name to be Bound and returns the node its
 	// PV is on, after checking the Event and that only that node holds
@@ -174,6 +184,9 @@ func TestImmediateClaimsArePlaced(t *testing.T) {
 		count[holder(pvc)]++
 	}
 	t.Logf("claims of a class without topology, by node: %v", count)
+	if bRefusesFilesystems && count[b.Node] != 0 {
+		t.Errorf("node %s, which refuses filesystem volumes, took %d filesystem claims", b.Node, count[b.Node])
+	}
 
 	// A claim no node can serve as it is: one node takes it all the same
 	// and says why, once, as for a claim placed on it; it gets no volume.
