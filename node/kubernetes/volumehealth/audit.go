@@ -14,9 +14,16 @@ import (
 	"source.plinth.dev/pkg/fsquota"
 )
 
-// ReasonQuotaRestored is the Event reason of files found moved out of a
-// volume's project quota and put back.
-const ReasonQuotaRestored = "VolumeQuotaRestored"
+// Event reasons of the audit.
+const (
+	// ReasonQuotaRestored: files found moved out of a volume's project
+	// quota were put back.
+	ReasonQuotaRestored = "VolumeQuotaRestored"
+	// ReasonAuditIncomplete: the walk could not examine every file, so
+	// some may still be outside the quota. A reason of its own, so that
+	// an alert on restored files does not fire for it.
+	ReasonAuditIncomplete = "VolumeQuotaAuditIncomplete"
+)
 
 // Defaults of the audit (Config.Auditor).
 const (
@@ -98,7 +105,7 @@ func (a *audit) reportAudit(pv *corev1.PersistentVolume, r fsquota.Restored) {
 	}
 	msg := fmt.Sprintf("checking that every file of volume %s on node %s counts against its size: %s", id, a.NodeName, gap)
 	a.log.Warningf("claim %s/%s: %s", claim.Namespace, claim.Name, msg)
-	a.tell(pv, corev1.EventTypeWarning, ReasonQuotaRestored, msg)
+	a.tell(pv, corev1.EventTypeWarning, ReasonAuditIncomplete, msg)
 }
 
 // restoredMessage tells the user what the walk put back, and how it

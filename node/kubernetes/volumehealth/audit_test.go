@@ -29,18 +29,19 @@ func TestReportAuditSaysWhatWasPutBack(t *testing.T) {
 	unreadable := fsquota.Restored{Checked: 10, Failed: 1, FirstFailure: "opening x: permission denied"}
 	deep := fsquota.Restored{Checked: 10, Unchecked: 3}
 	for _, step := range []struct {
-		r    fsquota.Restored
-		want []string // messages' fragments, one Event each for the claim and the PV
+		r      fsquota.Restored
+		reason string
+		want   []string // messages' fragments, one Event each for the claim and the PV
 	}{
-		{clean, nil},
-		{escaped, []string{`2 files and directories of volume pv on node n (the first: "out")`, "the 8Mi they hold did not count", "count again now"}},
-		{escaped, []string{"2 files and directories"}}, // moved out again
-		{clean, nil},
-		{unreadable, []string{"1 entry could not be examined (opening x: permission denied)"}},
-		{unreadable, nil}, // the same gap: said once
-		{deep, []string{"3 directories deeper than 1000 levels could not be examined"}},
-		{clean, nil},
-		{deep, []string{"3 directories deeper"}}, // a new gap after a clean walk
+		{clean, "", nil},
+		{escaped, ReasonQuotaRestored, []string{`2 files and directories of volume pv on node n (the first: "out")`, "the 8Mi they hold did not count", "count again now"}},
+		{escaped, ReasonQuotaRestored, []string{"2 files and directories"}}, // moved out again
+		{clean, "", nil},
+		{unreadable, ReasonAuditIncomplete, []string{"1 entry could not be examined (opening x: permission denied)"}},
+		{unreadable, "", nil}, // the same gap: said once
+		{deep, ReasonAuditIncomplete, []string{"3 directories deeper than 1000 levels could not be examined"}},
+		{clean, "", nil},
+		{deep, ReasonAuditIncomplete, []string{"3 directories deeper"}}, // a new gap after a clean walk
 	} {
 		a.reportAudit(pv, step.r)
 		var got []string
@@ -58,8 +59,8 @@ func TestReportAuditSaysWhatWasPutBack(t *testing.T) {
 			continue
 		}
 		for _, ev := range got {
-			if !strings.HasPrefix(ev, "Warning "+ReasonQuotaRestored+" ") {
-				t.Errorf("after %+v: Event %q, want a Warning %s", step.r, ev, ReasonQuotaRestored)
+			if !strings.HasPrefix(ev, "Warning "+step.reason+" ") {
+				t.Errorf("after %+v: Event %q, want a Warning %s", step.r, ev, step.reason)
 			}
 			for _, w := range step.want {
 				if !strings.Contains(ev, w) {
