@@ -20,7 +20,12 @@ import (
 // claim to a node whose provisioner would refuse it, and the reverse.
 //
 //   - A block volume is an image allocated in full when it is made: it
-//     takes its whole size from the free space at once, and nothing after.
+//     takes its whole size from the free space at once. A pod that
+//     discards part of the device (mkfs does by default, so do fstrim and
+//     a discard mount) makes the loop driver punch holes in the image,
+//     which the filesystem then reports free; those parts stay promised
+//     to the volume (Space.Unallocated), whatever the over-commit, so that
+//     the pod's later writes into them find room.
 //   - A filesystem volume with a project quota is thick by default: the
 //     part of its limit it has not used yet (limit minus usage) is
 //     promised to it, and is not available to new volumes, although the
@@ -100,15 +105,19 @@ type Space struct {
 	// Promised is the room filesystem volumes may still fill (the sum of
 	// their limits minus their usage); zero when quotas are not enforced.
 	Promised int64
+	// Unallocated is the part of block images not allocated on the data
+	// filesystem (holes their pods' discards punched): free space that
+	// is a block volume's all the same.
+	Unallocated int64
 }
 
 // Available is the size of the largest new volume, of either mode, that
 // fits under over-commit ratio r: the free space less the part of the
-// promised room that r keeps reserved and less CreateOverhead, rounded down
-// to Alignment so that a request of exactly this size (which Create rounds
-// up) still fits.
+// promised room that r keeps reserved, less the unallocated parts of block
+// images and less CreateOverhead, rounded down to Alignment so that a
+// request of exactly this size (which Create rounds up) still fits.
 func (s Space) Available(r Overcommit) int64 {
-	n := s.Free - s.reserved(r) - CreateOverhead
+	n := s.Free - s.reserved(r) - s.Unallocated - CreateOverhead
 	return max(n/Alignment*Alignment, 0)
 }
 
@@ -135,12 +144,9 @@ func (m *Manager) space() (Space, error) {
 		return Space{}, err
 	}
 	s := Space{Free: free}
-	if m.CapacityEnforced() {
-		p, err := m.promisedBytes()
-		if err != nil {
-			return Space{}, err
-		}
-		s.Promised = p
+	s.Promised, s.Unallocated, err = m.promisedBytes()
+	if err != nil {
+		return Space{}, err
 	}
 	return s, nil
 }
@@ -167,27 +173,44 @@ func (m *Manager) checkSpace(size int64, r Overcommit) error {
 	if err != nil {
 		return err
 	}
-	if size > s.Free-s.reserved(r) {
+	if size > s.Free-s.reserved(r)-s.Unallocated {
 		over := ""
 		if r > NoOvercommit {
 			over = fmt.Sprintf(" (with over-commit %g, %s of them stay reserved)", float64(r), formatBytes(s.reserved(r)))
 		}
-		return fmt.Errorf("%w: %s requested, %s free on the data filesystem, of which %s are promised to existing filesystem volumes%s",
-			ErrNoSpace, formatBytes(size), formatBytes(s.Free), formatBytes(s.Promised), over)
+		holes := ""
+		if s.Unallocated > 0 {
+			holes = fmt.Sprintf(", and %s to block volumes whose pods discarded them", formatBytes(s.Unallocated))
+		}
+		return fmt.Errorf("%w: %s requested, %s free on the data filesystem, of which %s are promised to existing filesystem volumes%s%s",
+			ErrNoSpace, formatBytes(size), formatBytes(s.Free), formatBytes(s.Promised), over, holes)
 	}
 	return nil
 }
 
 // promisedBytes sums, over filesystem volumes, the part of their quota they
-// have not used yet.
-func (m *Manager) promisedBytes() (int64, error) {
+// have not used yet (where quotas are enforced), and over block volumes the
+// part of their image that is not allocated.
+func (m *Manager) promisedBytes() (promised, unallocated int64, err error) {
 	entries, err := m.Data.Volumes.List()
 	if err != nil {
-		return 0, fmt.Errorf("checking free space: %w", err)
+		return 0, 0, fmt.Errorf("checking free space: %w", err)
 	}
-	var sum int64
+	enforced := m.CapacityEnforced()
 	for _, e := range entries {
-		if e.Kind != localstorage.VolumeFilesystem {
+		if e.Kind == localstorage.VolumeBlock {
+			img, err := m.Data.Volumes.Block(e.ID)
+			if err != nil {
+				continue
+			}
+			var st unix.Stat_t
+			if err := unix.Stat(img.FullPath(), &st); err != nil {
+				continue // removed meanwhile
+			}
+			unallocated += imageHoles(&st)
+			continue
+		}
+		if e.Kind != localstorage.VolumeFilesystem || !enforced {
 			continue
 		}
 		dir, err := m.Data.Volumes.Filesystem(e.ID)
@@ -201,8 +224,15 @@ func (m *Manager) promisedBytes() (int64, error) {
 			continue
 		}
 		if q.Limits.Bytes > q.UsedBytes {
-			sum += int64(q.Limits.Bytes - q.UsedBytes)
+			promised += int64(q.Limits.Bytes - q.UsedBytes)
 		}
 	}
-	return sum, nil
+	return promised, unallocated, nil
+}
+
+// imageHoles is how much of an image file (its stat) is not allocated:
+// its size less the blocks it holds, or 0 when it holds them all (or
+// more: metadata blocks, preallocation past the end).
+func imageHoles(st *unix.Stat_t) int64 {
+	return max(st.Size-st.Blocks*512, 0)
 }

@@ -3,7 +3,12 @@ package volume
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestSpaceAccounting: what Space reports a new volume can get is what
@@ -102,5 +107,57 @@ func TestParseOvercommit(t *testing.T) {
 		if _, err := ParseOvercommit(in); !errors.Is(err, ErrInvalid) {
 			t.Errorf("ParseOvercommit(%q) = %v, want ErrInvalid", in, err)
 		}
+	}
+}
+
+// TestDiscardedBlocksStayTheVolumes: holes punched in a block image (what
+// the loop driver does with a pod's discard: mkfs, fstrim) free space on
+// the data filesystem that new volumes still may not take, and the volume
+// stays normal while that space is there to fill them again; once other
+// data has taken it, Stat says the volume's writes may fail.
+func TestDiscardedBlocksStayTheVolumes(t *testing.T) {
+	ctx := context.Background()
+	dir := tmpfsDir(t, 64*MiB)
+	m := newManager(t, dir)
+	if _, err := m.Create(ctx, "blk", Block, 16*MiB); err != nil {
+		t.Fatal(err)
+	}
+	before := space(t, m)
+	if before.Unallocated != 0 {
+		t.Fatalf("unallocated of a fresh image = %d, want 0", before.Unallocated)
+	}
+	_, img := m.paths("blk")
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 4*MiB, 8*MiB)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := space(t, m)
+	if after.Free-before.Free != 8*MiB || after.Unallocated != 8*MiB {
+		t.Errorf("after punching 8 MiB: free grew by %d, unallocated %d; want both 8 MiB", after.Free-before.Free, after.Unallocated)
+	}
+	if after.Available(NoOvercommit) != before.Available(NoOvercommit) || after.Available(4) != before.Available(4) {
+		t.Errorf("available after punching 8 MiB = %d (over-commit 4: %d), want unchanged %d (%d)",
+			after.Available(NoOvercommit), after.Available(4), before.Available(NoOvercommit), before.Available(4))
+	}
+	agree(t, m, 4)
+	if st, err := m.Stat(ctx, "blk"); err != nil || st.Abnormal || st.CapacityBytes != 16*MiB {
+		t.Errorf("Stat of an image with holes the free space can fill = %+v, %v; want 16 MiB, normal", st, err)
+	}
+	// Something outside the accounting (here a file beside the volumes)
+	// takes the free space.
+	left := space(t, m).Free
+	if left < 8*MiB {
+		t.Fatalf("only %d bytes free after reserving the 8 MiB of holes", left)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "other"), make([]byte, left-4*MiB), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := m.Stat(ctx, "blk"); err != nil || !st.Abnormal || !strings.Contains(st.Message, "not allocated") {
+		t.Errorf("Stat of an image with 8 MiB of holes and 4 MiB free = %+v, %v; want abnormal, saying why", st, err)
 	}
 }

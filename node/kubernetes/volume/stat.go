@@ -56,7 +56,7 @@ func (m *Manager) Stat(ctx context.Context, id string) (Stats, error) {
 	if mode == Filesystem {
 		st, err = m.statFilesystem(id, path)
 	} else {
-		st, err = statBlock(id, path)
+		st, err = m.statBlock(id, path)
 	}
 	if err != nil {
 		return Stats{}, fmt.Errorf("reading stats of volume %s: %w", id, err)
@@ -141,7 +141,11 @@ func (m *Manager) statFilesystem(id, path string) (Stats, error) {
 	return st, nil
 }
 
-func statBlock(id, path string) (Stats, error) {
+// statBlock reports a block volume by its image. An image with holes (its
+// pod discarded part of the device) is normal while the data filesystem
+// has the free space to fill them again, which the accounting keeps from
+// new volumes (Space.Unallocated); it is abnormal once it has not.
+func (m *Manager) statBlock(id, path string) (Stats, error) {
 	var s unix.Stat_t
 	if err := unix.Stat(path, &s); err != nil {
 		return Stats{}, fmt.Errorf("reading image file: %w", err)
@@ -151,9 +155,13 @@ func statBlock(id, path string) (Stats, error) {
 		UsageKnown: true,
 		UsedBytes:  s.Size,
 	}
-	if allocated := s.Blocks * 512; allocated < s.Size {
-		st.Abnormal = true
-		st.Message = fmt.Sprintf("the image is not fully allocated (%d of %d bytes): writes may fail when the data filesystem is full", allocated, s.Size)
+	if holes := imageHoles(&s); holes > 0 {
+		free, err := m.freeBytes()
+		if err != nil || free < holes {
+			st.Abnormal = true
+			st.Message = fmt.Sprintf("%s of the image are not allocated (the pod discarded them) and the data filesystem has less free space than that: writes into them may fail",
+				formatBytes(holes))
+		}
 	}
 	return st, nil
 }
