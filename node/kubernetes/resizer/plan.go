@@ -36,6 +36,10 @@ type plan struct {
 	// recovering is true when the user changed the request of an
 	// infeasible resize (recovery from expansion failure).
 	recovering bool
+	// waiting is true for an infeasible resize whose request is still
+	// the one that failed: grow is false, and target is that request,
+	// which the resizer tries again once the node has room for it.
+	waiting bool
 }
 
 // planFor decides, from the claim and its PV, the size to grow the volume
@@ -47,11 +51,12 @@ type plan struct {
 //     after growing it, before recording that), and a volume never
 //     shrinks, so the only safe end is the size once promised. A larger
 //     request is handled after it by rule 3.
-//  2. An infeasible resize (ControllerResizeInfeasible) is not retried
-//     while the request stays what failed. When the user changes the
-//     request, the new one is tried, even when it is lower than the one
-//     that failed (above the capacity, which the API server enforces):
-//     that is how a user recovers from asking for too much.
+//  2. An infeasible resize (ControllerResizeInfeasible) waits while the
+//     request stays what failed: the resizer tries it again only once
+//     the node has room for it (roomFor), never in a loop. When the user
+//     changes the request, the new one is tried, even when it is lower
+//     than the one that failed (above the capacity, which the API server
+//     enforces): that is how a user recovers from asking for too much.
 //  3. Otherwise a request above the claim's capacity is grown to.
 func planFor(pvc *corev1.PersistentVolumeClaim) plan {
 	request := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
@@ -67,7 +72,7 @@ func planFor(pvc *corev1.PersistentVolumeClaim) plan {
 		}
 	case corev1.PersistentVolumeClaimControllerResizeInfeasible:
 		if hasAllocated && request.Cmp(allocated) == 0 {
-			return plan{}
+			return plan{waiting: true, target: allocated}
 		}
 		target := request
 		if target.Cmp(capacity) < 0 {

@@ -41,7 +41,7 @@ func TestPlanFollowsTheStatusProtocol(t *testing.T) {
 		status                       corev1.ClaimResourceStatus
 		grow                         bool
 		target                       string
-		recovering                   bool
+		recovering, waiting          bool
 	}{
 		{name: "nothing asked", request: "1Gi", capacity: "1Gi"},
 		{name: "request below capacity (rounded up earlier)", request: "1G", capacity: "1Gi"},
@@ -51,17 +51,17 @@ func TestPlanFollowsTheStatusProtocol(t *testing.T) {
 		{name: "in progress, request lowered meanwhile: no shrink", request: "3Gi", capacity: "1Gi", allocated: "8Gi", status: inProgress, grow: true, target: "8Gi"},
 		{name: "in progress, request raised meanwhile: this one first", request: "8Gi", capacity: "1Gi", allocated: "2Gi", status: inProgress, grow: true, target: "2Gi"},
 		{name: "node step left by another resizer", request: "2Gi", capacity: "1Gi", allocated: "2Gi", status: corev1.PersistentVolumeClaimNodeResizePending, grow: true, target: "2Gi"},
-		{name: "infeasible, request unchanged: no retry", request: "1Ti", capacity: "1Gi", allocated: "1Ti", status: infeasible},
+		{name: "infeasible, request unchanged: wait for room", request: "1Ti", capacity: "1Gi", allocated: "1Ti", status: infeasible, target: "1Ti", waiting: true},
 		{name: "infeasible, request lowered: recover", request: "2Gi", capacity: "1Gi", allocated: "1Ti", status: infeasible, grow: true, target: "2Gi", recovering: true},
 		{name: "infeasible, request back to capacity: clear", request: "1Gi", capacity: "1Gi", allocated: "1Ti", status: infeasible, grow: true, target: "1Gi", recovering: true},
 		{name: "infeasible, request raised: try it", request: "2Ti", capacity: "1Gi", allocated: "1Ti", status: infeasible, grow: true, target: "2Ti", recovering: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := planFor(claimWith(tc.request, tc.capacity, tc.allocated, tc.status))
-			if p.grow != tc.grow || p.recovering != tc.recovering {
-				t.Fatalf("plan = %+v, want grow=%v recovering=%v", p, tc.grow, tc.recovering)
+			if p.grow != tc.grow || p.recovering != tc.recovering || p.waiting != tc.waiting {
+				t.Fatalf("plan = %+v, want grow=%v recovering=%v waiting=%v", p, tc.grow, tc.recovering, tc.waiting)
 			}
-			if tc.grow && p.target.Cmp(resource.MustParse(tc.target)) != 0 {
+			if tc.target != "" && p.target.Cmp(resource.MustParse(tc.target)) != 0 {
 				t.Errorf("target = %s, want %s", p.target.String(), tc.target)
 			}
 		})

@@ -20,6 +20,7 @@ import (
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/node/kubernetes/volume/volumetest"
 )
 
 // TestGrowWhileInUse grows a filesystem and a block claim while a process
@@ -182,6 +183,41 @@ func TestInfeasibleThenRecover(t *testing.T) {
 		e.assertResized(c.Name, "32Mi")
 		e.WaitEvent(pvc.UID, ReasonResizing, "failed resize")
 	}
+}
+
+// TestInfeasibleRetriedWhenRoomComesFree: a resize refused for lack of
+// space waits, without a retry loop, and is done once the node has room
+// for it (here another claim's volume is deleted), with the request left
+// as it was.
+func TestInfeasibleRetriedWhenRoomComesFree(t *testing.T) {
+	e := newEnv(t)
+	// A data filesystem of its own, whose free space is the test's.
+	e.Dir = volumetest.Tmpfs(t, 64<<20)
+	e.Vols = controllertest.NewVolumes(t, e.Dir, true)
+	e.start()
+	pvc := e.CreateClaim(controllertest.Claim{Name: "blk", Size: "16Mi", Mode: corev1.PersistentVolumeBlock})
+	e.WaitBound("blk")
+	e.CreateClaim(controllertest.Claim{Name: "filler", Size: "40Mi", Mode: corev1.PersistentVolumeBlock})
+	e.WaitBound("filler")
+	e.mustRequest("blk", "32Mi")
+	controllertest.Eventually(t, 30*time.Second, "blk infeasible", func() (bool, error) {
+		p := e.claim("blk")
+		return p.Status.AllocatedResourceStatuses[corev1.ResourceStorage] == corev1.PersistentVolumeClaimControllerResizeInfeasible, nil
+	})
+	ev := e.WaitEvent(pvc.UID, ReasonResizeFailed, "not enough space")
+	if !strings.Contains(ev.Message, "tried again when the node has room") {
+		t.Errorf("Event %q does not say the resize is tried again", ev.Message)
+	}
+	time.Sleep(3 * time.Second)
+	if n := e.eventCount(pvc.UID, ReasonResizeFailed); n != 1 {
+		t.Errorf("%d VolumeResizeFailed Events in 3 s while the node had no room; want 1, no retry loop", n)
+	}
+	if err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Delete(context.Background(), "filler", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitResized("blk", "32Mi", time.Minute)
+	e.assertResized("blk", "32Mi")
+	e.WaitEvent(pvc.UID, ReasonResizing, "has room now")
 }
 
 // TestShrinkRefused: a request below the claim's capacity is refused by

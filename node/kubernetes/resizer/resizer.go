@@ -44,8 +44,13 @@ const DefaultWorkers = 8
 // Volumes is the part of the volume manager (*volume.Manager) the resizer
 // uses. Expand is idempotent and crash-safe, never shrinks a volume, and
 // makes the new size visible to published block volumes' loop devices.
+// Space, Changed and UnenforcedCapacity tell when a resize that did not
+// fit may fit now.
 type Volumes interface {
 	Expand(ctx context.Context, id string, bytes int64) (volume.Info, error)
+	Space(ctx context.Context) (volume.Space, error)
+	Changed() <-chan struct{}
+	UnenforcedCapacity() (reason error, allowed bool)
 }
 
 // Config is what a Controller needs: the fields every controller has

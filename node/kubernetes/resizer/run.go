@@ -75,6 +75,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	for range c.Workers {
 		wg.Go(func() { controller.Work(ctx, r.log, r.queue, r.syncClaim) })
 	}
+	wg.Go(func() { r.followRoom(ctx, inc.Claims.GetStore()) })
 	<-ctx.Done()
 	r.queue.ShutDown()
 	wg.Wait()
@@ -91,6 +92,38 @@ func (r *run) onClaim(obj any) {
 	}
 	if key, err := cache.MetaNamespaceKeyFunc(pvc); err == nil {
 		r.queue.Add(key)
+	}
+}
+
+// roomInterval is how often the resizer looks for room for the resizes
+// that did not fit, besides after every change the volume manager makes:
+// space freed outside it (other files on the data filesystem removed) is
+// noticed within this time.
+const roomInterval = time.Minute
+
+// followRoom queues the claims whose resize did not fit (plan.waiting)
+// after every change of the data filesystem the volume manager makes and
+// every roomInterval, until ctx ends; syncClaim tries those that fit now.
+// It takes the next change's channel before it looks, so that a change
+// meanwhile wakes it again.
+func (r *run) followRoom(ctx context.Context, claims cache.Store) {
+	tick := r.clock.NewTicker(roomInterval)
+	defer tick.Stop()
+	for {
+		next := r.Volumes.Changed()
+		for _, obj := range claims.List() {
+			if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok && r.bound(pvc) && planFor(pvc).waiting {
+				if key, err := cache.MetaNamespaceKeyFunc(pvc); err == nil {
+					r.queue.Add(key)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-next:
+		case <-tick.C():
+		}
 	}
 }
 

@@ -50,6 +50,9 @@ func (r *run) resize(ctx context.Context, key string) error {
 		return nil
 	}
 	p := planFor(pvc)
+	if p.waiting && r.roomFor(ctx, pvc, pv, p.target) {
+		p.grow = true
+	}
 	if !p.grow {
 		return nil
 	}
@@ -114,7 +117,10 @@ func (r *run) startResize(ctx context.Context, pvc *corev1.PersistentVolumeClaim
 	}
 	if changed {
 		from := pvc.Status.Capacity[corev1.ResourceStorage]
-		if p.recovering {
+		if p.waiting {
+			r.recorder.Eventf(pvc, corev1.EventTypeNormal, ReasonResizing,
+				"Node %s has room now: growing volume %s from %s to %s", r.NodeName, pv.Name, from.String(), p.target.String())
+		} else if p.recovering {
 			r.recorder.Eventf(pvc, corev1.EventTypeNormal, ReasonResizing,
 				"The request changed after a failed resize: growing volume %s from %s to %s instead", pv.Name, from.String(), p.target.String())
 		} else {
@@ -127,8 +133,9 @@ func (r *run) startResize(ctx context.Context, pvc *corev1.PersistentVolumeClaim
 
 // failResize reports a failed Expand. An infeasible one (not enough space,
 // a size over the limit) is recorded as ControllerResizeInfeasible and not
-// retried: the user must change the request, and may lower it again. Any
-// other failure is retried with backoff.
+// retried with backoff: the user may change the request, lower it too, and
+// the resizer tries the same request again once the node has room for it
+// (roomFor). Any other failure is retried with backoff.
 func (r *run) failResize(ctx context.Context, pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume, p plan, err error) error {
 	capacity := pvc.Status.Capacity[corev1.ResourceStorage]
 	if !volume.Infeasible(err) {
@@ -138,7 +145,7 @@ func (r *run) failResize(ctx context.Context, pvc *corev1.PersistentVolumeClaim,
 	}
 	// The API server takes a lowered request only above the capacity
 	// (v1.34 refuses one equal to it), so that is what the hint says.
-	msg := fmt.Sprintf("Cannot grow to %s on node %s: %v. Lower the request (to more than %s) to recover.",
+	msg := fmt.Sprintf("Cannot grow to %s on node %s: %v. Lower the request (to more than %s) to recover; the resize is tried again when the node has room for it.",
 		p.target.String(), r.NodeName, err, capacity.String())
 	if _, _, perr := r.patchClaimStatus(ctx, pvc, markInfeasible(pvc, msg, metav1.NewTime(r.clock.Now()))); perr != nil {
 		return fmt.Errorf("marking the resize of claim %s infeasible: %w", ownership.DescribeClaim(pvc), perr)
@@ -146,6 +153,29 @@ func (r *run) failResize(ctx context.Context, pvc *corev1.PersistentVolumeClaim,
 	r.log.Warningf("claim %s: %s", ownership.DescribeClaim(pvc), msg)
 	r.recorder.Event(pvc, corev1.EventTypeWarning, ReasonResizeFailed, msg)
 	return nil
+}
+
+// roomFor reports whether the node could now grow the claim's volume to
+// target, by the accounting Expand checks (expansions never over-commit),
+// for an infeasible resize waiting for room (plan.waiting). A resize that
+// failed for another reason (a size over the limit, filesystem volumes
+// refused where quotas are not enforced) never has room, so it is not
+// tried again until the request changes.
+func (r *run) roomFor(ctx context.Context, pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume, target resource.Quantity) bool {
+	if reason, allowed := r.Volumes.UnenforcedCapacity(); reason != nil && !allowed &&
+		(pv.Spec.VolumeMode == nil || *pv.Spec.VolumeMode == corev1.PersistentVolumeFilesystem) {
+		return false
+	}
+	if target.Value() > volume.MaxBytes {
+		return false
+	}
+	space, err := r.Volumes.Space(ctx)
+	if err != nil {
+		r.log.Warningf("claim %s: measuring the room for its resize: %v", ownership.DescribeClaim(pvc), err)
+		return false
+	}
+	held := pv.Spec.Capacity[corev1.ResourceStorage]
+	return target.Value()-held.Value() <= space.Available(volume.NoOvercommit)
 }
 
 // recordVolumeSize sets the PV's capacity to what the volume now holds.
