@@ -39,6 +39,7 @@ import (
 	"source.plinth.dev/node/kubernetes/resizer"
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/node/kubernetes/volumehealth"
+	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/supervisor"
 )
 
@@ -126,6 +127,30 @@ func (s *Service) RESTConfig() (*rest.Config, error) {
 	return cfg, nil
 }
 
+// checkIdentity makes sure the admission policies hold this node agent to
+// its node. In the cluster (a DaemonSet pod) it refuses to run as anything
+// else (clusterobjects.CheckDaemonSetIdentity); with a kubeconfig, which an
+// operator or a test may point at any identity, it warns.
+func (s *Service) checkIdentity(ctx context.Context, c kubernetes.Interface, log logtree.LeveledLogger) error {
+	id, err := clusterobjects.WhoAmI(ctx, c)
+	if s.Kubeconfig == "" {
+		if err != nil {
+			return err
+		}
+		return clusterobjects.CheckDaemonSetIdentity(id, s.NodeName)
+	}
+	switch {
+	case err != nil:
+		log.Warningf("cannot tell whether the admission policies restrict this node agent: %v", err)
+	case !id.Restricted:
+		log.Warningf("plinth-node authenticates as %s, which the admission policies do not restrict: RBAC alone limits what it writes", id.User)
+	case id.Node != s.NodeName:
+		log.Warningf("plinth-node serves node %s but authenticates as %s, which the admission policies hold to node %q: they refuse its writes on this node's claims, volumes and capacity",
+			s.NodeName, id.User, id.Node)
+	}
+	return nil
+}
+
 // NewClients builds the shared clients from cfg.
 func NewClients(cfg *rest.Config) (Clients, error) {
 	client, err := kubernetes.NewForConfig(cfg)
@@ -155,9 +180,12 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	log := supervisor.Logger(ctx)
+	if err := s.checkIdentity(ctx, clients.Client, log); err != nil {
+		return err
+	}
 	// Settle what a crash interrupted (half-made or half-deleted volumes)
 	// before any controller looks at the volumes directory.
-	log := supervisor.Logger(ctx)
 	recs, err := s.Volumes.Recover(ctx)
 	for _, r := range recs {
 		if r.Err != nil {

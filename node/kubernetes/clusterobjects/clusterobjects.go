@@ -112,7 +112,11 @@ func StorageClass() *storagev1.StorageClass {
 //     is deliberately missing: it cannot be limited to names, and a node
 //     that may create StorageClasses may create any. Whoever issues the
 //     node's credentials installs these objects (test/launch does); a node
-//     run with admin credentials creates them itself.
+//     run with admin credentials creates them itself;
+//   - start: ask who it is (a SelfSubjectReview, WhoAmI), so that a node
+//     agent the admission policies would not restrict refuses to run
+//     (CheckDaemonSetIdentity). Every user may already (system:basic-user);
+//     the rule says the node needs it.
 //
 // The CSI plugin makes no API calls: the kubelet tells it all it needs.
 func ClusterRole() *rbacv1.ClusterRole {
@@ -134,6 +138,7 @@ func ClusterRole() *rbacv1.ClusterRole {
 				ResourceNames: []string{ClusterRoleName}, Verbs: []string{"get"}},
 			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"},
 				ResourceNames: AdmissionPolicyNames(), Verbs: []string{"get"}},
+			{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"selfsubjectreviews"}, Verbs: []string{"create"}},
 		},
 	}
 }
