@@ -29,6 +29,7 @@ import (
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/node/kubernetes/volume/volumetest"
+	"source.plinth.dev/pkg/supervisor"
 )
 
 // TestMain is not ktest.Main: nothing here needs the kernel VM's quotas
@@ -358,4 +359,55 @@ func createPodWithClaim(t *testing.T, e *controllertest.Env, name, size string) 
 		return err == nil, err
 	})
 	return pvc
+}
+
+// TestMovedNamespaceLeavesNothingBehind: a node that publishes in another
+// namespace than before (--capacity-namespace changed) removes the objects
+// it published in the old one, whose figures the scheduler would otherwise
+// go on trusting; other nodes' objects there stay.
+func TestMovedNamespaceLeavesNothingBehind(t *testing.T) {
+	e := controllertest.NewEnv(t, true)
+	ctx := context.Background()
+	e.CreateNode(e.Node, e.Node)
+	other := e.Node + "-other"
+	e.CreateNode(other, other)
+	var namespaces []string
+	for _, suffix := range []string{"-old", "-new"} {
+		ns := e.NS + suffix
+		if _, err := e.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		namespaces = append(namespaces, ns)
+	}
+	publish := func(node, ns string) (stop func()) {
+		t.Helper()
+		p, err := capacity.New(capacity.Config{Base: e.Base(node), Volumes: e.Vols, Namespace: ns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop, _ = supervisor.TestHarness(t, p.Run)
+		return stop
+	}
+	exists := func(node, ns string) bool {
+		_, err := e.Client.StorageV1().CSIStorageCapacities(ns).Get(ctx, capacity.ObjectName(node, e.Class), metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	old, moved := namespaces[0], namespaces[1]
+	stopOld := publish(e.Node, old)
+	stopOther := publish(other, old)
+	controllertest.Eventually(t, 30*time.Second, "both nodes' capacity in "+old, func() (bool, error) {
+		return exists(e.Node, old) && exists(other, old), nil
+	})
+	stopOld()
+	stopOther()
+	publish(e.Node, moved)
+	controllertest.Eventually(t, 30*time.Second, "the node's capacity in "+moved+" only", func() (bool, error) {
+		return exists(e.Node, moved) && !exists(e.Node, old), nil
+	})
+	if !exists(other, old) {
+		t.Errorf("the other node's capacity in %s was removed", old)
+	}
 }

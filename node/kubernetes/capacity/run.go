@@ -101,6 +101,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	r.removeElsewhere(ctx)
 	r.log.Infof("publishing the capacity of node %s in namespace %s (at most every %s, and every %s)", p.NodeName, p.Namespace, p.MinInterval, p.Poll)
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	var wg sync.WaitGroup
@@ -111,6 +112,33 @@ func (p *Publisher) Run(ctx context.Context) error {
 	r.queue.ShutDown()
 	wg.Wait()
 	return ctx.Err()
+}
+
+// removeElsewhere deletes this node's capacity objects outside the
+// namespace it publishes in: those an earlier incarnation published before
+// the namespace was changed (--capacity-namespace). The scheduler reads
+// every namespace, and would otherwise go on trusting their last figures
+// until the Node is deleted. A failure is logged: the current figures are
+// published all the same, and the next start tries again.
+func (r *run) removeElsewhere(ctx context.Context) {
+	sel := labels.Set{ownership.LabelNode: r.label, labelManagedBy: managedBy}.String()
+	list, err := r.Client.StorageV1().CSIStorageCapacities(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		r.log.Warningf("looking for this node's capacity objects in other namespaces: %v", err)
+		return
+	}
+	for _, c := range list.Items {
+		if c.Namespace == r.Namespace {
+			continue
+		}
+		uid := c.UID
+		err := r.Client.StorageV1().CSIStorageCapacities(c.Namespace).Delete(ctx, c.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			r.log.Warningf("removing the capacity of StorageClass %s in namespace %s, where this node no longer publishes: %v", c.StorageClassName, c.Namespace, err)
+			continue
+		}
+		r.log.Infof("removed the capacity of StorageClass %s in namespace %s: this node publishes in %s now", c.StorageClassName, c.Namespace, r.Namespace)
+	}
 }
 
 // followVolumes marks the figures stale after each change the volume

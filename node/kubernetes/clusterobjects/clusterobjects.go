@@ -104,7 +104,9 @@ func StorageClass() *storagev1.StorageClass {
 //   - node removal: watch CSINodes (which nodes run the driver), read
 //     Nodes, list and delete PVs of removed nodes (noderemoval);
 //   - capacity: watch, create, update and delete the CSIStorageCapacity
-//     objects of its node (the Node read above gives their owner);
+//     objects of its node (the Node read above gives their owner), and
+//     list them in every namespace at start, to remove those left where
+//     it no longer publishes;
 //   - Ensure: read the CSIDriver, StorageClass, its own ClusterRole and
 //     binding, and its admission policies and their bindings
 //     (AdmissionPolicies, which narrow the writes above to the node's own
