@@ -62,6 +62,15 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		}
 		if q, err := fsquota.GetQuota(fsPath); err == nil {
 			pid = q.ProjectID
+		} else if errors.Is(err, fsquota.ErrNoQuota) && pid == 0 {
+			// A directory whose ID a process using the volume took
+			// off (chattr -p 0): the volume's claimed ID is still its
+			// own, with limits to clear and a claim to release.
+			if claimed, ok, err := m.projectID(id); err != nil {
+				return fmt.Errorf("deleting volume %s: %w", id, err)
+			} else if ok {
+				pid = claimed
+			}
 		}
 	}
 	if in == nil || in.Op != OpDelete || in.ProjectID != pid {

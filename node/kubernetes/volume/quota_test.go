@@ -303,6 +303,36 @@ func TestExpandRaisesOnlyItsOwnProject(t *testing.T) {
 	}
 }
 
+// TestDeleteReleasesTheProjectOfAClearedDirectory: a volume whose
+// directory a process took the project ID off (chattr -p 0, as root in the
+// pod) still gives back its claimed ID, and that project's limits, when
+// it is deleted.
+func TestDeleteReleasesTheProjectOfAClearedDirectory(t *testing.T) {
+	ctx := context.Background()
+	for _, b := range enforcedBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			m := newManagerOn(t, b)
+			if _, err := m.Create(ctx, "cleared", Filesystem, MiB); err != nil {
+				t.Fatal(err)
+			}
+			_, dir, _ := m.Locate(ctx, "cleared")
+			pid, _, _ := m.ProjectIDs.Lookup("cleared")
+			if err := fsquota.SetProjectID(dir, 0, false); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Delete(ctx, "cleared"); err != nil {
+				t.Fatal(err)
+			}
+			if _, held, err := m.ProjectIDs.Lookup("cleared"); err != nil || held {
+				t.Errorf("the deleted volume still holds its project ID %d (%v)", pid, err)
+			}
+			if q, err := fsquota.ProjectQuota(m.Data.Volumes.FullPath(), pid); err != nil || q.Limits != (fsquota.Limits{}) {
+				t.Errorf("project %d of the deleted volume = %+v, %v; want no limits", pid, q, err)
+			}
+		})
+	}
+}
+
 // TestFullVolumeGrowsWithItsData: a filesystem volume written until its
 // quota refused more keeps every byte when it grows, shows the new size to
 // statfs at once (XFS), takes exactly the new room and no more.
