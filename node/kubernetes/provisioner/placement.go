@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -126,12 +127,23 @@ func (r *run) syncPlacement(ctx context.Context, key string, pvc *corev1.Persist
 			r.log.V(1).Infof("not placing claim %s here: filesystem volumes are refused on this node: %v", ownership.DescribeClaim(pvc), reason)
 			return nil
 		}
+		// One offer at a time, and the claims placed here that have
+		// no volume yet count as taken: the space they will take is not
+		// in the accounting yet, and two claims offered for the same
+		// room would leave one placed here for good with no room.
+		r.placing.mu.Lock()
+		defer r.placing.mu.Unlock()
 		space, err := r.Volumes.Space(ctx)
 		if err != nil {
 			return err
 		}
-		if req.bytes > space.Available(req.overcommit) {
-			r.log.V(1).Infof("not placing claim %s here: %d bytes asked, %d available", ownership.DescribeClaim(pvc), req.bytes, space.Available(req.overcommit))
+		pending, err := r.pendingPlacements(ctx)
+		if err != nil {
+			return err
+		}
+		if room := space.Available(req.overcommit) - pending; req.bytes > room {
+			r.log.V(1).Infof("not placing claim %s here: %d bytes asked, %d available (%d more promised to claims placed here)",
+				ownership.DescribeClaim(pvc), req.bytes, room, pending)
 			return nil
 		}
 	}
@@ -150,8 +162,70 @@ func (r *run) syncPlacement(ctx context.Context, key string, pvc *corev1.Persist
 	case err != nil:
 		return fmt.Errorf("placing claim %s on this node: %w", ownership.DescribeClaim(pvc), err)
 	}
+	if invalid == nil {
+		r.placing.took(placed.UID, req.bytes)
+	}
 	r.log.Infof("placed claim %s of Immediate StorageClass %s on this node", ownership.DescribeClaim(placed), class.Name)
 	r.recorder.Eventf(placed, corev1.EventTypeNormal, ReasonPlaced,
 		"StorageClass %s binds immediately; node %s took the claim and provisions its volume", class.Name, r.NodeName)
 	return nil
+}
+
+// placements serializes this node's offers for unplaced claims, and keeps
+// the sizes of the claims it took until the informer shows them placed
+// here: the room a claim took must not be offered again in between.
+type placements struct {
+	mu    sync.Mutex
+	taken map[types.UID]int64
+}
+
+// took records that this node placed the claim with uid and size bytes on
+// itself. The caller holds mu.
+func (p *placements) took(uid types.UID, bytes int64) {
+	if p.taken == nil {
+		p.taken = map[types.UID]int64{}
+	}
+	p.taken[uid] = bytes
+}
+
+// pendingPlacements sums the requests of the claims placed on this node
+// (by the scheduler, or by this node's own offers) that are waiting for a
+// volume none has been made for yet: room the accounting does not show
+// taken. A claim this node took that the informer does not show placed
+// yet counts by the size it was taken with; one the informer shows
+// placed, bound or gone is forgotten. The caller holds r.placing.mu.
+func (r *run) pendingPlacements(ctx context.Context) (int64, error) {
+	entries, err := r.Volumes.List(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("listing volumes: %w", err)
+	}
+	made := map[string]bool{}
+	for _, e := range entries {
+		made[e.ID] = true
+	}
+	var sum int64
+	unplaced := map[types.UID]bool{}
+	for _, o := range r.claimIdx.List() {
+		pvc, ok := o.(*corev1.PersistentVolumeClaim)
+		if !ok {
+			continue
+		}
+		if ownership.ClaimUnplaced(pvc, r.Driver) {
+			unplaced[pvc.UID] = true
+		}
+		if !r.needsVolume(pvc) || made[ownership.VolumeIDFor(pvc.UID)] {
+			continue
+		}
+		if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
+			sum += q.Value()
+		}
+	}
+	for uid, bytes := range r.placing.taken {
+		if unplaced[uid] && !made[ownership.VolumeIDFor(uid)] {
+			sum += bytes
+		} else {
+			delete(r.placing.taken, uid)
+		}
+	}
+	return sum, nil
 }

@@ -17,6 +17,7 @@ import (
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/node/kubernetes/volume/volumetest"
 )
 
 func TestTopologyAdmits(t *testing.T) {
@@ -225,4 +226,61 @@ func TestImmediateClaimsArePlaced(t *testing.T) {
 		}
 	}
 	a.NoPV(rwx.UID)
+}
+
+// TestPlacingSeesWaitingClaims: a node does not offer itself for
+// an Immediate claim when the room it has is promised to claims already
+// placed on it that have no volume yet, which the accounting does not
+// show taken: here a claim the scheduler placed whose class does not
+// exist yet. Offering anyway would leave one of the two without room on
+// this node for good (a placement is not undone).
+func TestPlacingSeesWaitingClaims(t *testing.T) {
+	e := newEnv(t, true)
+	e.Dir = volumetest.Tmpfs(t, 64<<20)
+	e.Vols = controllertest.NewVolumes(t, e.Dir, true)
+	e.CreateNode(e.Node, e.Node)
+	p := e.NodeProcess(t)
+	p.Start()
+	t.Cleanup(func() {
+		p.Kill(syscall.SIGTERM)
+		if t.Failed() {
+			t.Logf("plinth-node log (tail):\n%s", p.LogTail())
+		}
+	})
+	if !p.WaitLogged(provisionerStarted, 0, time.Minute, nil) {
+		t.Fatalf("the provisioner did not start within a minute")
+	}
+	ctx := context.Background()
+	later := e.Class + "-later"
+	waiting := e.CreateClaim(controllertest.Claim{Name: "waiting", Class: later, Size: "40Mi", Mode: corev1.PersistentVolumeBlock})
+	e.WaitEvent(waiting.UID, ReasonProvisioningFailed, "not found")
+
+	binding := storagev1.VolumeBindingImmediate
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: e.Class + "-now"}, Provisioner: names.DriverName, VolumeBindingMode: &binding}
+	if _, err := e.Client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Client.StorageV1().StorageClasses().Delete(ctx, sc.Name, metav1.DeleteOptions{}) })
+	obj := e.ClaimObject(controllertest.Claim{Name: "now", Class: sc.Name, Size: "32Mi", Mode: corev1.PersistentVolumeBlock})
+	obj.Annotations = nil
+	now, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Create(ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unplaced := func(when string) {
+		t.Helper()
+		time.Sleep(2*maxPlacementDelay + time.Second)
+		got, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Get(ctx, now.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, ok := got.Annotations[ownership.AnnSelectedNode]; ok {
+			t.Errorf("%s: the 32Mi Immediate claim was placed on %q beside a 40Mi claim waiting on a 64Mi data filesystem", when, n)
+		}
+		e.NoPV(now.UID)
+	}
+	unplaced("while the waiting claim has no class")
+	e.CreateClass(later, corev1.PersistentVolumeReclaimDelete, nil)
+	e.WaitBound(waiting.Name)
+	unplaced("once the waiting claim has its volume")
 }

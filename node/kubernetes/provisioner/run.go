@@ -50,6 +50,8 @@ type run struct {
 	// (madeElsewhere), reported once: until that PV goes, their syncs
 	// make no volume. Entries are as rare as such PVs.
 	elsewhere sync.Map
+
+	placing placements // see syncPlacement
 }
 
 // Run provisions and deletes volumes until ctx ends.
