@@ -28,13 +28,7 @@ func TestBindRefused(t *testing.T) {
 	refuseBinding(t, e)
 
 	p := e.NodeProcess(t)
-	p.Start()
-	t.Cleanup(func() {
-		p.Kill(syscall.SIGTERM)
-		if t.Failed() {
-			t.Logf("plinth-node log (tail):\n%s", p.LogTail())
-		}
-	})
+	p.Run()
 	// The node's patches of the claims, and how many the policy refused (a
 	// conflict instead means the PV controller bound the claim first, which
 	// a loaded machine makes likely: claims are made until one binding of

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -102,14 +101,7 @@ func TestTwoNodes(t *testing.T) {
 	nodes[1].removed = append(nodes[1].removed, twin)
 
 	for _, w := range nodes {
-		p := w.NodeProcess(t, "--orphan-grace-period="+grace.String())
-		p.Start()
-		t.Cleanup(func() {
-			p.Kill(syscall.SIGTERM)
-			if t.Failed() {
-				t.Logf("plinth-node %s log (tail):\n%s", w.Node, p.LogTail())
-			}
-		})
+		w.NodeProcess(t, "--orphan-grace-period="+grace.String()).Run()
 	}
 
 	// Claims of both nodes, made interleaved: kept (Delete and Retain),

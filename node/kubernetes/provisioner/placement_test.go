@@ -240,13 +240,7 @@ func TestPlacingSeesWaitingClaims(t *testing.T) {
 	e.Vols = controllertest.NewVolumes(t, e.Dir, true)
 	e.CreateNode(e.Node, e.Node)
 	p := e.NodeProcess(t)
-	p.Start()
-	t.Cleanup(func() {
-		p.Kill(syscall.SIGTERM)
-		if t.Failed() {
-			t.Logf("plinth-node log (tail):\n%s", p.LogTail())
-		}
-	})
+	p.Run()
 	if !p.WaitLogged(provisionerStarted, 0, time.Minute, nil) {
 		t.Fatalf("the provisioner did not start within a minute")
 	}

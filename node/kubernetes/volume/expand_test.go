@@ -29,17 +29,7 @@ func TestExpandRefreshesPublishedBlockDevice(t *testing.T) {
 		_, img := m.paths("blk")
 		var devs []*loop.Device
 		for _, ro := range []bool{false, true} {
-			f, err := os.OpenFile(img, os.O_RDWR, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d, err := loop.Create(f, loop.Options{ReadOnly: ro})
-			f.Close()
-			if err != nil {
-				t.Fatalf("attaching image: %v", err)
-			}
-			t.Cleanup(func() { _ = d.Remove() })
-			devs = append(devs, d)
+			devs = append(devs, attach(t, img, ro))
 		}
 		if _, err := m.Expand(ctx, "blk", 4*MiB); err != nil {
 			t.Fatalf("Expand: %v", err)
@@ -95,16 +85,7 @@ func TestPublishedByAnEarlierContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.OpenFile(filepath.Join(mnt, rel), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := loop.Create(f, loop.Options{})
-	f.Close()
-	if err != nil {
-		t.Fatalf("attaching image: %v", err)
-	}
-	t.Cleanup(func() { _ = d.Remove() })
+	d := attach(t, filepath.Join(mnt, rel), false)
 	if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
 		t.Fatal(err)
 	}
@@ -133,16 +114,7 @@ func TestDiscardThroughTheLoopDevice(t *testing.T) {
 		}
 		before := space(t, m)
 		_, img := m.paths("blk")
-		f, err := os.OpenFile(img, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := loop.Create(f, loop.Options{})
-		f.Close()
-		if err != nil {
-			t.Fatalf("attaching image: %v", err)
-		}
-		t.Cleanup(func() { _ = d.Remove() })
+		d := attach(t, img, false)
 		dev, err := os.OpenFile(d.Path(), os.O_RDWR, 0)
 		if err != nil {
 			t.Fatal(err)

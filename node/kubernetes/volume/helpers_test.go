@@ -12,6 +12,7 @@ import (
 
 	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/node/kubernetes/volume/volumetest"
+	"source.plinth.dev/pkg/loop"
 )
 
 // TestMain lets `make test-kernel` run these tests on the host (as root)
@@ -172,4 +173,21 @@ func asPodUser(t *testing.T, fn func() error) error {
 	}
 	runtime.UnlockOSThread()
 	return err
+}
+
+// attach serves image through a new loop device (read-only if ro), as a
+// published block volume is served, until the test ends.
+func attach(t *testing.T, image string, ro bool) *loop.Device {
+	t.Helper()
+	f, err := os.OpenFile(image, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := loop.Create(f, loop.Options{ReadOnly: ro})
+	f.Close()
+	if err != nil {
+		t.Fatalf("attaching %s: %v", image, err)
+	}
+	t.Cleanup(func() { _ = d.Remove() })
+	return d
 }

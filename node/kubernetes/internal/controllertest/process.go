@@ -97,6 +97,26 @@ func (p *NodeProcess) Start() {
 	}
 }
 
+// Run starts plinth-node for the rest of the test: it is stopped
+// (SIGTERM) when the test ends, and the tail of its log is logged, with
+// its node's name, if the test failed.
+func (p *NodeProcess) Run() {
+	p.T.Helper()
+	p.Start()
+	p.T.Cleanup(func() {
+		p.Kill(syscall.SIGTERM)
+		if p.T.Failed() {
+			node := "?"
+			for _, a := range p.Args {
+				if v, ok := strings.CutPrefix(a, "--node-name="); ok {
+					node = v
+				}
+			}
+			p.T.Logf("plinth-node %s log (tail):\n%s", node, p.LogTail())
+		}
+	})
+}
+
 // StartErr starts plinth-node (for callers without a *testing.T).
 func (p *NodeProcess) StartErr() error {
 	logf, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
