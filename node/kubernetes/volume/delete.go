@@ -66,7 +66,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 			// A directory whose ID a process using the volume took
 			// off (chattr -p 0): the volume's claimed ID is still its
 			// own, with limits to clear and a claim to release.
-			if claimed, ok, err := m.projectID(id); err != nil {
+			if claimed, ok, err := m.ownProject(id, 0); err != nil {
 				return fmt.Errorf("deleting volume %s: %w", id, err)
 			} else if ok {
 				pid = claimed

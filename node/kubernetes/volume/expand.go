@@ -156,7 +156,7 @@ func (m *Manager) expansionProjectID(id, fsPath string) (uint32, error) {
 	if q != nil {
 		carried = q.ProjectID
 	}
-	pid, ok, err := m.projectID(id)
+	pid, ok, err := m.ownProject(id, carried)
 	if err != nil {
 		return 0, err
 	}
