@@ -99,17 +99,27 @@ type Service struct {
 	Metrics *metrics.Metrics
 }
 
-// RESTConfig loads the client configuration with the Service's rate limits.
-func (s *Service) RESTConfig() (*rest.Config, error) {
+// ClientConfig loads the client configuration of kubeconfig, or the pod's
+// service account when kubeconfig is "" (in the cluster).
+func ClientConfig(kubeconfig string) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
-	if s.Kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
 	} else {
 		cfg, err = rest.InClusterConfig()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("loading Kubernetes client configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+// RESTConfig loads the client configuration with the Service's rate limits.
+func (s *Service) RESTConfig() (*rest.Config, error) {
+	cfg, err := ClientConfig(s.Kubeconfig)
+	if err != nil {
+		return nil, err
 	}
 	cfg.QPS = s.QPS
 	if cfg.QPS <= 0 {

@@ -122,6 +122,9 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (cp *Control
 			return cp, err
 		}
 	}
+	if err := c.startAdmission(); err != nil {
+		return cp, err
+	}
 	if err := c.applyRBAC(ctx); err != nil {
 		return cp, err
 	}
@@ -151,6 +154,9 @@ func (cp *ControlPlane) Stop(ctx context.Context) error {
 		if err := procs[i].stop(stopGrace); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := c.stopAdmission(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Dir != "" && c.LogDir != "" {
 		if err := removeAllBut(c.Dir, "logs"); err != nil {

@@ -176,6 +176,8 @@ type Cluster struct {
 	apiServerArgs []string
 	// audited is set when the API server keeps an audit log.
 	audited bool
+	// admission is the admission webhook this process serves.
+	admission *admissionServer
 
 	// agentKubeconfigs are the node-agent kubeconfigs written so far, by
 	// node (NodeAgentKubeconfig).

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"source.plinth.dev/node/kubernetes/admission"
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 )
 
@@ -22,8 +23,9 @@ import (
 // the group the node agent's ClusterRoleBinding names.
 const plinthNodeGroup = clusterobjects.NodeAgentGroup
 
-// applyRBAC creates plinth-node's ClusterRole and binding and its admission
-// policies and their bindings, exactly as the node packages define them,
+// applyRBAC creates plinth-node's ClusterRole and binding, its admission
+// policies and their bindings, and the admission webhook's registration
+// (applyAdmission), exactly as the node packages define them,
 // so plinth-node runs with the restricted identity a real node has. (It
 // does not run as system:node:<name>: NodeRestriction would rightly stop a
 // kubelet identity from creating PersistentVolumes.) Objects that exist
@@ -47,6 +49,9 @@ func (c *Cluster) applyRBAC(ctx context.Context) error {
 		if _, err := admission.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating ValidatingAdmissionPolicyBinding %s: %w", binding.Name, err)
 		}
+	}
+	if err := c.applyAdmission(ctx); err != nil {
+		return err
 	}
 	return c.waitPolicyInForce(ctx)
 }
@@ -91,11 +96,13 @@ func PlinthNodeArgs(p Paths) []string {
 }
 
 // waitPolicyInForce waits until the API server applies the admission
-// policies to node agents, which it does once its informer has compiled
-// them: until then a node's first writes would pass unchecked. Each probe
-// is the control plane's node agent asking, as a dry run, for something
-// of no node's, and each is refused by one policy: a capacity object, a
-// PV, and the change of a claim placed on no node.
+// policies and the webhook to node agents, which it does once its
+// informers have compiled them: until then a node's first writes would
+// pass unchecked. Each probe is the control plane's node agent asking, as
+// a dry run, for something of no node's, and each is refused by one
+// policy or the webhook: a capacity object, a PV, the change of a claim
+// placed on no node, and a PV the policies admit for a claim placed on no
+// node.
 func (c *Cluster) waitPolicyInForce(ctx context.Context) error {
 	node, err := KubeconfigClient(c.NodeKubeconfig)
 	if err != nil {
@@ -136,6 +143,16 @@ func (c *Cluster) waitPolicyInForce(ctx context.Context) error {
 			}, metav1.CreateOptions{DryRun: dry})
 			return err
 		},
+		// The webhook: a PV the policies admit, for a claim that asks no
+		// driver for its volume.
+		clusterobjects.VolumeClaimsCheckName: func(ctx context.Context) error {
+			probe, err := c.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			_, err = node.CoreV1().PersistentVolumes().Create(ctx, admission.Probe(c.NodeName, probe), metav1.CreateOptions{DryRun: dry})
+			return err
+		},
 		clusterobjects.ClaimsPolicyName: func(ctx context.Context) error {
 			_, err := node.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, claim.Name, types.MergePatchType,
 				[]byte(`{"metadata":{"labels":{"plinth-policy-probe":"x"}}}`), metav1.PatchOptions{DryRun: dry})
@@ -146,6 +163,9 @@ func (c *Cluster) waitPolicyInForce(ctx context.Context) error {
 	defer cancel()
 	for name, probe := range probes {
 		refusal := "ValidatingAdmissionPolicy '" + name + "'"
+		if name == clusterobjects.VolumeClaimsCheckName {
+			refusal = `admission webhook "` + name + `" denied`
+		}
 		err := c.waitFor(ctx, "admission policy "+name+" in force", 100*time.Millisecond, func(ctx context.Context) (bool, error) {
 			err := probe(ctx)
 			if err == nil {

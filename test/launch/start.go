@@ -202,6 +202,8 @@ func (c *Cluster) initPaths(ctx context.Context, node bool) error {
 		{Name: "kubelet-serving", CN: c.NodeName, Server: true, DNS: []string{c.NodeName, "localhost"}, IPs: serveIPs},
 		{Name: "apiserver-kubelet-client", CN: "kube-apiserver-kubelet-client", Orgs: []string{"system:masters"}},
 		{Name: "plinth-node", CN: clusterobjects.NodeAgentUser(c.NodeName), Orgs: []string{plinthNodeGroup}},
+		{Name: "plinth-admission", CN: clusterobjects.AdmissionUser},
+		{Name: "plinth-admission-serving", CN: "plinth-admission", Server: true, DNS: []string{"localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}},
 	})
 	if err != nil {
 		return err
@@ -267,6 +269,9 @@ func (c *Cluster) startAll(ctx context.Context) error {
 	}
 	c.mark("kube-apiserver ready")
 	if err := c.startControllers(); err != nil {
+		return err
+	}
+	if err := c.startAdmission(); err != nil {
 		return err
 	}
 	if err := c.applyRBAC(ctx); err != nil {

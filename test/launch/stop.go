@@ -50,6 +50,9 @@ func (c *Cluster) Stop(ctx context.Context) error {
 			c.logf("%v", err)
 		}
 	}
+	if err := c.stopAdmission(); err != nil {
+		c.logf("%v", err)
+	}
 
 	var errs []error
 	if c.Dir != "" {

@@ -5,9 +5,11 @@
 // Modes, chosen at start:
 //   - PID 1 without --root: minimal OS init (see init.go), then this binary
 //     again as its only child, with --root / and the kernel command line's
-//     settings. PID 1 with --root (or csi-serve) is a container's first
+//     settings. PID 1 with --root (or a subcommand) is a container's first
 //     process (deploy/'s DaemonSet), hosted like any other below.
 //   - "csi-serve" as first argument: the standalone CSI plugin (csiserve.go).
+//   - "admission-serve": the admission webhook the control plane calls
+//     (admissionserve.go).
 //   - anything else: the node tree (node.go), until SIGINT or SIGTERM.
 package main
 
@@ -37,7 +39,7 @@ func main() {
 // Running init there would mount /proc and /sys over the container's,
 // load kernel modules, and reboot on failure.
 func hosted(args []string) bool {
-	if len(args) > 0 && args[0] == "csi-serve" {
+	if len(args) > 0 && subcommand(args[0]) != nil {
 		return true
 	}
 	for _, a := range args {
@@ -52,6 +54,17 @@ func hosted(args []string) bool {
 	return false
 }
 
+// subcommand is the mode named by a first argument name, or nil.
+func subcommand(name string) func(context.Context, []string) error {
+	switch name {
+	case "csi-serve":
+		return csiServe
+	case "admission-serve":
+		return admissionServe
+	}
+	return nil
+}
+
 // run is main for every mode but PID 1; it returns the exit code.
 func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), unix.SIGINT, unix.SIGTERM)
@@ -63,15 +76,17 @@ func run(args []string) int {
 		stop()
 	}()
 
-	if len(args) > 0 && args[0] == "csi-serve" {
-		if err := csiServe(ctx, args[1:]); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return 0
+	if len(args) > 0 {
+		if serve := subcommand(args[0]); serve != nil {
+			if err := serve(ctx, args[1:]); err != nil {
+				if errors.Is(err, flag.ErrHelp) {
+					return 0
+				}
+				fmt.Fprintf(os.Stderr, "plinth-node %s: %v\n", args[0], err)
+				return 1
 			}
-			fmt.Fprintf(os.Stderr, "plinth-node csi-serve: %v\n", err)
-			return 1
+			return 0
 		}
-		return 0
 	}
 
 	o, err := parseOptions(args, os.Stderr)

@@ -92,13 +92,14 @@ func AdmissionPolicyNames() []string {
 // carry a hashed label (ownership.NodeLabelValue) that a policy cannot
 // compute; for them the label is only checked to be a hashed one.
 //
-// What remains open, because a policy sees only the object it admits:
-//   - a PV is created with a claimRef, and a pending claim that a PV names
-//     is bound to it by the PV controller; the policy checks that the PV
-//     is its node's and Plinth's, but cannot read the claim it names. (The
-//     node the claim is placed on, if it finds that PV when it comes to
-//     make its own, leaves it alone and reports it: provisioner's
-//     madeElsewhere.)
+// A policy sees only the object it admits, so two rules are not here:
+//   - a PV is created with a claimRef, and the PV controller binds a
+//     pending claim to a PV that names it; the policy checks that the PV
+//     is its node's and Plinth's, but cannot read the claim. The admission
+//     webhook does (VolumeClaimsWebhook, package admission), where the
+//     control plane runs it. (The node the claim is placed on, if it finds
+//     such a PV when it comes to make its own, leaves it alone and reports
+//     it: provisioner's madeElsewhere.)
 //   - a capacity object's host and storage class are not checked against
 //     the Node's hostname label and the class's provisioner.
 func AdmissionPolicies() []*admissionv1.ValidatingAdmissionPolicy {
@@ -220,13 +221,19 @@ func policy(name string, rule admissionv1.Rule, ops []admissionv1.OperationType,
 				MatchPolicy:       &equivalent,
 				ResourceRules:     []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{Operations: ops, Rule: rule}}},
 			},
-			MatchConditions: []admissionv1.MatchCondition{{
-				Name:       "node-agents",
-				Expression: fmt.Sprintf("'%s' in request.userInfo.groups || request.userInfo.username == '%s'", NodeAgentGroup, DaemonSetUser()),
-			}},
-			Variables:   append([]admissionv1.Variable{node}, vars...),
-			Validations: checks,
+			MatchConditions: []admissionv1.MatchCondition{nodeAgents()},
+			Variables:       append([]admissionv1.Variable{node}, vars...),
+			Validations:     checks,
 		},
+	}
+}
+
+// nodeAgents is the match condition of the policies and the webhook: the
+// request is a node agent's (IdentityOf's Restricted).
+func nodeAgents() admissionv1.MatchCondition {
+	return admissionv1.MatchCondition{
+		Name:       "node-agents",
+		Expression: fmt.Sprintf("'%s' in request.userInfo.groups || request.userInfo.username == '%s'", NodeAgentGroup, DaemonSetUser()),
 	}
 }
 

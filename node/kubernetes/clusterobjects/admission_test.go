@@ -65,14 +65,19 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 			t.Errorf("%s: refused: %v", what, err)
 		}
 	}
-	refused := func(policy, what string, err error) {
+	// refusedBy: the error is a refusal that contains by.
+	refusedBy := func(by, what string, err error) {
 		t.Helper()
 		switch {
 		case err == nil:
-			t.Errorf("%s: allowed, want refused by policy %s", what, policy)
-		case !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+policy+"'"):
-			t.Errorf("%s: %v, want refused by policy %s", what, err, policy)
+			t.Errorf("%s: allowed, want refused by %s", what, by)
+		case !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), by):
+			t.Errorf("%s: %v, want refused by %s", what, err, by)
 		}
+	}
+	refused := func(policy, what string, err error) {
+		t.Helper()
+		refusedBy("ValidatingAdmissionPolicy '"+policy+"'", what, err)
 	}
 	patchClaim := func(name string, patch map[string]any, sub ...string) error {
 		body, err := json.Marshal(patch)
@@ -228,6 +233,25 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 	refused(clusterobjects.VolumesPolicyName, "giving its PV to node B", patchPV("pvc-"+e.NS+"-a", relabel(nodeB)))
 	refused(clusterobjects.VolumesPolicyName, "deleting node B's Retain PV", deletePV("pvc-"+e.NS+"-b-retain"))
 	refused(clusterobjects.VolumesPolicyName, "deleting another driver's Released Delete PV", deletePV(otherPV.Name))
+	// The webhook: PVs the policies admit, whose claimRef names a claim.
+	forClaim := func(claim *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
+		p := pv(ownership.VolumeIDFor(claim.UID), nodeA, corev1.PersistentVolumeReclaimDelete, claim.UID)
+		p.Spec.ClaimRef.Name = claim.Name
+		return p
+	}
+	unplaced, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Get(ctx, "unplaced", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	webhook := `admission webhook "` + clusterobjects.VolumeClaimsCheckName + `" denied the request`
+	allowed("creating its PV naming its claim", createPV(forClaim(mine)))
+	refusedBy(webhook+": node agent "+clusterobjects.NodeAgentUser(nodeA)+" (node "+nodeA+")", "creating a PV naming node B's claim", createPV(forClaim(theirs)))
+	refusedBy(webhook, "creating a PV naming a claim placed on no node", createPV(forClaim(unplaced)))
+	refusedBy(webhook, "creating a PV naming another driver's claim placed on it", createPV(forClaim(otherPlaced)))
+	stale := forClaim(theirs)
+	stale.Spec.ClaimRef.UID = uuid.NewUUID()
+	stale.Name, stale.Spec.CSI.VolumeHandle = ownership.VolumeIDFor(stale.Spec.ClaimRef.UID), ownership.VolumeIDFor(stale.Spec.ClaimRef.UID)
+	allowed("creating a PV naming a claim of node B's name but another UID (one the PV controller releases)", createPV(stale))
 	nfs := pv(ownership.VolumeIDFor(mine.UID), nodeA, corev1.PersistentVolumeReclaimDelete, mine.UID)
 	nfs.Spec.CSI = nil
 	nfs.Spec.NFS = &corev1.NFSVolumeSource{Server: "attacker.example.com", Path: "/"}

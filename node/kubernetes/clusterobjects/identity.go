@@ -33,7 +33,13 @@ func WhoAmI(ctx context.Context, c kubernetes.Interface) (Identity, error) {
 	if err != nil {
 		return Identity{}, fmt.Errorf("asking the API server who this node agent is (SelfSubjectReview): %w", err)
 	}
-	u := r.Status.UserInfo
+	return IdentityOf(r.Status.UserInfo), nil
+}
+
+// IdentityOf reads an authenticated user as the admission policies do
+// (their match condition and their variable "node"); the admission
+// webhook reads the requests it admits with it.
+func IdentityOf(u authenticationv1.UserInfo) Identity {
 	id := Identity{User: u.Username}
 	for _, g := range u.Groups {
 		id.Restricted = id.Restricted || g == NodeAgentGroup
@@ -44,7 +50,7 @@ func WhoAmI(ctx context.Context, c kubernetes.Interface) (Identity, error) {
 	} else {
 		id.Node = strings.Join(u.Extra[nodeNameExtra], "")
 	}
-	return id, nil
+	return id
 }
 
 // CheckDaemonSetIdentity refuses to run plinth-node of a DaemonSet (in the

@@ -424,8 +424,9 @@ func TestForeignObjects(t *testing.T) {
 
 // TestPVMadeElsewhere: the PV for a claim placed on this node already
 // exists when the node comes to make it, but another node made it (its
-// node label says so: what a compromised node could do, since a policy
-// cannot read the claim a new PV names). The node neither takes it as an
+// node label says so: what a compromised node could do where no admission
+// webhook reads the claim a new PV names; here the admin makes it). The
+// node neither takes it as an
 // earlier attempt of its own nor binds the claim to it: it says so in a
 // Warning Event naming the PV's node, and removes the volume it made.
 func TestPVMadeElsewhere(t *testing.T) {

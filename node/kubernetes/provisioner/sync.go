@@ -195,11 +195,12 @@ func (r *run) ensurePV(ctx context.Context, pvc *corev1.PersistentVolumeClaim, r
 // it, record it, or call it provisioned, and it removes the volume it made
 // for the claim, to which no PV of this node will refer. The PV controller
 // may still bind the claim to that PV (if it fits the claim), and the
-// claim's pods then go where the PV's node affinity says. The admission policies let a node create a PV
-// only with its own label, so the label names the node that made it (an
-// administrator may also have made it, to pre-bind the claim), which the
-// Warning Event says: a node that makes PVs for claims placed elsewhere is
-// one to look at.
+// claim's pods then go where the PV's node affinity says. The admission
+// policies let a node create a PV only with its own label, so the label
+// names the node that made it (an administrator may also have made it, to
+// pre-bind the claim), which the Warning Event says: a node that makes PVs
+// for claims placed elsewhere is one to look at. Where the control plane
+// runs the admission webhook (package admission), no node can make it.
 func (r *run) madeElsewhere(ctx context.Context, pvc *corev1.PersistentVolumeClaim, pv *corev1.PersistentVolume) error {
 	msg := fmt.Sprintf("PV %s for this claim already exists, but node %s, on which the claim was placed, did not make it: the PV is labelled %s=%q. "+
 		"The PV controller may bind the claim to it, and its pods would then run where that PV is; if no administrator made it for this claim, delete the claim and find out who did.",

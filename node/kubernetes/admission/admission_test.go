@@ -1,0 +1,166 @@
+package admission
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"source.plinth.dev/node/kubernetes/clusterobjects"
+	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/pkg/logtree"
+)
+
+// These are fast checks of the decision alone, against a fake clientset;
+// the webhook in force, called by a real API server for a real node
+// agent, is clusterobjects' TestNodeWritesOwnOnly.
+
+func claim(name, uid, provisioner, node string) *corev1.PersistentVolumeClaim {
+	c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
+		Name: name, Namespace: "ns", UID: types.UID(uid), Annotations: map[string]string{},
+	}}
+	if provisioner != "" {
+		c.Annotations[ownership.AnnStorageProvisioner] = provisioner
+	}
+	if node != "" {
+		c.Annotations[ownership.AnnSelectedNode] = node
+	}
+	return c
+}
+
+func request(t *testing.T, user authenticationv1.UserInfo, pv *corev1.PersistentVolume) *admissionv1.AdmissionRequest {
+	t.Helper()
+	raw, err := json.Marshal(pv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &admissionv1.AdmissionRequest{
+		UID:       "review-1",
+		Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "PersistentVolume"},
+		Operation: admissionv1.Create,
+		UserInfo:  user,
+		Object:    runtime.RawExtension{Raw: raw},
+	}
+}
+
+func TestAdmit(t *testing.T) {
+	mine := claim("mine", "u-mine", names.DriverName, "a")
+	theirs := claim("theirs", "u-theirs", names.DriverName, "b")
+	unplaced := claim("unplaced", "u-unplaced", names.DriverName, "")
+	other := claim("other", "u-other", "disk.example.com", "a")
+	client := fake.NewClientset(mine, theirs, unplaced, other)
+	w, err := New(client, logtree.New().LeveledFor("admission"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentA := authenticationv1.UserInfo{Username: clusterobjects.NodeAgentUser("a"), Groups: []string{clusterobjects.NodeAgentGroup}}
+	daemonSetA := authenticationv1.UserInfo{Username: clusterobjects.DaemonSetUser(),
+		Extra: map[string]authenticationv1.ExtraValue{"authentication.kubernetes.io/node-name": {"a"}}}
+	daemonSetNoNode := authenticationv1.UserInfo{Username: clusterobjects.DaemonSetUser()}
+	admin := authenticationv1.UserInfo{Username: "admin", Groups: []string{"system:masters"}}
+
+	naming := func(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolume { return Probe("a", c) }
+	gone := naming(claim("gone", "u-gone", "", ""))
+	reused := naming(theirs)
+	reused.Spec.ClaimRef.UID = "u-earlier"
+	unbound := naming(mine)
+	unbound.Spec.ClaimRef = nil
+	for _, tc := range []struct {
+		what   string
+		user   authenticationv1.UserInfo
+		pv     *corev1.PersistentVolume
+		refuse string // "" allowed; else a part of the refusal
+	}{
+		{"its claim", agentA, naming(mine), ""},
+		{"its claim, as the DaemonSet", daemonSetA, naming(mine), ""},
+		{"node b's claim", agentA, naming(theirs), "is placed on node b"},
+		{"node b's claim, as the DaemonSet", daemonSetA, naming(theirs), "is placed on node b"},
+		{"an unplaced claim", agentA, naming(unplaced), "is not placed on any node"},
+		{"another driver's claim", agentA, naming(other), `asks "disk.example.com" for its volume`},
+		{"a DaemonSet token bound to no node", daemonSetNoNode, naming(mine), "names no node"},
+		{"a claim that does not exist", agentA, gone, ""},
+		{"a claim of that name but another UID", agentA, reused, ""},
+		{"no claim", agentA, unbound, ""},
+		{"node b's claim, as an administrator", admin, naming(theirs), ""},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			r := w.admit(t.Context(), request(t, tc.user, tc.pv))
+			switch {
+			case tc.refuse == "" && !r.Allowed:
+				t.Errorf("refused (%v), want allowed", r.Result)
+			case tc.refuse != "" && r.Allowed:
+				t.Errorf("allowed, want refused: %s", tc.refuse)
+			case tc.refuse != "" && (r.Result.Code != http.StatusForbidden || !strings.Contains(r.Result.Message, tc.refuse)):
+				t.Errorf("refusal %d %q, want 403 saying %q", r.Result.Code, r.Result.Message, tc.refuse)
+			}
+		})
+	}
+
+	// A claim that cannot be read is refused as unavailable (the node
+	// retries), never let through.
+	broken := fake.NewClientset()
+	broken.PrependReactor("get", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("etcd is down")
+	})
+	bw, err := New(broken, logtree.New().LeveledFor("admission"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := bw.admit(t.Context(), request(t, agentA, naming(theirs)))
+	if r.Allowed || r.Result.Code != http.StatusServiceUnavailable || !strings.Contains(r.Result.Message, "etcd is down") {
+		t.Errorf("claim unreadable: %+v, want refused as unavailable", r)
+	}
+}
+
+func TestServeHTTP(t *testing.T) {
+	w, err := New(fake.NewClientset(claim("theirs", "u-theirs", names.DriverName, "b")), logtree.New().LeveledFor("admission"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := authenticationv1.UserInfo{Username: clusterobjects.NodeAgentUser("a"), Groups: []string{clusterobjects.NodeAgentGroup}}
+	body, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request:  request(t, user, Probe("a", claim("theirs", "u-theirs", "", ""))),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	w.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, clusterobjects.VolumeClaimsWebhookPath, bytes.NewReader(body)))
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(rec.Body.Bytes(), &review); err != nil || rec.Code != http.StatusOK {
+		t.Fatalf("answer %d %q: %v", rec.Code, rec.Body.String(), err)
+	}
+	if review.Kind != "AdmissionReview" || review.APIVersion != "admission.k8s.io/v1" || review.Response == nil ||
+		review.Response.UID != "review-1" || review.Response.Allowed {
+		t.Errorf("answer %+v, want the review's UID, refused", review)
+	}
+
+	for _, tc := range []struct {
+		method, body string
+		code         int
+	}{
+		{http.MethodGet, "", http.StatusMethodNotAllowed},
+		{http.MethodPost, "{", http.StatusBadRequest},
+		{http.MethodPost, `{"kind":"AdmissionReview"}`, http.StatusBadRequest},
+	} {
+		rec := httptest.NewRecorder()
+		w.ServeHTTP(rec, httptest.NewRequest(tc.method, clusterobjects.VolumeClaimsWebhookPath, strings.NewReader(tc.body)))
+		if rec.Code != tc.code {
+			t.Errorf("%s %q: %d, want %d", tc.method, tc.body, rec.Code, tc.code)
+		}
+	}
+}

@@ -1,0 +1,83 @@
+package clusterobjects
+
+import (
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The admission webhook (package admission) checks the one rule of a node
+// agent's writes that AdmissionPolicies cannot: a PV's claimRef names a
+// claim, and a policy sees only the PV.
+const (
+	// VolumeClaimsWebhookName names the ValidatingWebhookConfiguration.
+	VolumeClaimsWebhookName = "plinth-node-volume-claims"
+	// VolumeClaimsCheckName names the configuration's one webhook, as
+	// the API server's refusals quote it.
+	VolumeClaimsCheckName = "volume-claims.storage.plinth.dev"
+	// VolumeClaimsWebhookPath is the path the webhook serves it on.
+	VolumeClaimsWebhookPath = "/validate/persistentvolumes"
+	// AdmissionRoleName names the ClusterRole of the webhook's server.
+	AdmissionRoleName = "plinth:admission"
+	// AdmissionUser is the user name of the webhook server's client
+	// certificate where the control plane runs it (test/launch).
+	AdmissionUser = "system:plinth-admission"
+)
+
+// VolumeClaimsWebhook registers the webhook served at client: it sees
+// every PV a node agent creates (the policies' match condition), and
+// nothing else, so the cluster's other writes never wait for it.
+//
+// failurePolicy Fail: a PV the webhook could not check is refused, and
+// the node retries it, as it retries any failed write. Only node agents'
+// PV creations wait for the server while it is down; claims that are
+// already bound and their pods are untouched.
+func VolumeClaimsWebhook(client admissionv1.WebhookClientConfig) *admissionv1.ValidatingWebhookConfiguration {
+	// The fields the API server would default are set, so that what is
+	// read back equals this.
+	fail := admissionv1.Fail
+	equivalent := admissionv1.Equivalent
+	none := admissionv1.SideEffectClassNone
+	all := admissionv1.AllScopes
+	timeout := int32(5)
+	return &admissionv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: VolumeClaimsWebhookName, Labels: map[string]string{labelManagedBy: managedBy}},
+		Webhooks: []admissionv1.ValidatingWebhook{{
+			Name:         VolumeClaimsCheckName,
+			ClientConfig: client,
+			Rules: []admissionv1.RuleWithOperations{{
+				Operations: []admissionv1.OperationType{admissionv1.Create},
+				Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"persistentvolumes"}, Scope: &all},
+			}},
+			FailurePolicy:           &fail,
+			MatchPolicy:             &equivalent,
+			NamespaceSelector:       &metav1.LabelSelector{},
+			ObjectSelector:          &metav1.LabelSelector{},
+			SideEffects:             &none,
+			TimeoutSeconds:          &timeout,
+			AdmissionReviewVersions: []string{"v1"},
+			MatchConditions:         []admissionv1.MatchCondition{nodeAgents()},
+		}},
+	}
+}
+
+// AdmissionRole is what the webhook's server reads: the claim a new PV
+// names, live (never from a cache, which could be behind the placement
+// the node relies on).
+func AdmissionRole() *rbacv1.ClusterRole {
+	return &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: AdmissionRoleName, Labels: map[string]string{labelManagedBy: managedBy}},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get"}},
+		},
+	}
+}
+
+// AdmissionRoleBinding grants AdmissionRole to subject.
+func AdmissionRoleBinding(subject rbacv1.Subject) *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: AdmissionRoleName, Labels: map[string]string{labelManagedBy: managedBy}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: AdmissionRoleName},
+		Subjects:   []rbacv1.Subject{subject},
+	}
+}
