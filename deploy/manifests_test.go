@@ -10,11 +10,13 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -30,7 +32,7 @@ import (
 func objects(t *testing.T) []runtime.Object {
 	t.Helper()
 	var objs []runtime.Object
-	for _, f := range []string{"namespace.yaml", "rbac.yaml", "admission.yaml", "storage.yaml", "daemonset.yaml"} {
+	for _, f := range []string{"namespace.yaml", "rbac.yaml", "admission.yaml", "storage.yaml", "daemonset.yaml", "webhook.yaml"} {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -58,8 +60,8 @@ func objects(t *testing.T) []runtime.Object {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(kust), ".yaml"); n != 5 {
-		t.Fatalf("kustomization.yaml lists %d files, the test reads 5", n)
+	if n := strings.Count(string(kust), ".yaml"); n != 6 {
+		t.Fatalf("kustomization.yaml lists %d files, the test reads 6", n)
 	}
 	return objs
 }
@@ -84,9 +86,13 @@ func TestManifestsMatchTheCode(t *testing.T) {
 	for _, o := range objects(t) {
 		switch o := o.(type) {
 		case *rbacv1.ClusterRole:
-			role = o
+			if o.Name == clusterobjects.ClusterRoleName {
+				role = o
+			}
 		case *rbacv1.ClusterRoleBinding:
-			binding = o
+			if o.Name == clusterobjects.ClusterRoleName {
+				binding = o
+			}
 		case *storagev1.CSIDriver:
 			driver = o
 		case *storagev1.StorageClass:
@@ -213,5 +219,118 @@ func TestDaemonSetPaths(t *testing.T) {
 	}
 	if kubeletDir == "" || !found {
 		t.Errorf("--kubelet-dir %q is not a mounted host path", kubeletDir)
+	}
+}
+
+// TestWebhookMatchesTheCode: webhook.yaml registers the code's webhook
+// (clusterobjects.VolumeClaimsWebhook) at its Service, whose port reaches
+// the container's; its server runs as a service account bound to the
+// code's roles (the Secret role for the Secret its args name), with a
+// certificate for the name the API server calls it by.
+func TestWebhookMatchesTheCode(t *testing.T) {
+	var (
+		config   *admissionv1.ValidatingWebhookConfiguration
+		role     *rbacv1.ClusterRole
+		binding  *rbacv1.ClusterRoleBinding
+		secrets  *rbacv1.Role
+		bindingS *rbacv1.RoleBinding
+		service  *corev1.Service
+		deploy   *appsv1.Deployment
+	)
+	for _, o := range objects(t) {
+		switch o := o.(type) {
+		case *admissionv1.ValidatingWebhookConfiguration:
+			config = o
+		case *rbacv1.ClusterRole:
+			if o.Name == clusterobjects.AdmissionRoleName {
+				role = o
+			}
+		case *rbacv1.ClusterRoleBinding:
+			if o.Name == clusterobjects.AdmissionRoleName {
+				binding = o
+			}
+		case *rbacv1.Role:
+			secrets = o
+		case *rbacv1.RoleBinding:
+			bindingS = o
+		case *corev1.Service:
+			service = o
+		case *appsv1.Deployment:
+			deploy = o
+		}
+	}
+	if config == nil || role == nil || binding == nil || secrets == nil || bindingS == nil || service == nil || deploy == nil {
+		t.Fatalf("webhook.yaml lacks objects: configuration %v, roles %v %v, bindings %v %v, service %v, deployment %v",
+			config != nil, role != nil, secrets != nil, binding != nil, bindingS != nil, service != nil, deploy != nil)
+	}
+	if len(config.Webhooks) != 1 || config.Webhooks[0].ClientConfig.Service == nil {
+		t.Fatalf("the configuration has %d webhooks; want one, called at a Service", len(config.Webhooks))
+	}
+	svc := config.Webhooks[0].ClientConfig.Service
+	want := clusterobjects.VolumeClaimsWebhook(admissionv1.WebhookClientConfig{Service: svc})
+	if config.Name != want.Name || !reflect.DeepEqual(config.Webhooks, want.Webhooks) {
+		t.Errorf("webhook.yaml's configuration differs from the code's; the code's is\n%s", manifest(t, want))
+	}
+	if svc.Path == nil || *svc.Path != clusterobjects.VolumeClaimsWebhookPath || svc.Name != service.Name || svc.Namespace != service.Namespace {
+		t.Errorf("the webhook is called at %s/%s %v; the Service is %s/%s and the server serves %s",
+			svc.Namespace, svc.Name, svc.Path, service.Namespace, service.Name, clusterobjects.VolumeClaimsWebhookPath)
+	}
+	if wantRole := clusterobjects.AdmissionRole(); !reflect.DeepEqual(role.Rules, wantRole.Rules) {
+		t.Errorf("ClusterRole %s has rules\n%+v\nthe code's are\n%+v", role.Name, role.Rules, wantRole.Rules)
+	}
+
+	pod := deploy.Spec.Template.Spec
+	args := strings.Join(pod.Containers[0].Args, " ")
+	secretNS, secretName, dnsName := "", "", ""
+	for _, a := range pod.Containers[0].Args {
+		if v, ok := strings.CutPrefix(a, "--certificate-secret="); ok {
+			secretNS, secretName, _ = strings.Cut(v, "/")
+		}
+		if v, ok := strings.CutPrefix(a, "--certificate-dns-name="); ok {
+			dnsName = v
+		}
+	}
+	if !strings.HasPrefix(args, "admission-serve ") || secretNS != deploy.Namespace || secretName == "" {
+		t.Errorf("the Deployment runs %q; want admission-serve with a Secret of its namespace", args)
+	}
+	if dnsName != service.Name+"."+service.Namespace+".svc" {
+		t.Errorf("its certificate is for %q; the API server calls %s.%s.svc", dnsName, service.Name, service.Namespace)
+	}
+	if wantS := clusterobjects.AdmissionSecretRole(secretNS, secretName); secrets.Namespace != secretNS || !reflect.DeepEqual(secrets.Rules, wantS.Rules) {
+		t.Errorf("Role %s/%s has rules\n%+v\nthe code's for Secret %s/%s are\n%+v", secrets.Namespace, secrets.Name, secrets.Rules, secretNS, secretName, wantS.Rules)
+	}
+	sa := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: pod.ServiceAccountName, Namespace: deploy.Namespace}
+	for _, b := range []struct {
+		subjects []rbacv1.Subject
+		ref      rbacv1.RoleRef
+		kind     string
+	}{{binding.Subjects, binding.RoleRef, "ClusterRole"}, {bindingS.Subjects, bindingS.RoleRef, "Role"}} {
+		if !reflect.DeepEqual(b.subjects, []rbacv1.Subject{sa}) || b.ref.Kind != b.kind || b.ref.Name != clusterobjects.AdmissionRoleName {
+			t.Errorf("binding of %s %s to %+v; want to the Deployment's service account %+v", b.ref.Kind, b.ref.Name, b.subjects, sa)
+		}
+	}
+	if sa.Name == clusterobjects.DaemonSetServiceAccount {
+		t.Errorf("the webhook runs as the node agents' service account, which it judges")
+	}
+
+	// The Service reaches the container's port, and the probes ask it.
+	if len(service.Spec.Ports) != 1 || svc.Port == nil || service.Spec.Ports[0].Port != *svc.Port {
+		t.Fatalf("Service ports %+v; the webhook is called at port %v", service.Spec.Ports, svc.Port)
+	}
+	target := service.Spec.Ports[0].TargetPort.IntValue()
+	listen := ""
+	for _, a := range pod.Containers[0].Args {
+		if v, ok := strings.CutPrefix(a, "--listen="); ok {
+			listen = v
+		}
+	}
+	if listen != ":"+strconv.Itoa(target) || !reflect.DeepEqual(service.Spec.Selector, deploy.Spec.Template.Labels) {
+		t.Errorf("the Service sends port %d to pods %v; the server listens on %q, its pods are %v", target, service.Spec.Selector, listen, deploy.Spec.Template.Labels)
+	}
+	c := pod.Containers[0]
+	for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Port.IntValue() != target || p.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+			t.Errorf("probe %+v does not ask the server's HTTPS port %d", p, target)
+		}
 	}
 }

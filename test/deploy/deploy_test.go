@@ -24,7 +24,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
+	"source.plinth.dev/node/kubernetes/admission"
+	"source.plinth.dev/node/kubernetes/clusterobjects"
+	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/test/e2e/workload"
 	"source.plinth.dev/test/launch"
@@ -40,7 +45,8 @@ const (
 	kubeletEnv = "PLINTH_UPSTREAM_KUBELET"
 )
 
-var cluster = launch.NewShared(launch.Config{Images: images(), UpstreamKubelet: os.Getenv(kubeletEnv)})
+// The cluster has no admission webhook of its own: deploy/ installs it.
+var cluster = launch.NewShared(launch.Config{Images: images(), UpstreamKubelet: os.Getenv(kubeletEnv), NoAdmissionWebhook: true})
 
 func images() []string {
 	if p := os.Getenv(imageEnv); p != "" {
@@ -69,8 +75,10 @@ func clusterFor(t *testing.T) *launch.Cluster {
 // overlay writes a kustomization over deploy/ that points the DaemonSet's
 // host paths at the launched node's (its data filesystem, its kubelet's
 // root directory) and its API client at the API server, which listens on
-// loopback only and has no kube-proxy in front of its Service. Nothing
-// else of deploy/ changes.
+// loopback only and has no kube-proxy in front of its Service. The
+// webhook's Deployment gets the host network for the same reason, and so
+// one replica (one port 9443 on the one node). Nothing else of deploy/
+// changes.
 func overlay(t *testing.T, c *launch.Cluster) string {
 	t.Helper()
 	root, err := launch.RepoRoot(".")
@@ -97,11 +105,10 @@ func overlay(t *testing.T, c *launch.Cluster) string {
 	}
 	u := strings.TrimPrefix(c.APIServerURL, "https://")
 	host, port, _ := strings.Cut(u, ":")
-	env := []corev1.EnvVar{
+	apiServer := []corev1.EnvVar{{Name: "KUBERNETES_SERVICE_HOST", Value: host}, {Name: "KUBERNETES_SERVICE_PORT", Value: port}}
+	env := append([]corev1.EnvVar{
 		{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
-		{Name: "KUBERNETES_SERVICE_HOST", Value: host},
-		{Name: "KUBERNETES_SERVICE_PORT", Value: port},
-	}
+	}, apiServer...)
 	hostToContainer, bidirectional := corev1.MountPropagationHostToContainer, corev1.MountPropagationBidirectional
 	orCreate, directory := corev1.HostPathDirectoryOrCreate, corev1.HostPathDirectory
 	type vol struct {
@@ -130,7 +137,16 @@ func overlay(t *testing.T, c *launch.Cluster) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kust := fmt.Sprintf("resources:\n- %s\npatches:\n- target: {kind: DaemonSet, name: plinth-node}\n  patch: %q\n%s", base, patch, config)
+	webhookPatch, err := json.Marshal([]map[string]any{
+		{"op": "replace", "path": "/spec/replicas", "value": 1},
+		{"op": "add", "path": "/spec/template/spec/hostNetwork", "value": true},
+		{"op": "add", "path": "/spec/template/spec/containers/0/env", "value": apiServer},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kust := fmt.Sprintf("resources:\n- %s\npatches:\n- target: {kind: DaemonSet, name: plinth-node}\n  patch: %q\n- target: {kind: Deployment, name: plinth-admission}\n  patch: %q\n%s",
+		base, patch, webhookPatch, config)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kust), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -206,6 +222,7 @@ func TestDeployWorkload(t *testing.T) {
 		return false, fmt.Errorf("no claim bound yet")
 	})
 	t.Logf("kubectl apply -k to the first Bound claim: %.1fs", time.Since(applied).Seconds())
+	testWebhookInForce(t, c)
 
 	if _, err := workload.WaitMarker(ctx, c.Client, "default", spec.Pod.Name, "[INIT-PASSED]", "[INIT-FAILED]", 3*time.Minute); err != nil {
 		t.Fatalf("%v\n%s", err, kubectl(t, c, "-n", "plinth-system", "logs", "daemonset/plinth-node", "--tail=50"))
@@ -273,6 +290,53 @@ func TestDeployWorkload(t *testing.T) {
 		})
 	}
 	testUninstallKeepsData(t, c, dir, spec)
+}
+
+// testWebhookInForce: deploy/'s admission webhook refuses the DaemonSet's
+// node agent a PV for a claim placed on another node (the admin asks as
+// that agent, impersonating its user and its token's node, as a dry run).
+func testWebhookInForce(t *testing.T, c *launch.Cluster) {
+	ctx := context.Background()
+	elsewhere, err := c.Client.CoreV1().PersistentVolumeClaims("default").Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "placed-elsewhere", Annotations: map[string]string{
+			"volume.kubernetes.io/storage-provisioner": names.DriverName,
+			"volume.kubernetes.io/selected-node":       "elsewhere",
+		}},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
+			StorageClassName: new(names.StorageClassName),
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Client.CoreV1().PersistentVolumeClaims("default").Delete(ctx, elsewhere.Name, metav1.DeleteOptions{})
+	})
+	cfg := rest.CopyConfig(c.RESTConfig)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: clusterobjects.DaemonSetUser(),
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + clusterobjects.DaemonSetNamespace, "system:authenticated"},
+		// What the API server adds to a token bound to a pod on the node.
+		Extra: map[string][]string{"authentication.kubernetes.io/node-name": {c.NodeName}},
+	}
+	agent, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusal := `admission webhook "` + clusterobjects.VolumeClaimsCheckName + `" denied the request`
+	poll(t, time.Minute, "the webhook's refusal of a PV for a claim placed elsewhere", func(ctx context.Context) (bool, error) {
+		_, err := agent.CoreV1().PersistentVolumes().Create(ctx, admission.Probe(c.NodeName, elsewhere), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		switch {
+		case err == nil:
+			t.Fatalf("the node agent's PV for claim %s, placed on node elsewhere, was admitted", elsewhere.Name)
+		case !strings.Contains(err.Error(), refusal) || !strings.Contains(err.Error(), "is placed on node elsewhere"):
+			return false, err
+		}
+		t.Logf("deploy/'s webhook in force: %v", err)
+		return true, nil
+	})
 }
 
 // testUninstallKeepsData deletes the workload's pod (not its claims) and

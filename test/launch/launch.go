@@ -96,6 +96,10 @@ type Config struct {
 	// experiments that count which component made which calls; it costs
 	// the API server a line of JSON per request.
 	AuditGroups []string
+	// NoAdmissionWebhook leaves out the admission webhook this process
+	// serves (package admission): for a cluster that installs its own, as
+	// deploy/ does (test/deploy).
+	NoAdmissionWebhook bool
 	// WaitForLock waits for another cluster on this host to stop instead of
 	// failing with *BusyError.
 	WaitForLock bool

@@ -50,8 +50,10 @@ func (c *Cluster) applyRBAC(ctx context.Context) error {
 			return fmt.Errorf("creating ValidatingAdmissionPolicyBinding %s: %w", binding.Name, err)
 		}
 	}
-	if err := c.applyAdmission(ctx); err != nil {
-		return err
+	if c.admission != nil {
+		if err := c.applyAdmission(ctx); err != nil {
+			return err
+		}
 	}
 	return c.waitPolicyInForce(ctx)
 }
@@ -161,6 +163,9 @@ func (c *Cluster) waitPolicyInForce(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	if c.admission == nil {
+		delete(probes, clusterobjects.VolumeClaimsCheckName)
+	}
 	for name, probe := range probes {
 		refusal := "ValidatingAdmissionPolicy '" + name + "'"
 		if name == clusterobjects.VolumeClaimsCheckName {

@@ -271,8 +271,10 @@ func (c *Cluster) startAll(ctx context.Context) error {
 	if err := c.startControllers(); err != nil {
 		return err
 	}
-	if err := c.startAdmission(); err != nil {
-		return err
+	if !c.cfg.NoAdmissionWebhook {
+		if err := c.startAdmission(); err != nil {
+			return err
+		}
 	}
 	if err := c.applyRBAC(ctx); err != nil {
 		return err
@@ -384,6 +386,9 @@ func (c *Cluster) startAPIServer() error {
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--cert-dir=" + filepath.Join(c.Dir, "run", "apiserver"),
 		"--profiling=false",
+		// Webhooks and aggregated APIs are called at their Services'
+		// endpoints: no kube-proxy gives this host their cluster IPs.
+		"--enable-aggregator-routing=true",
 		"--v=1",
 	}, advertise, c.apiServerArgs)
 	return c.run("kube-apiserver", filepath.Join(c.BinDir, "kube-apiserver"), args, []string{hostPATH})

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"os"
+	"strings"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 
@@ -16,21 +19,31 @@ import (
 	"source.plinth.dev/pkg/logtree"
 )
 
-const admissionServeUsage = `Usage: plinth-node admission-serve --tls-cert-file FILE --tls-key-file FILE [flags]
+const admissionServeUsage = `Usage: plinth-node admission-serve (--tls-cert-file FILE --tls-key-file FILE | --certificate-secret NS/NAME --certificate-dns-name NAME) [flags]
 
 Serves the admission webhook that lets a node agent create a PV only for
 a claim placed on its node (package node/kubernetes/admission), for the
 control plane to call over HTTPS at ` + clusterobjects.VolumeClaimsWebhookPath + `
 (and /healthz for probes). Register it with the ValidatingWebhookConfiguration
 ` + clusterobjects.VolumeClaimsWebhookName + ` (clusterobjects.VolumeClaimsWebhook), and
-give its identity the ClusterRole ` + clusterobjects.AdmissionRoleName + ` (get on claims).
-The serving certificate is read again whenever its files change.
+give its identity the ClusterRole ` + clusterobjects.AdmissionRoleName + `.
+
+The serving certificate comes from files (read again whenever they
+change), or, without a certificate manager (deploy/), from a Secret the
+webhook keeps itself: a CA and a certificate for --certificate-dns-name
+(the Service's name, <service>.<namespace>.svc), made by the first replica
+to start and replaced when it ends within a year; the webhook then puts
+the CA into the configuration's caBundle, and puts it back every minute
+if it was removed.
 
 Flags:
 `
 
 type admissionServeOptions struct {
 	listen, certFile, keyFile, kubeconfig string
+	// secretNamespace, secretName and dnsName: the certificate kept in a
+	// Secret (--certificate-secret, --certificate-dns-name).
+	secretNamespace, secretName, dnsName string
 }
 
 func parseAdmissionServeOptions(args []string) (*admissionServeOptions, error) {
@@ -40,6 +53,8 @@ func parseAdmissionServeOptions(args []string) (*admissionServeOptions, error) {
 	fs.StringVar(&o.certFile, "tls-cert-file", "", "serving certificate (PEM), issued by the CA in the webhook configuration's caBundle (required)")
 	fs.StringVar(&o.keyFile, "tls-key-file", "", "private key of --tls-cert-file (PEM) (required)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the identity that reads claims; empty: the pod's service account")
+	secret := fs.String("certificate-secret", "", "NAMESPACE/NAME of the Secret that keeps the webhook's own CA and certificate, instead of --tls-cert-file")
+	fs.StringVar(&o.dnsName, "certificate-dns-name", "", "the name the API server calls the webhook by, <service>.<namespace>.svc, for --certificate-secret")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), admissionServeUsage)
 		fs.PrintDefaults()
@@ -50,8 +65,18 @@ func parseAdmissionServeOptions(args []string) (*admissionServeOptions, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if o.certFile == "" || o.keyFile == "" {
-		return nil, errors.New("--tls-cert-file and --tls-key-file are required: the API server calls webhooks over HTTPS only")
+	files := o.certFile != "" || o.keyFile != ""
+	switch {
+	case files && *secret != "":
+		return nil, errors.New("--tls-cert-file and --certificate-secret exclude each other")
+	case *secret != "":
+		ns, name, ok := strings.Cut(*secret, "/")
+		if !ok || ns == "" || name == "" || o.dnsName == "" {
+			return nil, errors.New("--certificate-secret takes NAMESPACE/NAME, and needs --certificate-dns-name")
+		}
+		o.secretNamespace, o.secretName = ns, name
+	case o.certFile == "" || o.keyFile == "":
+		return nil, errors.New("--tls-cert-file and --tls-key-file, or --certificate-secret, are required: the API server calls webhooks over HTTPS only")
 	}
 	return o, nil
 }
@@ -60,10 +85,6 @@ func parseAdmissionServeOptions(args []string) (*admissionServeOptions, error) {
 // until ctx ends.
 func admissionServe(ctx context.Context, args []string) error {
 	o, err := parseAdmissionServeOptions(args)
-	if err != nil {
-		return err
-	}
-	cert, err := admission.CertificateFiles(o.certFile, o.keyFile)
 	if err != nil {
 		return err
 	}
@@ -81,10 +102,54 @@ func admissionServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	var cert func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	var ca []byte // the CA of a certificate kept in a Secret
+	if o.secretName == "" {
+		if cert, err = admission.CertificateFiles(o.certFile, o.keyFile); err != nil {
+			return err
+		}
+	} else {
+		var pair *tls.Certificate
+		if pair, ca, err = admission.SecretCertificate(ctx, client, o.secretNamespace, o.secretName, o.dnsName); err != nil {
+			return err
+		}
+		cert = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return pair, nil }
+	}
 	l, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
+	if ca != nil {
+		go keepCABundle(ctx, client, ca, log)
+	}
 	log.Infof("serving the admission webhook on https://%s%s", l.Addr(), clusterobjects.VolumeClaimsWebhookPath)
 	return admission.Serve(ctx, l, cert, w)
+}
+
+// keepCABundle puts ca into the webhook configuration's caBundle now (or
+// once the configuration exists: kubectl apply may create it after the
+// webhook's pods) and every minute after, until ctx ends.
+func keepCABundle(ctx context.Context, client kubernetes.Interface, ca []byte, log logtree.LeveledLogger) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	failing := false
+	for {
+		err := admission.SetCABundle(ctx, client, ca)
+		switch {
+		case err != nil && !failing:
+			log.Warningf("setting the webhook's caBundle (retried every minute): %v", err)
+		case err == nil && failing:
+			log.Infof("the webhook's caBundle is set")
+		}
+		failing = err != nil
+		wait := t.C
+		if failing {
+			wait = time.After(2 * time.Second)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-wait:
+		}
+	}
 }

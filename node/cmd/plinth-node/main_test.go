@@ -200,8 +200,10 @@ func TestCommandLineErrors(t *testing.T) {
 		// The subcommand is dispatched before the node's flags are parsed.
 		{[]string{"csi-serve"}, 1, "plinth-node csi-serve:"},
 		{[]string{"csi-serve", "--help"}, 0, "Usage: plinth-node csi-serve"},
-		{[]string{"admission-serve"}, 1, "--tls-cert-file and --tls-key-file are required"},
+		{[]string{"admission-serve"}, 1, "--tls-cert-file and --tls-key-file, or --certificate-secret, are required"},
 		{[]string{"admission-serve", "--help"}, 0, "Usage: plinth-node admission-serve"},
+		{[]string{"admission-serve", "--certificate-secret", "plinth-system"}, 1, "--certificate-secret takes NAMESPACE/NAME"},
+		{[]string{"admission-serve", "--certificate-secret", "a/b", "--tls-cert-file", "c"}, 1, "exclude each other"},
 	} {
 		cmd := exec.Command(os.Args[0], c.args...)
 		cmd.Env = append(os.Environ(), roleEnv+"=plinth-node")

@@ -61,14 +61,32 @@ func VolumeClaimsWebhook(client admissionv1.WebhookClientConfig) *admissionv1.Va
 	}
 }
 
-// AdmissionRole is what the webhook's server reads: the claim a new PV
-// names, live (never from a cache, which could be behind the placement
-// the node relies on).
+// AdmissionRole is what the webhook's server does in the cluster: read
+// the claim a new PV names, live (never from a cache, which could be
+// behind the placement the node relies on); and, where it keeps its own
+// certificate (deploy/), put its CA into the caBundle of its configuration
+// (package admission's SetCABundle), which it may read and update alone.
 func AdmissionRole() *rbacv1.ClusterRole {
 	return &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: AdmissionRoleName, Labels: map[string]string{labelManagedBy: managedBy}},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"},
+				ResourceNames: []string{VolumeClaimsWebhookName}, Verbs: []string{"get", "update"}},
+		},
+	}
+}
+
+// AdmissionSecretRole lets the webhook's server keep its certificate in
+// the Secret name of its namespace (package admission's
+// SecretCertificate): create it (which RBAC cannot limit to a name),
+// read and replace that one.
+func AdmissionSecretRole(namespace, name string) *rbacv1.Role {
+	return &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: AdmissionRoleName, Namespace: namespace, Labels: map[string]string{labelManagedBy: managedBy}},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{name}, Verbs: []string{"get", "update"}},
 		},
 	}
 }
