@@ -2,15 +2,9 @@ package main
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -29,44 +23,26 @@ import (
 
 	"source.plinth.dev/node/kubernetes/admission"
 	"source.plinth.dev/node/kubernetes/clusterobjects"
+	"source.plinth.dev/test/launch/pki"
 )
 
-// writeServingCert writes a self-signed serving certificate for 127.0.0.1
-// and its key to dir, and returns it.
-func writeServingCert(t *testing.T, dir string, serial int64) *x509.Certificate {
+// servingCert issues a serving certificate for 127.0.0.1 from a new CA
+// (test/launch's pki) and moves it and its key to dir/tls.crt and
+// dir/tls.key, as a certificate manager renews them. It returns the CA
+// and the certificate.
+func servingCert(t *testing.T, dir string) (ca, cert *x509.Certificate) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	p, err := pki.New(t.TempDir(), []pki.Identity{{Name: "serving", CN: "plinth-admission", Server: true, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "plinth-admission"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true, IsCA: true, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Written aside and renamed, as a certificate manager renews them.
-	for name, block := range map[string]*pem.Block{"tls.crt": {Type: "CERTIFICATE", Bytes: der}, "tls.key": {Type: "EC PRIVATE KEY", Bytes: keyDER}} {
-		if err := os.WriteFile(filepath.Join(dir, name+".new"), pem.EncodeToMemory(block), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(filepath.Join(dir, name+".new"), filepath.Join(dir, name)); err != nil {
+	kp := p.Get("serving")
+	for from, to := range map[string]string{kp.CertPath: "tls.crt", kp.KeyPath: "tls.key"} {
+		if err := os.Rename(from, filepath.Join(dir, to)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert
+	return p.CA.Cert, kp.Cert
 }
 
 // TestAdmissionServe runs `plinth-node admission-serve` as the control
@@ -76,7 +52,7 @@ func writeServingCert(t *testing.T, dir string, serial int64) *x509.Certificate 
 // server are clusterobjects' TestNodeWritesOwnOnly.
 func TestAdmissionServe(t *testing.T) {
 	dir := t.TempDir()
-	first := writeServingCert(t, dir, 1)
+	firstCA, _ := servingCert(t, dir)
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
 kind: Config
@@ -108,7 +84,7 @@ current-context: c
 			}},
 		}}, &seen
 	}
-	c, _ := client(first)
+	c, _ := client(firstCA)
 	resp, err := c.Get("https://" + addr[1] + "/healthz")
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("/healthz: %v %v", resp, err)
@@ -151,13 +127,13 @@ current-context: c
 
 	// A renewed certificate is served from the next connection on.
 	time.Sleep(10 * time.Millisecond) // a later modification time on coarse clocks
-	second := writeServingCert(t, dir, 2)
-	c2, seen := client(second)
+	secondCA, second := servingCert(t, dir)
+	c2, seen := client(secondCA)
 	if r := review(c2, authenticationv1.UserInfo{Username: "admin"}); !r.Allowed {
 		t.Errorf("after the renewal: refused (%+v)", r.Result)
 	}
 	if len(*seen) == 0 || (*seen)[0].SerialNumber.Cmp(second.SerialNumber) != 0 {
-		t.Errorf("after the renewal the server presented %v, want serial 2", *seen)
+		t.Errorf("after the renewal the server presented %v, want serial %v", *seen, second.SerialNumber)
 	}
 
 	if err := n.cmd.Process.Signal(syscall.SIGTERM); err != nil {
