@@ -223,7 +223,7 @@ func TestDaemonSetPaths(t *testing.T) {
 }
 
 // TestWebhookMatchesTheCode: webhook.yaml registers the code's webhook
-// (clusterobjects.VolumeClaimsWebhook) at its Service, whose port reaches
+// (clusterobjects.NodeWritesWebhook) at its Service, whose port reaches
 // the container's; its server runs as a service account bound to the
 // code's roles (the Secret role for the Secret its args name), with a
 // certificate for the name the API server calls it by.
@@ -267,13 +267,13 @@ func TestWebhookMatchesTheCode(t *testing.T) {
 		t.Fatalf("the configuration has %d webhooks; want one, called at a Service", len(config.Webhooks))
 	}
 	svc := config.Webhooks[0].ClientConfig.Service
-	want := clusterobjects.VolumeClaimsWebhook(admissionv1.WebhookClientConfig{Service: svc})
+	want := clusterobjects.NodeWritesWebhook(admissionv1.WebhookClientConfig{Service: svc})
 	if config.Name != want.Name || !reflect.DeepEqual(config.Webhooks, want.Webhooks) {
 		t.Errorf("webhook.yaml's configuration differs from the code's; the code's is\n%s", manifest(t, want))
 	}
-	if svc.Path == nil || *svc.Path != clusterobjects.VolumeClaimsWebhookPath || svc.Name != service.Name || svc.Namespace != service.Namespace {
+	if svc.Path == nil || *svc.Path != clusterobjects.WebhookPath || svc.Name != service.Name || svc.Namespace != service.Namespace {
 		t.Errorf("the webhook is called at %s/%s %v; the Service is %s/%s and the server serves %s",
-			svc.Namespace, svc.Name, svc.Path, service.Namespace, service.Name, clusterobjects.VolumeClaimsWebhookPath)
+			svc.Namespace, svc.Name, svc.Path, service.Namespace, service.Name, clusterobjects.WebhookPath)
 	}
 	if wantRole := clusterobjects.AdmissionRole(); !reflect.DeepEqual(role.Rules, wantRole.Rules) {
 		t.Errorf("ClusterRole %s has rules\n%+v\nthe code's are\n%+v", role.Name, role.Rules, wantRole.Rules)

@@ -325,7 +325,7 @@ func testWebhookInForce(t *testing.T, c *launch.Cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	refusal := `admission webhook "` + clusterobjects.VolumeClaimsCheckName + `" denied the request`
+	refusal := `admission webhook "` + clusterobjects.WebhookCheckName + `" denied the request`
 	poll(t, time.Minute, "the webhook's refusal of a PV for a claim placed elsewhere", func(ctx context.Context) (bool, error) {
 		_, err := agent.CoreV1().PersistentVolumes().Create(ctx, admission.Probe(c.NodeName, elsewhere), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		switch {

@@ -22,8 +22,8 @@ import (
 
 // admissionServer is the admission webhook (package admission) served by
 // this process, as a control plane serves it beside its API server: with
-// its own client identity (clusterobjects.AdmissionUser, which may only
-// read claims) and a serving certificate of the cluster's CA. Its log is
+// its own client identity (clusterobjects.AdmissionUser, bound to
+// clusterobjects.AdmissionRole) and a serving certificate of the cluster's CA. Its log is
 // logs/plinth-admission.log.
 type admissionServer struct {
 	url  string
@@ -76,7 +76,7 @@ func (c *Cluster) startAdmission() error {
 		done <- err
 	}()
 	c.admission = &admissionServer{
-		url:  "https://" + l.Addr().String() + clusterobjects.VolumeClaimsWebhookPath,
+		url:  "https://" + l.Addr().String() + clusterobjects.WebhookPath,
 		stop: func() error { cancel(); return <-done },
 	}
 	return nil
@@ -101,7 +101,7 @@ func (c *Cluster) applyAdmission(ctx context.Context) error {
 	if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating ClusterRoleBinding %s: %w", binding.Name, err)
 	}
-	webhook := clusterobjects.VolumeClaimsWebhook(admissionv1.WebhookClientConfig{URL: &c.admission.url, CABundle: c.pki.CA.CertPEM()})
+	webhook := clusterobjects.NodeWritesWebhook(admissionv1.WebhookClientConfig{URL: &c.admission.url, CABundle: c.pki.CA.CertPEM()})
 	if _, err := c.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, webhook, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating ValidatingWebhookConfiguration %s: %w", webhook.Name, err)
 	}

@@ -147,7 +147,7 @@ func (c *Cluster) waitPolicyInForce(ctx context.Context) error {
 		},
 		// The webhook: a PV the policies admit, for a claim that asks no
 		// driver for its volume.
-		clusterobjects.VolumeClaimsCheckName: func(ctx context.Context) error {
+		clusterobjects.WebhookCheckName: func(ctx context.Context) error {
 			probe, err := c.Client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim.Name, metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -164,11 +164,11 @@ func (c *Cluster) waitPolicyInForce(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if c.admission == nil {
-		delete(probes, clusterobjects.VolumeClaimsCheckName)
+		delete(probes, clusterobjects.WebhookCheckName)
 	}
 	for name, probe := range probes {
 		refusal := "ValidatingAdmissionPolicy '" + name + "'"
-		if name == clusterobjects.VolumeClaimsCheckName {
+		if name == clusterobjects.WebhookCheckName {
 			refusal = `admission webhook "` + name + `" denied`
 		}
 		err := c.waitFor(ctx, "admission policy "+name+" in force", 100*time.Millisecond, func(ctx context.Context) (bool, error) {

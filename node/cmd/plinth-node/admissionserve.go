@@ -22,10 +22,11 @@ import (
 const admissionServeUsage = `Usage: plinth-node admission-serve (--tls-cert-file FILE --tls-key-file FILE | --certificate-secret NS/NAME --certificate-dns-name NAME) [flags]
 
 Serves the admission webhook that lets a node agent create a PV only for
-a claim placed on its node (package node/kubernetes/admission), for the
-control plane to call over HTTPS at ` + clusterobjects.VolumeClaimsWebhookPath + `
+a claim placed on its node, and capacity objects only for its own host
+and Plinth's classes (package node/kubernetes/admission), for the
+control plane to call over HTTPS at ` + clusterobjects.WebhookPath + `
 (and /healthz for probes). Register it with the ValidatingWebhookConfiguration
-` + clusterobjects.VolumeClaimsWebhookName + ` (clusterobjects.VolumeClaimsWebhook), and
+` + clusterobjects.WebhookName + ` (clusterobjects.NodeWritesWebhook), and
 give its identity the ClusterRole ` + clusterobjects.AdmissionRoleName + `.
 
 The serving certificate comes from files (read again whenever they
@@ -122,7 +123,7 @@ func admissionServe(ctx context.Context, args []string) error {
 	if ca != nil {
 		go keepCABundle(ctx, client, ca, log)
 	}
-	log.Infof("serving the admission webhook on https://%s%s", l.Addr(), clusterobjects.VolumeClaimsWebhookPath)
+	log.Infof("serving the admission webhook on https://%s%s", l.Addr(), clusterobjects.WebhookPath)
 	return admission.Serve(ctx, l, cert, w)
 }
 

@@ -65,7 +65,7 @@ current-context: c
 	}
 	n := startNode(t, "admission-serve", "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig,
 		"--tls-cert-file", filepath.Join(dir, "tls.crt"), "--tls-key-file", filepath.Join(dir, "tls.key"))
-	n.waitLine(t, clusterobjects.VolumeClaimsWebhookPath)
+	n.waitLine(t, clusterobjects.WebhookPath)
 	addr := regexp.MustCompile(`https://(127\.0\.0\.1:[0-9]+)/`).FindStringSubmatch(n.output())
 	if addr == nil {
 		t.Fatalf("no address in the log:\n%s", n.output())
@@ -106,7 +106,7 @@ current-context: c
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := c.Post("https://"+addr[1]+clusterobjects.VolumeClaimsWebhookPath, "application/json", bytes.NewReader(body))
+		resp, err := c.Post("https://"+addr[1]+clusterobjects.WebhookPath, "application/json", bytes.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -139,7 +140,7 @@ func TestServeHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := httptest.NewRecorder()
-	w.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, clusterobjects.VolumeClaimsWebhookPath, bytes.NewReader(body)))
+	w.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, clusterobjects.WebhookPath, bytes.NewReader(body)))
 	var review admissionv1.AdmissionReview
 	if err := json.Unmarshal(rec.Body.Bytes(), &review); err != nil || rec.Code != http.StatusOK {
 		t.Fatalf("answer %d %q: %v", rec.Code, rec.Body.String(), err)
@@ -158,9 +159,64 @@ func TestServeHTTP(t *testing.T) {
 		{http.MethodPost, `{"kind":"AdmissionReview"}`, http.StatusBadRequest},
 	} {
 		rec := httptest.NewRecorder()
-		w.ServeHTTP(rec, httptest.NewRequest(tc.method, clusterobjects.VolumeClaimsWebhookPath, strings.NewReader(tc.body)))
+		w.ServeHTTP(rec, httptest.NewRequest(tc.method, clusterobjects.WebhookPath, strings.NewReader(tc.body)))
 		if rec.Code != tc.code {
 			t.Errorf("%s %q: %d, want %d", tc.method, tc.body, rec.Code, tc.code)
 		}
+	}
+}
+
+func TestAdmitCapacity(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{names.TopologyKeyHostname: "host-a"}}}
+	plinth := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "local"}, Provisioner: names.DriverName}
+	other := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "disk"}, Provisioner: "disk.example.com"}
+	w, err := New(fake.NewClientset(node, plinth, other), logtree.New().LeveledFor("admission"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := func(n string) authenticationv1.UserInfo {
+		return authenticationv1.UserInfo{Username: clusterobjects.NodeAgentUser(n), Groups: []string{clusterobjects.NodeAgentGroup}}
+	}
+	capacity := func(class string, labels map[string]string) *storagev1.CSIStorageCapacity {
+		return &storagev1.CSIStorageCapacity{
+			ObjectMeta:       metav1.ObjectMeta{GenerateName: "cap-", Namespace: "plinth-system"},
+			StorageClassName: class,
+			NodeTopology:     &metav1.LabelSelector{MatchLabels: labels},
+		}
+	}
+	host := func(h string) map[string]string { return map[string]string{names.TopologyKeyHostname: h} }
+	for _, tc := range []struct {
+		what   string
+		user   authenticationv1.UserInfo
+		c      *storagev1.CSIStorageCapacity
+		refuse string
+	}{
+		{"its host, Plinth's class", agent("a"), capacity("local", host("host-a")), ""},
+		{"another host", agent("a"), capacity("local", host("host-b")), `is for host "host-b", the node's kubernetes.io/hostname is "host-a"`},
+		{"its node's name, not its hostname label", agent("a"), capacity("local", host("a")), `is for host "a"`},
+		{"another driver's class", agent("a"), capacity("disk", host("host-a")), `StorageClass "disk" belongs to "disk.example.com"`},
+		{"a class that does not exist", agent("a"), capacity("gone", host("host-a")), `StorageClass "gone" does not exist`},
+		{"a node without a Node", agent("b"), capacity("local", host("host-b")), "node b has no Node object"},
+		{"more than a host", agent("a"), capacity("local", map[string]string{names.TopologyKeyHostname: "host-a", "zone": "z"}), "is not for one host"},
+		{"an administrator's", authenticationv1.UserInfo{Username: "admin"}, capacity("disk", host("host-b")), ""},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			raw, err := json.Marshal(tc.c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := w.admit(t.Context(), &admissionv1.AdmissionRequest{
+				Kind:      metav1.GroupVersionKind{Group: "storage.k8s.io", Version: "v1", Kind: "CSIStorageCapacity"},
+				Operation: admissionv1.Create, UserInfo: tc.user, Object: runtime.RawExtension{Raw: raw},
+			})
+			switch {
+			case tc.refuse == "" && !r.Allowed:
+				t.Errorf("refused (%v), want allowed", r.Result)
+			case tc.refuse != "" && r.Allowed:
+				t.Errorf("allowed, want refused: %s", tc.refuse)
+			case tc.refuse != "" && (r.Result.Code != http.StatusForbidden || !strings.Contains(r.Result.Message, tc.refuse)):
+				t.Errorf("refusal %d %q, want 403 saying %q", r.Result.Code, r.Result.Message, tc.refuse)
+			}
+		})
 	}
 }

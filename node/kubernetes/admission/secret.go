@@ -153,14 +153,14 @@ func issue(dnsName string, now time.Time) (map[string][]byte, error) {
 }
 
 // SetCABundle makes the API server trust ca for the webhook: the caBundle
-// of every webhook in clusterobjects.VolumeClaimsWebhookName. It writes
+// of every webhook in clusterobjects.WebhookName. It writes
 // only when the bundle differs.
 func SetCABundle(ctx context.Context, client kubernetes.Interface, ca []byte) error {
 	configs := client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cfg, err := configs.Get(ctx, clusterobjects.VolumeClaimsWebhookName, metav1.GetOptions{})
+		cfg, err := configs.Get(ctx, clusterobjects.WebhookName, metav1.GetOptions{})
 		if err != nil {
-			return fmt.Errorf("reading ValidatingWebhookConfiguration %s: %w", clusterobjects.VolumeClaimsWebhookName, err)
+			return fmt.Errorf("reading ValidatingWebhookConfiguration %s: %w", clusterobjects.WebhookName, err)
 		}
 		changed := false
 		for i := range cfg.Webhooks {

@@ -112,8 +112,8 @@ func TestSecretCertificate(t *testing.T) {
 }
 
 func TestSetCABundle(t *testing.T) {
-	path := clusterobjects.VolumeClaimsWebhookPath
-	cfg := clusterobjects.VolumeClaimsWebhook(admissionregistrationv1.WebhookClientConfig{
+	path := clusterobjects.WebhookPath
+	cfg := clusterobjects.NodeWritesWebhook(admissionregistrationv1.WebhookClientConfig{
 		Service: &admissionregistrationv1.ServiceReference{Namespace: "plinth-system", Name: "plinth-admission", Path: &path},
 	})
 	client := fake.NewClientset(cfg)

@@ -17,7 +17,7 @@ import (
 const shutdownGrace = 6 * time.Second
 
 // Serve serves w over TLS on l (the API server calls webhooks over HTTPS
-// only) until ctx ends: the reviews at clusterobjects.VolumeClaimsWebhookPath,
+// only) until ctx ends: the reviews at clusterobjects.WebhookPath,
 // and /healthz for probes. cert returns the serving certificate, read
 // again for each connection so that a renewed one is used at once.
 func Serve(ctx context.Context, l net.Listener, cert func(*tls.ClientHelloInfo) (*tls.Certificate, error), w *Webhook) error {
@@ -25,7 +25,7 @@ func Serve(ctx context.Context, l net.Listener, cert func(*tls.ClientHelloInfo) 
 		return errors.New("admission: Serve needs a certificate and a webhook")
 	}
 	mux := http.NewServeMux()
-	mux.Handle(clusterobjects.VolumeClaimsWebhookPath, w)
+	mux.Handle(clusterobjects.WebhookPath, w)
 	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write([]byte("ok")) })
 	srv := &http.Server{
 		Handler:           mux,

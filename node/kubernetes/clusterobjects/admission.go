@@ -92,16 +92,18 @@ func AdmissionPolicyNames() []string {
 // carry a hashed label (ownership.NodeLabelValue) that a policy cannot
 // compute; for them the label is only checked to be a hashed one.
 //
-// A policy sees only the object it admits, so two rules are not here:
+// A policy sees only the object it admits, so two rules are the admission
+// webhook's (NodeWritesWebhook, package admission), where the control
+// plane runs it:
 //   - a PV is created with a claimRef, and the PV controller binds a
 //     pending claim to a PV that names it; the policy checks that the PV
-//     is its node's and Plinth's, but cannot read the claim. The admission
-//     webhook does (VolumeClaimsWebhook, package admission), where the
-//     control plane runs it. (The node the claim is placed on, if it finds
-//     such a PV when it comes to make its own, leaves it alone and reports
-//     it: provisioner's madeElsewhere.)
-//   - a capacity object's host and storage class are not checked against
-//     the Node's hostname label and the class's provisioner.
+//     is its node's and Plinth's, the webhook that the claim is placed on
+//     the node and asks Plinth's driver. (The node the claim is placed on,
+//     if it finds such a PV when it comes to make its own, leaves it alone
+//     and reports it: provisioner's madeElsewhere.)
+//   - a capacity object names a host and a StorageClass; the policy
+//     checks that it names one host, the webhook that it is the Node's
+//     hostname label and that the class is Plinth's.
 func AdmissionPolicies() []*admissionv1.ValidatingAdmissionPolicy {
 	volumeID := ownership.VolumeIDFor("")
 	write := []admissionv1.OperationType{admissionv1.Create, admissionv1.Update, admissionv1.Delete}

@@ -243,7 +243,7 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	webhook := `admission webhook "` + clusterobjects.VolumeClaimsCheckName + `" denied the request`
+	webhook := `admission webhook "` + clusterobjects.WebhookCheckName + `" denied the request`
 	allowed("creating its PV naming its claim", createPV(forClaim(mine)))
 	refusedBy(webhook+": node agent "+clusterobjects.NodeAgentUser(nodeA)+" (node "+nodeA+")", "creating a PV naming node B's claim", createPV(forClaim(theirs)))
 	refusedBy(webhook, "creating a PV naming a claim placed on no node", createPV(forClaim(unplaced)))
@@ -287,7 +287,16 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 		_, err := caps.Create(ctx, c, metav1.CreateOptions{DryRun: dry})
 		return err
 	}
+	// The webhook reads the host from node A's Node, and the class.
+	e.CreateNode(nodeA, nodeA)
 	allowed("publishing its capacity", createCap(capacity(nodeA, nodeA)))
+	elsewhere := capacity(nodeA, nodeA)
+	elsewhere.NodeTopology.MatchLabels[names.TopologyKeyHostname] = "elsewhere"
+	refusedBy(webhook+": node agent "+clusterobjects.NodeAgentUser(nodeA)+" (node "+nodeA+") may publish capacity only for its own host",
+		"publishing capacity for another host", createCap(elsewhere))
+	otherCap := capacity(nodeA, nodeA)
+	otherCap.StorageClassName = otherClass
+	refusedBy(webhook, "publishing capacity for another driver's class", createCap(otherCap))
 	refused(clusterobjects.CapacityPolicyName, "publishing node B's capacity", createCap(capacity(nodeB, nodeB)))
 	refused(clusterobjects.CapacityPolicyName, "publishing capacity labelled its own for node B", createCap(capacity(nodeA, nodeB)))
 	refused(clusterobjects.CapacityPolicyName, "publishing capacity owned by no Node", createCap(capacity(nodeA, "")))

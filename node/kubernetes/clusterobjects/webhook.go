@@ -6,17 +6,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The admission webhook (package admission) checks the one rule of a node
-// agent's writes that AdmissionPolicies cannot: a PV's claimRef names a
-// claim, and a policy sees only the PV.
+// The admission webhook (package admission) checks the rules of a node
+// agent's writes that AdmissionPolicies cannot, because a policy sees only
+// the object it admits: a new PV's claimRef names a claim, and a new
+// capacity object names a host and a StorageClass.
 const (
-	// VolumeClaimsWebhookName names the ValidatingWebhookConfiguration.
-	VolumeClaimsWebhookName = "plinth-node-volume-claims"
-	// VolumeClaimsCheckName names the configuration's one webhook, as
-	// the API server's refusals quote it.
-	VolumeClaimsCheckName = "volume-claims.storage.plinth.dev"
-	// VolumeClaimsWebhookPath is the path the webhook serves it on.
-	VolumeClaimsWebhookPath = "/validate/persistentvolumes"
+	// WebhookName names the ValidatingWebhookConfiguration.
+	WebhookName = "plinth-node-writes"
+	// WebhookCheckName names the configuration's one webhook, as the API
+	// server's refusals quote it.
+	WebhookCheckName = "node-writes.storage.plinth.dev"
+	// WebhookPath is the path the server serves the webhook on.
+	WebhookPath = "/validate"
 	// AdmissionRoleName names the ClusterRole of the webhook's server.
 	AdmissionRoleName = "plinth:admission"
 	// AdmissionUser is the user name of the webhook server's client
@@ -24,15 +25,17 @@ const (
 	AdmissionUser = "system:plinth-admission"
 )
 
-// VolumeClaimsWebhook registers the webhook served at client: it sees
-// every PV a node agent creates (the policies' match condition), and
-// nothing else, so the cluster's other writes never wait for it.
+// NodeWritesWebhook registers the webhook served at client: it sees the
+// PVs and CSIStorageCapacity objects node agents create (the policies'
+// match condition), and nothing else, so the cluster's other writes never
+// wait for it. Creations only: a PV's claimRef may not change (the
+// volumes policy), a capacity object's host and class cannot.
 //
-// failurePolicy Fail: a PV the webhook could not check is refused, and
-// the node retries it, as it retries any failed write. Only node agents'
-// PV creations wait for the server while it is down; claims that are
-// already bound and their pods are untouched.
-func VolumeClaimsWebhook(client admissionv1.WebhookClientConfig) *admissionv1.ValidatingWebhookConfiguration {
+// failurePolicy Fail: an object the webhook could not check is refused,
+// and the node retries it, as it retries any failed write. Only node
+// agents' creations wait for the server while it is down; bound claims
+// and their pods are untouched.
+func NodeWritesWebhook(client admissionv1.WebhookClientConfig) *admissionv1.ValidatingWebhookConfiguration {
 	// The fields the API server would default are set, so that what is
 	// read back equals this.
 	fail := admissionv1.Fail
@@ -41,13 +44,16 @@ func VolumeClaimsWebhook(client admissionv1.WebhookClientConfig) *admissionv1.Va
 	all := admissionv1.AllScopes
 	timeout := int32(5)
 	return &admissionv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: VolumeClaimsWebhookName, Labels: map[string]string{labelManagedBy: managedBy}},
+		ObjectMeta: metav1.ObjectMeta{Name: WebhookName, Labels: map[string]string{labelManagedBy: managedBy}},
 		Webhooks: []admissionv1.ValidatingWebhook{{
-			Name:         VolumeClaimsCheckName,
+			Name:         WebhookCheckName,
 			ClientConfig: client,
 			Rules: []admissionv1.RuleWithOperations{{
 				Operations: []admissionv1.OperationType{admissionv1.Create},
 				Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"persistentvolumes"}, Scope: &all},
+			}, {
+				Operations: []admissionv1.OperationType{admissionv1.Create},
+				Rule:       admissionv1.Rule{APIGroups: []string{"storage.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"csistoragecapacities"}, Scope: &all},
 			}},
 			FailurePolicy:           &fail,
 			MatchPolicy:             &equivalent,
@@ -62,17 +68,19 @@ func VolumeClaimsWebhook(client admissionv1.WebhookClientConfig) *admissionv1.Va
 }
 
 // AdmissionRole is what the webhook's server does in the cluster: read
-// the claim a new PV names, live (never from a cache, which could be
-// behind the placement the node relies on); and, where it keeps its own
-// certificate (deploy/), put its CA into the caBundle of its configuration
-// (package admission's SetCABundle), which it may read and update alone.
+// the claim a new PV names, and the Node and StorageClass a new capacity
+// object names, live (never from a cache, which could be behind the
+// placement the node relies on); and, where it keeps its own certificate
+// (deploy/), put its CA into the caBundle of its configuration (package
+// admission's SetCABundle), which it may read and update alone.
 func AdmissionRole() *rbacv1.ClusterRole {
 	return &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: AdmissionRoleName, Labels: map[string]string{labelManagedBy: managedBy}},
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims", "nodes"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"},
-				ResourceNames: []string{VolumeClaimsWebhookName}, Verbs: []string{"get", "update"}},
+				ResourceNames: []string{WebhookName}, Verbs: []string{"get", "update"}},
 		},
 	}
 }
