@@ -63,15 +63,15 @@ func ConfigureClient(cfg *rest.Config) {
 	cfg.UserAgent = "plinth-node/admission (" + names.DriverName + ")"
 }
 
-// Webhook answers the API server's admission reviews of PVs created by
-// node agents (clusterobjects.NodeWritesWebhook).
+// Webhook answers the API server's admission reviews of the PVs and
+// capacity objects node agents create (clusterobjects.NodeWritesWebhook).
 type Webhook struct {
 	client kubernetes.Interface
 	log    logtree.LeveledLogger
 }
 
-// New returns the webhook; client reads claims (clusterobjects.AdmissionRole)
-// and is configured by ConfigureClient.
+// New returns the webhook; client reads what the objects name
+// (clusterobjects.AdmissionRole) and is configured by ConfigureClient.
 func New(client kubernetes.Interface, log logtree.LeveledLogger) (*Webhook, error) {
 	if client == nil {
 		return nil, fmt.Errorf("admission: no API client")

@@ -20,7 +20,11 @@ import (
 // for a StorageClass of Plinth's driver. Both are immutable, so creations
 // are all there is to check.
 func (w *Webhook) admitCapacity(ctx context.Context, id clusterobjects.Identity, c *storagev1.CSIStorageCapacity) *admissionv1.AdmissionResponse {
-	what := fmt.Sprintf("CSIStorageCapacity %s/%s%s of %s", c.Namespace, c.Name, c.GenerateName, id.User)
+	name := c.Name
+	if name == "" {
+		name = c.GenerateName + "*"
+	}
+	what := fmt.Sprintf("CSIStorageCapacity %s/%s of %s", c.Namespace, name, id.User)
 	var node *corev1.Node
 	if id.Node != "" {
 		var err error

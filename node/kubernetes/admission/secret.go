@@ -116,12 +116,14 @@ func issue(dnsName string, now time.Time) (map[string][]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("making the webhook's key: %w", err)
 	}
-	serial := func() *big.Int {
-		n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
-		return n
+	var serials [2]*big.Int
+	for i := range serials {
+		if serials[i], err = rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120)); err != nil {
+			return nil, fmt.Errorf("making a certificate serial number: %w", err)
+		}
 	}
 	ca := &x509.Certificate{
-		SerialNumber: serial(), Subject: pkix.Name{CommonName: "plinth-admission-ca"},
+		SerialNumber: serials[0], Subject: pkix.Name{CommonName: "plinth-admission-ca"},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(certificateLifetime),
 		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true,
 	}
@@ -133,7 +135,7 @@ func issue(dnsName string, now time.Time) (map[string][]byte, error) {
 		return nil, err
 	}
 	leaf := &x509.Certificate{
-		SerialNumber: serial(), Subject: pkix.Name{CommonName: dnsName}, DNSNames: []string{dnsName},
+		SerialNumber: serials[1], Subject: pkix.Name{CommonName: dnsName}, DNSNames: []string{dnsName},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(certificateLifetime),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
