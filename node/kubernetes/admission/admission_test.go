@@ -57,6 +57,20 @@ func request(t *testing.T, user authenticationv1.UserInfo, pv *corev1.Persistent
 	}
 }
 
+// expect: r allows the request if refuse is "", else it is a 403 whose
+// message contains refuse.
+func expect(t *testing.T, r *admissionv1.AdmissionResponse, refuse string) {
+	t.Helper()
+	switch {
+	case refuse == "" && !r.Allowed:
+		t.Errorf("refused (%v), want allowed", r.Result)
+	case refuse != "" && r.Allowed:
+		t.Errorf("allowed, want refused: %s", refuse)
+	case refuse != "" && (r.Result.Code != http.StatusForbidden || !strings.Contains(r.Result.Message, refuse)):
+		t.Errorf("refusal %d %q, want 403 saying %q", r.Result.Code, r.Result.Message, refuse)
+	}
+}
+
 func TestAdmit(t *testing.T) {
 	mine := claim("mine", "u-mine", names.DriverName, "a")
 	theirs := claim("theirs", "u-theirs", names.DriverName, "b")
@@ -99,14 +113,7 @@ func TestAdmit(t *testing.T) {
 	} {
 		t.Run(tc.what, func(t *testing.T) {
 			r := w.admit(t.Context(), request(t, tc.user, tc.pv))
-			switch {
-			case tc.refuse == "" && !r.Allowed:
-				t.Errorf("refused (%v), want allowed", r.Result)
-			case tc.refuse != "" && r.Allowed:
-				t.Errorf("allowed, want refused: %s", tc.refuse)
-			case tc.refuse != "" && (r.Result.Code != http.StatusForbidden || !strings.Contains(r.Result.Message, tc.refuse)):
-				t.Errorf("refusal %d %q, want 403 saying %q", r.Result.Code, r.Result.Message, tc.refuse)
-			}
+			expect(t, r, tc.refuse)
 		})
 	}
 
@@ -209,14 +216,7 @@ func TestAdmitCapacity(t *testing.T) {
 				Kind:      metav1.GroupVersionKind{Group: "storage.k8s.io", Version: "v1", Kind: "CSIStorageCapacity"},
 				Operation: admissionv1.Create, UserInfo: tc.user, Object: runtime.RawExtension{Raw: raw},
 			})
-			switch {
-			case tc.refuse == "" && !r.Allowed:
-				t.Errorf("refused (%v), want allowed", r.Result)
-			case tc.refuse != "" && r.Allowed:
-				t.Errorf("allowed, want refused: %s", tc.refuse)
-			case tc.refuse != "" && (r.Result.Code != http.StatusForbidden || !strings.Contains(r.Result.Message, tc.refuse)):
-				t.Errorf("refusal %d %q, want 403 saying %q", r.Result.Code, r.Result.Message, tc.refuse)
-			}
+			expect(t, r, tc.refuse)
 		})
 	}
 }
