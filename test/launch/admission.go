@@ -13,7 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"source.plinth.dev/node/kubernetes/admission"
 	"source.plinth.dev/node/kubernetes/clusterobjects"
@@ -33,13 +33,10 @@ type admissionServer struct {
 // startAdmission starts serving the webhook on a free loopback port. The
 // API server learns of it in applyRBAC.
 func (c *Cluster) startAdmission() error {
-	cfg := &rest.Config{
-		Host: c.APIServerURL,
-		TLSClientConfig: rest.TLSClientConfig{
-			CAFile:   c.pki.CA.CertPath,
-			CertFile: c.pki.Get("plinth-admission").CertPath,
-			KeyFile:  c.pki.Get("plinth-admission").KeyPath,
-		},
+	// The client admission-serve --kubeconfig would have.
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfigPath("plinth-admission"))
+	if err != nil {
+		return fmt.Errorf("admission webhook client: %w", err)
 	}
 	admission.ConfigureClient(cfg)
 	client, err := kubernetes.NewForConfig(cfg)

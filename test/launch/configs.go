@@ -41,6 +41,7 @@ func (c *Cluster) writeConfigs(node bool) error {
 		{c.kubeconfigPath("controller-manager"), "controller-manager"},
 		{c.kubeconfigPath("scheduler"), "scheduler"},
 		{c.NodeKubeconfig, "plinth-node"},
+		{c.kubeconfigPath("plinth-admission"), "plinth-admission"},
 	} {
 		if err := c.writeKubeconfig(kc.file, kc.cert); err != nil {
 			return err
