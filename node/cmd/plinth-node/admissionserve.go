@@ -138,7 +138,7 @@ func keepCABundle(ctx context.Context, client kubernetes.Interface, ca []byte, l
 		err := admission.SetCABundle(ctx, client, ca)
 		switch {
 		case err != nil && !failing:
-			log.Warningf("setting the webhook's caBundle (retried every minute): %v", err)
+			log.Warningf("setting the webhook's caBundle (retried every 2 s until it is set): %v", err)
 		case err == nil && failing:
 			log.Infof("the webhook's caBundle is set")
 		}
