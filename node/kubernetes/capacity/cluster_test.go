@@ -331,8 +331,8 @@ func TestSchedulerPlacesByCapacity(t *testing.T) {
 // user does: no annotations, the scheduler picks the node) and a pod that
 // uses it and tolerates every taint (the Node objects have no kubelet
 // behind them, and the node lifecycle controller taints them after a
-// while).
-func createPodWithClaim(t *testing.T, e *controllertest.Env, name, size string) *corev1.PersistentVolumeClaim {
+// while); each of change is applied to the pod before it is created.
+func createPodWithClaim(t *testing.T, e *controllertest.Env, name, size string, change ...func(*corev1.Pod)) *corev1.PersistentVolumeClaim {
 	t.Helper()
 	ctx := context.Background()
 	c := e.ClaimObject(controllertest.Claim{Name: name, Size: size})
@@ -352,6 +352,9 @@ func createPodWithClaim(t *testing.T, e *controllertest.Env, name, size string) 
 			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name}}}},
 		},
+	}
+	for _, c := range change {
+		c(pod)
 	}
 	// The namespace's default service account may not exist yet.
 	controllertest.Eventually(t, 30*time.Second, "pod "+name+" created", func() (bool, error) {

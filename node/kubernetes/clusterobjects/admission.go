@@ -70,9 +70,11 @@ func AdmissionPolicyNames() []string {
 //     selected-node annotation names it), keeping it there and keeping
 //     what the node never writes (the requested size, volume attributes
 //     class, labels, finalizers and owners); bind one only to the PV
-//     provisioned for it (pvc-<claim UID>); and take an unplaced, unbound
+//     provisioned for it (pvc-<claim UID>); take an unplaced, unbound
 //     claim of an Immediate class by adding the selected-node annotation
 //     naming itself and changing nothing else (provisioner placement);
+//     and hand back an unbound claim placed on it by removing that
+//     annotation and changing nothing else (provisioner handBack);
 //   - PVs (VolumesPolicyName): create one of Plinth's CSI driver, labelled
 //     as its node's (ownership.LabelNode), named for the claim it refers
 //     to and with that name as its volume handle; change only its node's,
@@ -149,13 +151,19 @@ func AdmissionPolicies() []*admissionv1.ValidatingAdmissionPolicy {
 					"oldObject.spec.?volumeName.orValue('') == '' && " + same("spec", "?status") + " && " +
 					fmt.Sprintf("size(%s) == size(%s) + 1 && %s.all(k, k in %s && %s[k] == %s[k])",
 						annotations("object"), annotations("oldObject"), annotations("oldObject"), annotations("object"), annotations("object"), annotations("oldObject"))},
+				// The reverse: an unbound claim placed on the node handed
+				// back (the annotation removed) and nothing else changed.
+				{Name: "onlyUnplaced", Expression: "variables.oldSelected == variables.node && variables.newSelected == '' && " +
+					"oldObject.spec.?volumeName.orValue('') == '' && " + same("spec", "?status") + " && " +
+					fmt.Sprintf("size(%s) + 1 == size(%s) && %s.all(k, k in %s && %s[k] == %s[k])",
+						annotations("object"), annotations("oldObject"), annotations("object"), annotations("oldObject"), annotations("object"), annotations("oldObject"))},
 			},
 			[]admissionv1.Validation{{
 				Expression: "variables.plinth && variables.kept && (" +
 					"(variables.oldSelected == variables.node && variables.newSelected == variables.node) || " +
-					"(request.?subResource.orValue('') == '' && variables.onlyPlaced))",
+					"(request.?subResource.orValue('') == '' && (variables.onlyPlaced || variables.onlyUnplaced)))",
 				MessageExpression: refusal(fmt.Sprintf("may change only claims for %s placed on its node, and not their size, labels, finalizers or owners; "+
-					"and place an unplaced claim only on itself, changing nothing else", names.DriverName)),
+					"and place an unplaced claim only on itself, or hand back an unbound one placed on it, changing nothing else", names.DriverName)),
 			}, {
 				Expression: fmt.Sprintf("object.spec.?volumeName.orValue('') == oldObject.spec.?volumeName.orValue('') || "+
 					"object.spec.?volumeName.orValue('') == '%s' + object.metadata.uid", volumeID),

@@ -26,13 +26,6 @@ import (
 // admission policy runs, nothing changes.
 var dry = []string{metav1.DryRunAll}
 
-// TestNodeWritesOwnOnly: the admission policies the control plane has
-// installed (as test/launch and deploy/ install it) lets node A's agent
-// write what a node needs on its own objects, and refuses it node B's:
-// claims placed on B, placing a claim on B, binding a claim to another
-// volume, B's PVs and capacity, and PVs not named for their claim. Each
-// refusal must come from the policy of its resource (named in the error),
-// not from RBAC, which allows all of these calls.
 // TestPolicyTypeChecks: the API server's type check of each policy
 // (against the schema of the resource it matches) finds nothing to warn
 // about: a misspelt field would otherwise only show as an error at
@@ -53,6 +46,14 @@ func TestPolicyTypeChecks(t *testing.T) {
 	}
 }
 
+// TestNodeWritesOwnOnly: the admission policies the control plane has
+// installed (as test/launch and deploy/ install it) let node A's agent
+// write what a node needs on its own objects, and refuse it node B's:
+// claims placed on B, placing a claim on B, handing back B's claim or a
+// bound one, binding a claim to another volume, B's PVs and capacity, and
+// PVs not named for their claim. Each refusal must come from the policy of
+// its resource (named in the error), not from RBAC, which allows all of
+// these calls.
 func TestNodeWritesOwnOnly(t *testing.T) {
 	e := controllertest.NewEnv(t, true)
 	ctx := context.Background()
@@ -136,7 +137,22 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 		c.Spec.VolumeName = "pvc-by-hand"
 	})
 
+	// A claim placed on node A and bound there.
+	claim("mine-bound", func(c *corev1.PersistentVolumeClaim) { c.Spec.VolumeName = "pvc-by-hand" })
+	// unplace removes the selected-node annotation, with more annotations
+	// set in kv.
+	unplace := func(kv ...string) map[string]any {
+		p := ann(kv...)
+		p["metadata"].(map[string]any)["annotations"].(map[string]any)[ownership.AnnSelectedNode] = nil
+		return p
+	}
+
 	// Claims.
+	allowed("handing back its own unbound claim", patchClaim(mine.Name, unplace()))
+	refused(clusterobjects.ClaimsPolicyName, "handing back node B's claim", patchClaim(theirs.Name, unplace()))
+	refused(clusterobjects.ClaimsPolicyName, "handing back its own claim and changing more", patchClaim(mine.Name, unplace("other", "x")))
+	refused(clusterobjects.ClaimsPolicyName, "handing back its own bound claim", patchClaim("mine-bound", unplace()))
+	refused(clusterobjects.ClaimsPolicyName, "handing back another driver's claim placed on it", patchClaim(otherPlaced.Name, unplace()))
 	allowed("binding its own claim to its volume", patchClaim(mine.Name, bind(ownership.VolumeIDFor(mine.UID))))
 	allowed("its own claim's status", patchClaim(mine.Name, phase, "status"))
 	allowed("placing an unplaced claim on itself", patchClaim("unplaced", ann(ownership.AnnSelectedNode, nodeA)))

@@ -422,15 +422,18 @@ func TestRestartStartsClean(t *testing.T) {
 	})
 }
 
-// TestBackoffHoldsAgainstUpdates: a claim that keeps failing (disk full) is
-// retried with growing delays, however often the claim is updated.
+// TestBackoffHoldsAgainstUpdates: a claim that keeps failing (its
+// StorageClass does not exist yet) is retried with growing delays, however
+// often the claim is updated. (A claim this node has no room for is not
+// retried here at all: it is handed back, TestHandedBackFromAFullNode.)
 func TestBackoffHoldsAgainstUpdates(t *testing.T) {
 	e := newEnv(t, true)
 	c := e.controller()
 	c.RetryBase, c.RetryMax = time.Second, time.Minute
 	e.start(c)
-	pvc := e.CreateClaim(controllertest.Claim{Name: "full", Size: "1Pi", Mode: corev1.PersistentVolumeBlock})
-	e.WaitEvent(pvc.UID, ReasonProvisioningFailed, "not enough space")
+	pvc := e.CreateClaim(controllertest.Claim{Name: "classless", Class: e.Class + "-later"})
+	const ours = "it is used as soon as it is created" // the PV controller says "not found" too
+	e.WaitEvent(pvc.UID, ReasonProvisioningFailed, ours)
 	// 40 updates over 4 s. Without backoff each would be an attempt; with
 	// it, attempts come after 1, 2 (and 4) s: at most 4 in this window.
 	ctx := context.Background()
@@ -451,7 +454,7 @@ func TestBackoffHoldsAgainstUpdates(t *testing.T) {
 	countAttempts := func() int {
 		n := 0
 		for _, ev := range e.Events(pvc.UID) {
-			if ev.Reason == ReasonProvisioningFailed {
+			if ev.Reason == ReasonProvisioningFailed && strings.Contains(ev.Message, ours) {
 				n += int(ev.Count)
 			}
 		}

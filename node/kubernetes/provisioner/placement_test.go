@@ -233,7 +233,7 @@ func TestImmediateClaimsArePlaced(t *testing.T) {
 // placed on it that have no volume yet, which the accounting does not
 // show taken: here a claim the scheduler placed whose class does not
 // exist yet. Offering anyway would leave one of the two without room on
-// this node for good (a placement is not undone).
+// this node, to fail and be handed back (TestHandBack).
 func TestPlacingSeesWaitingClaims(t *testing.T) {
 	e := newEnv(t, true)
 	e.Dir = volumetest.Tmpfs(t, 64<<20)

@@ -313,8 +313,9 @@ func TestBadInput(t *testing.T) {
 }
 
 // TestCapacityNotEnforcedRefused: on a node that cannot enforce quotas and
-// was not told to accept that, filesystem claims fail clearly while block
-// claims still work.
+// was not told to accept that, filesystem claims fail clearly and are
+// handed back to the scheduler, which may find a node that enforces
+// sizes, while block claims still work.
 func TestCapacityNotEnforcedRefused(t *testing.T) {
 	e := newEnv(t, false)
 	if e.Vols.CapacityEnforced() {
@@ -324,7 +325,17 @@ func TestCapacityNotEnforcedRefused(t *testing.T) {
 	fs := e.CreateClaim(controllertest.Claim{Name: "fs"})
 	e.CreateClaim(controllertest.Claim{Name: "blk", Mode: corev1.PersistentVolumeBlock})
 	e.WaitBound("blk")
-	e.WaitEvent(fs.UID, ReasonProvisioningFailed, "--allow-unenforced-capacity")
+	ev := e.WaitEvent(fs.UID, ReasonProvisioningFailed, "--allow-unenforced-capacity")
+	if !strings.Contains(ev.Message, "the scheduler chooses a node again") {
+		t.Errorf("ProvisioningFailed %q does not say the claim was handed back", ev.Message)
+	}
+	got, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Get(context.Background(), fs.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := got.Annotations[ownership.AnnSelectedNode]; ok {
+		t.Errorf("the refused claim is still placed on %q", n)
+	}
 	// The node says so too, for whoever looks at the node, not a claim.
 	e.WaitEvent(types.UID(e.Node), ReasonCapacityNotEnforced, "filesystem claims are refused")
 	e.NoPV(fs.UID)

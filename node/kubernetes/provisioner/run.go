@@ -45,6 +45,8 @@ type run struct {
 	kept      map[string]bool      // unreferenced volumes kept (Retain), already reported
 
 	bindRefused atomic.Bool // a binding write was refused and said so (see bindFailed)
+	// handBackRefused: a hand-back was refused and said so (see handBack).
+	handBackRefused atomic.Bool
 
 	// elsewhere holds the UIDs of claims whose PV another node made
 	// (madeElsewhere), reported once: until that PV goes, their syncs

@@ -60,6 +60,9 @@ func (r *run) syncClaim(ctx context.Context, key string) error {
 	info, err := r.ensureVolume(ctx, pvc, req)
 	if err != nil {
 		reason = metrics.Reason(err)
+		if fitsElsewhere(err) {
+			return r.handBack(ctx, pvc, req, err)
+		}
 		return err
 	}
 	// The volume may be slightly larger than asked (sizes are rounded up
@@ -128,22 +131,25 @@ func (r *run) resolveRequest(pvc *corev1.PersistentVolumeClaim) (*request, error
 
 // ensureVolume creates the claim's volume, or finds the one an earlier
 // attempt created. Failures are reported in an Event and retried with
-// backoff, infeasible ones (a full data filesystem) included: space is
-// freed when other volumes go, and the claim's pod waits for this one.
+// backoff, except those another node may not have (fitsElsewhere), which
+// the caller reports when it hands the claim back (handBack).
 func (r *run) ensureVolume(ctx context.Context, pvc *corev1.PersistentVolumeClaim, req *request) (volume.Info, error) {
 	mode, opts := volume.Filesystem, []volume.CreateOption{volume.WithRootDirMode(req.rootDirMode)}
 	if req.mode == corev1.PersistentVolumeBlock {
 		mode, opts = volume.Block, nil
 	}
 	// The same accounting as the capacity published for the class: a
-	// claim that does not fit is refused here (ErrNoSpace, an Event, no
-	// volume), whatever the scheduler thought.
+	// claim that does not fit is refused here (ErrNoSpace, no volume),
+	// whatever the scheduler thought.
 	opts = append(opts, volume.WithOvercommit(req.overcommit))
 	info, err := r.Volumes.Create(ctx, req.id, mode, req.bytes, opts...)
 	if err != nil {
-		if volume.Infeasible(err) {
+		switch {
+		case fitsElsewhere(err):
+			// Reported by handBack, which says what happens next.
+		case volume.Infeasible(err):
 			r.failClaim(pvc, fmt.Sprintf("Cannot provision %s on node %s: %v.", req.size.String(), r.NodeName, err))
-		} else {
+		default:
 			r.failClaim(pvc, fmt.Sprintf("%v (will retry).", err))
 		}
 		return volume.Info{}, err

@@ -1,0 +1,99 @@
+package capacity_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"source.plinth.dev/node/kubernetes/internal/controllertest"
+	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/node/kubernetes/volume"
+)
+
+// TestHandedBackFromAFullNode: the scheduler places claims by the
+// capacity nodes published, which can be behind (here, a file written
+// beside node a's volumes, which its publisher would measure only at its
+// next Poll). A claim placed on a node that then cannot hold it is handed
+// back: the node removes the selected-node annotation and says so in an
+// Event, and the scheduler places the pod again, on the node with room,
+// though the pod prefers node a. An Immediate claim placed on the full
+// node goes the same way, to the node that has room and takes it.
+func TestHandedBackFromAFullNode(t *testing.T) {
+	e := controllertest.NewEnv(t, true)
+	ctx := context.Background()
+	full := startNode(t, e, e.Node+"-a", "host-a-"+e.NS, 64*MiB)
+	roomy := startNode(t, e, e.Node+"-b", "host-b-"+e.NS, 128*MiB)
+	for _, n := range []*node{full, roomy} {
+		waitCapacity(t, n, e.Class, available(t, n, volume.NoOvercommit))
+	}
+	stale, _ := published(t, e, full.env.Node, e.Class)
+	if err := os.WriteFile(filepath.Join(full.env.Dir, "filler"), make([]byte, 40*MiB), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if a := available(t, full, volume.NoOvercommit); a >= 32*MiB || stale.Capacity.Value() < 32*MiB {
+		t.Fatalf("set-up: node a has %d bytes and published %s; want a 32 MiB claim to fit by the figure only", a, stale.Capacity)
+	}
+
+	// The pod prefers node a, whose published figure says the claim fits.
+	preferA := func(p *corev1.Pod) {
+		p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 100,
+				Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+					Key: names.TopologyKeyHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{"host-a-" + e.NS}}}}}}}}
+	}
+	pvc := createPodWithClaim(t, e, "prefers-a", "32Mi", preferA)
+	ev := e.WaitEvent(pvc.UID, "ProvisioningFailed", "the scheduler chooses a node again")
+	if !strings.Contains(ev.Message, "on node "+full.env.Node+":") || !strings.Contains(ev.Message, "not enough space for volume") {
+		t.Errorf("hand-back Event %q; want it to name node a and the missing space", ev.Message)
+	}
+	var pod *corev1.Pod
+	controllertest.Eventually(t, 60*time.Second, "pod prefers-a scheduled again", func() (bool, error) {
+		var err error
+		pod, err = e.Client.CoreV1().Pods(e.NS).Get(ctx, "prefers-a", metav1.GetOptions{})
+		return err == nil && pod.Spec.NodeName != "", err
+	})
+	if pod.Spec.NodeName != roomy.env.Node {
+		t.Fatalf("pod prefers-a is on %s, want %s (node a has no room for its claim)", pod.Spec.NodeName, roomy.env.Node)
+	}
+	bound, pv := e.WaitBound(pvc.Name)
+	if n := bound.Annotations[ownership.AnnSelectedNode]; n != roomy.env.Node {
+		t.Errorf("claim prefers-a is placed on %q, want %s", n, roomy.env.Node)
+	}
+	checkOnlyOn(t, pv.Name, roomy, full)
+
+	// An Immediate claim that node a took while it had room.
+	binding := storagev1.VolumeBindingImmediate
+	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: e.Class + "-now"}, Provisioner: names.DriverName, VolumeBindingMode: &binding}
+	if _, err := e.Client.StorageV1().StorageClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Client.StorageV1().StorageClasses().Delete(ctx, class.Name, metav1.DeleteOptions{}) })
+	now := e.CreateClaim(controllertest.Claim{Name: "now", Size: "32Mi", Class: class.Name, Node: full.env.Node})
+	e.WaitEvent(now.UID, "ProvisioningFailed", "another node with room may take it")
+	e.WaitEvent(now.UID, "PlacedOnNode", "node "+roomy.env.Node+" took the claim")
+	bound, pv = e.WaitBound(now.Name)
+	if n := bound.Annotations[ownership.AnnSelectedNode]; n != roomy.env.Node {
+		t.Errorf("claim now is placed on %q, want %s", n, roomy.env.Node)
+	}
+	checkOnlyOn(t, pv.Name, roomy, full)
+}
+
+// checkOnlyOn checks that volume id is on node on and not on node off.
+func checkOnlyOn(t *testing.T, id string, on, off *node) {
+	t.Helper()
+	if ids := on.env.VolumeIDs(); !slices.Contains(ids, id) {
+		t.Errorf("volume %s is not on node %s (its volumes: %v)", id, on.env.Node, ids)
+	}
+	if ids := off.env.VolumeIDs(); slices.Contains(ids, id) {
+		t.Errorf("volume %s is on node %s too", id, off.env.Node)
+	}
+}
