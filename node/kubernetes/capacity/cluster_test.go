@@ -285,24 +285,7 @@ func TestSchedulerPlacesByCapacity(t *testing.T) {
 	// Neither node has 100 MiB: the pod stays Pending, unscheduled, and
 	// the scheduler says why.
 	none := createPodWithClaim(t, e, "fits-none", "100Mi")
-	var cond corev1.PodCondition
-	controllertest.Eventually(t, 60*time.Second, "pod fits-none reported unschedulable", func() (bool, error) {
-		p, err := e.Client.CoreV1().Pods(e.NS).Get(ctx, "fits-none", metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-				cond = c
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if !strings.Contains(cond.Message, "did not have enough free storage") {
-		t.Errorf("unschedulable for another reason: %q", cond.Message)
-	}
-	t.Logf("pod fits-none: %s", cond.Message)
+	waitUnschedulable(t, e, "fits-none", "did not have enough free storage")
 	// Give a wrong placement time to happen before looking for its traces.
 	time.Sleep(5 * time.Second)
 	p, err := e.Client.CoreV1().Pods(e.NS).Get(ctx, "fits-none", metav1.GetOptions{})
@@ -325,6 +308,30 @@ func TestSchedulerPlacesByCapacity(t *testing.T) {
 			t.Errorf("node %s has volumes %v; want the %d it had", n.env.Node, ids, before)
 		}
 	}
+}
+
+// waitUnschedulable waits until pod name is reported unschedulable and
+// checks that the scheduler's message contains why.
+func waitUnschedulable(t *testing.T, e *controllertest.Env, name, why string) {
+	t.Helper()
+	var cond corev1.PodCondition
+	controllertest.Eventually(t, 60*time.Second, "pod "+name+" reported unschedulable", func() (bool, error) {
+		p, err := e.Client.CoreV1().Pods(e.NS).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				cond = c
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if !strings.Contains(cond.Message, why) {
+		t.Errorf("pod %s unschedulable for another reason: %q", name, cond.Message)
+	}
+	t.Logf("pod %s: %s", name, cond.Message)
 }
 
 // createPodWithClaim creates a claim of size in the env's class (as a

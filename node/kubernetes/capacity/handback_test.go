@@ -26,7 +26,8 @@ import (
 // back: the node removes the selected-node annotation and says so in an
 // Event, and the scheduler places the pod again, on the node with room,
 // though the pod prefers node a. An Immediate claim placed on the full
-// node goes the same way, to the node that has room and takes it.
+// node goes the same way, to the node that has room and takes it. A pod
+// whose claim fits no node waits unplaced until room is freed.
 func TestHandedBackFromAFullNode(t *testing.T) {
 	e := controllertest.NewEnv(t, true)
 	ctx := context.Background()
@@ -83,6 +84,23 @@ func TestHandedBackFromAFullNode(t *testing.T) {
 	bound, pv = e.WaitBound(now.Name)
 	if n := bound.Annotations[ownership.AnnSelectedNode]; n != roomy.env.Node {
 		t.Errorf("claim now is placed on %q, want %s", n, roomy.env.Node)
+	}
+	checkOnlyOn(t, pv.Name, roomy, full)
+
+	// A claim that fits neither node once a block volume takes node b's
+	// room: its pod waits, unplaced, with the scheduler's reason; once the
+	// block claim goes and node b publishes its room again, the scheduler
+	// places the pod there, with no retry of the node's.
+	filler := e.CreateClaim(controllertest.Claim{Name: "filler", Size: "100Mi", Mode: corev1.PersistentVolumeBlock, Node: roomy.env.Node})
+	e.WaitBound(filler.Name)
+	waits := createPodWithClaim(t, e, "waits", "64Mi")
+	waitUnschedulable(t, e, "waits", "did not have enough free storage")
+	if err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Delete(ctx, filler.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bound, pv = e.WaitBound(waits.Name)
+	if n := bound.Annotations[ownership.AnnSelectedNode]; n != roomy.env.Node {
+		t.Errorf("claim waits is placed on %q, want %s", n, roomy.env.Node)
 	}
 	checkOnlyOn(t, pv.Name, roomy, full)
 }
