@@ -128,6 +128,9 @@ func (m *Manager) Create(ctx context.Context, id string, mode Mode, bytes int64,
 
 	unlock := m.locks.Lock(id)
 	defer unlock()
+	if err := m.settleDebt(); err != nil {
+		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
+	}
 	if err := m.settle(id); err != nil {
 		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
 	}
@@ -233,10 +236,7 @@ func (m *Manager) createFilesystem(id string, size int64, perm fs.FileMode, r Ov
 	if err := setRecordedCapacity(path, size); err != nil {
 		return err
 	}
-	if err := m.Data.Volumes.Sync(); err != nil {
-		return err
-	}
-	return nil
+	return m.durable("create:volumes-dir", m.Data.Volumes.Sync())
 }
 
 // createBlock makes the fully allocated image file.
@@ -260,13 +260,13 @@ func (m *Manager) createBlock(id string, size int64, r Overcommit) error {
 	if err := fallocate(f, 0, size); err != nil {
 		return classifySpace(fmt.Errorf("allocating %d bytes for the image: %w", size, err))
 	}
-	if err := f.Sync(); err != nil {
+	if err := m.durable("create:image", f.Sync()); err != nil {
 		return fmt.Errorf("syncing image file: %w", err)
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("closing image file: %w", err)
 	}
-	return m.Data.Volumes.Sync()
+	return m.durable("create:volumes-dir", m.Data.Volumes.Sync())
 }
 
 // classifySpace makes out-of-space errors match ErrNoSpace (EFBIG: larger

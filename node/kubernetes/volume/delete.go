@@ -35,6 +35,9 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	defer m.changes.signal()
 	unlock := m.locks.Lock(id)
 	defer unlock()
+	if err := m.settleDebt(); err != nil {
+		return fmt.Errorf("deleting volume %s: %w", id, err)
+	}
 
 	in, err := m.readIntent(id)
 	if err != nil {
@@ -144,7 +147,7 @@ func (m *Manager) remove(id string, pid uint32, lookupPID bool) error {
 			return fmt.Errorf("removing volume directory: %w", err)
 		}
 		m.crashPoint("delete:rmdir")
-		if err := m.Data.Volumes.Sync(); err != nil {
+		if err := m.durable("delete:volumes-dir", m.Data.Volumes.Sync()); err != nil {
 			return err
 		}
 	}
@@ -152,7 +155,7 @@ func (m *Manager) remove(id string, pid uint32, lookupPID bool) error {
 		if err := os.Remove(imgPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("removing image file: %w", err)
 		}
-		if err := m.Data.Volumes.Sync(); err != nil {
+		if err := m.durable("delete:volumes-dir", m.Data.Volumes.Sync()); err != nil {
 			return err
 		}
 	}

@@ -49,6 +49,9 @@ func (m *Manager) Expand(ctx context.Context, id string, bytes int64) (Info, err
 	}
 	unlock := m.locks.Lock(id)
 	defer unlock()
+	if err := m.settleDebt(); err != nil {
+		return Info{}, fmt.Errorf("expanding volume %s: %w", id, err)
+	}
 	if err := m.settle(id); err != nil {
 		return Info{}, fmt.Errorf("expanding volume %s: %w", id, err)
 	}
@@ -74,7 +77,7 @@ func (m *Manager) Expand(ctx context.Context, id string, bytes int64) (Info, err
 			return Info{}, fmt.Errorf("expanding volume %s: %w", id, err)
 		}
 	case m.CapacityEnforced():
-		if err := fsquota.Sync(fsPath); err != nil {
+		if err := m.durable("expand:quota", fsquota.Sync(fsPath)); err != nil {
 			return Info{}, fmt.Errorf("expanding volume %s: %w", id, err)
 		}
 	}
@@ -201,7 +204,7 @@ func (m *Manager) expandBlock(id string, from, to int64) error {
 		}
 		return errors.Join(ferr, m.clearIntent(id))
 	}
-	if err := f.Sync(); err != nil {
+	if err := m.durable("expand:image", f.Sync()); err != nil {
 		return fmt.Errorf("syncing image file: %w", err)
 	}
 	m.crashPoint("expand:allocated")

@@ -68,7 +68,7 @@ func (m *Manager) writeIntent(id string, in intent) error {
 	if err != nil {
 		return fmt.Errorf("encoding intent record of volume %s: %w", id, err)
 	}
-	if err := f.WriteAtomic(b, 0o600); err != nil {
+	if err := m.durable("intent", f.WriteAtomic(b, 0o600)); err != nil {
 		return fmt.Errorf("recording intent to %s volume %s: %w", in.Op, id, err)
 	}
 	return nil
@@ -79,7 +79,7 @@ func (m *Manager) clearIntent(id string) error {
 	if err != nil {
 		return err
 	}
-	if err := removeStateFile(&m.Data.State.Operations, f); err != nil {
+	if err := m.durable("clear-intent", removeStateFile(&m.Data.State.Operations, f)); err != nil {
 		return fmt.Errorf("removing intent record of volume %s: %w", id, err)
 	}
 	return nil

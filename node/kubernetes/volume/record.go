@@ -72,7 +72,7 @@ func (m *Manager) removeRecord(id string) error {
 	if err != nil {
 		return err
 	}
-	if err := removeStateFile(&m.Data.State.Records, f); err != nil {
+	if err := m.durable("remove-record", removeStateFile(&m.Data.State.Records, f)); err != nil {
 		return fmt.Errorf("removing record of volume %s: %w", id, err)
 	}
 	return nil
@@ -96,6 +96,9 @@ func (m *Manager) SetReclaimPolicy(ctx context.Context, id string, p ReclaimPoli
 	}
 	unlock := m.locks.Lock(id)
 	defer unlock()
+	if err := m.settleDebt(); err != nil {
+		return fmt.Errorf("recording reclaim policy of volume %s: %w", id, err)
+	}
 	in, err := m.readIntent(id)
 	if err != nil {
 		return fmt.Errorf("recording reclaim policy of volume %s: %w", id, err)
@@ -119,7 +122,7 @@ func (m *Manager) SetReclaimPolicy(ctx context.Context, id string, p ReclaimPoli
 		return err
 	}
 	defer m.changes.signal()
-	if err := f.WriteAtomic(b, 0o600); err != nil {
+	if err := m.durable("record", f.WriteAtomic(b, 0o600)); err != nil {
 		return fmt.Errorf("recording reclaim policy of volume %s: %w", id, err)
 	}
 	return nil

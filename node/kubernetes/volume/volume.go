@@ -169,6 +169,14 @@ type Manager struct {
 	// cannot both be promised the same free space.
 	spaceMu sync.Mutex
 
+	// debt records durable steps that failed (see durability.go).
+	debt syncDebt
+
+	// syncHook, when set (by tests), is called after each durable step
+	// that succeeded, and after the sync that settles a debt; an error it
+	// returns stands for the step's failure.
+	syncHook func(step string) error
+
 	// crashHook, when set (by tests), is called at the named points of
 	// every multi-step operation. A test makes it panic to stop the
 	// operation exactly as a crash would: no undo, no cleanup.
