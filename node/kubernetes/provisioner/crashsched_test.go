@@ -1,0 +1,65 @@
+package provisioner
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"source.plinth.dev/node/kubernetes/internal/ownership"
+)
+
+// placeHandedBack stands in for the scheduler, as the crash schedule does
+// when it creates its claims placed on the node. While deletions lag behind
+// the kills and the tight client budget, the node can run out of room and
+// hand a claim back (handBack); a scheduler would place it again once the
+// node's capacity shows room, and this places every such live claim again
+// on each round of the settle. A claim handed back for another reason than
+// room is a violation: nothing else in this workload may make the node
+// give a claim up.
+func (r *crashRun) placeHandedBack(t *testing.T) (v []string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, pvc := range r.live {
+		cur, err := r.client.CoreV1().PersistentVolumeClaims(r.e.NS).Get(ctx, pvc.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue // check reports it
+		} else if err != nil {
+			return append(v, err.Error())
+		}
+		if cur.Annotations[ownership.AnnSelectedNode] != "" || cur.Spec.VolumeName != "" {
+			continue
+		}
+		if !r.handedBackForRoom(cur.UID) {
+			v = append(v, fmt.Sprintf("claim %s was handed back, and not for want of room", pvc.Name))
+			continue
+		}
+		patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"annotations":{%q:%q}}}`, cur.ResourceVersion, ownership.AnnSelectedNode, r.e.Node)
+		_, err = r.client.CoreV1().PersistentVolumeClaims(r.e.NS).Patch(ctx, pvc.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		switch {
+		case apierrors.IsConflict(err):
+		case err != nil:
+			v = append(v, fmt.Sprintf("placing claim %s again: %v", pvc.Name, err))
+		default:
+			r.replaced[cur.UID]++
+		}
+	}
+	return v
+}
+
+// handedBackForRoom reports whether the node said it handed the claim with
+// uid back because its data filesystem had no room.
+func (r *crashRun) handedBackForRoom(uid types.UID) bool {
+	for _, ev := range r.e.Events(uid) {
+		if ev.Type == corev1.EventTypeWarning && ev.Reason == ReasonProvisioningFailed &&
+			strings.Contains(ev.Message, "not enough space for volume") && strings.Contains(ev.Message, "no longer placed on this node") {
+			return true
+		}
+	}
+	return false
+}
