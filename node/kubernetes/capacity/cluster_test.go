@@ -264,13 +264,7 @@ func TestSchedulerPlacesByCapacity(t *testing.T) {
 	volumesBefore := map[*node]int{full: len(full.env.VolumeIDs()), roomy: len(roomy.env.VolumeIDs())}
 
 	fits := createPodWithClaim(t, e, "fits-b", "32Mi")
-	var pod *corev1.Pod
-	controllertest.Eventually(t, 60*time.Second, "pod fits-b scheduled", func() (bool, error) {
-		var err error
-		pod, err = e.Client.CoreV1().Pods(e.NS).Get(ctx, "fits-b", metav1.GetOptions{})
-		return err == nil && pod.Spec.NodeName != "", err
-	})
-	if pod.Spec.NodeName != roomy.env.Node {
+	if pod := waitScheduled(t, e, "fits-b"); pod.Spec.NodeName != roomy.env.Node {
 		t.Fatalf("pod fits-b was placed on %s, want %s (node %s has no room for its claim)", pod.Spec.NodeName, roomy.env.Node, full.env.Node)
 	}
 	_, pv := e.WaitBound(fits.Name)
@@ -308,6 +302,18 @@ func TestSchedulerPlacesByCapacity(t *testing.T) {
 			t.Errorf("node %s has volumes %v; want the %d it had", n.env.Node, ids, before)
 		}
 	}
+}
+
+// waitScheduled waits until pod name is bound to a node and returns it.
+func waitScheduled(t *testing.T, e *controllertest.Env, name string) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	controllertest.Eventually(t, 60*time.Second, "pod "+name+" scheduled", func() (bool, error) {
+		var err error
+		pod, err = e.Client.CoreV1().Pods(e.NS).Get(context.Background(), name, metav1.GetOptions{})
+		return err == nil && pod.Spec.NodeName != "", err
+	})
+	return pod
 }
 
 // waitUnschedulable waits until pod name is reported unschedulable and

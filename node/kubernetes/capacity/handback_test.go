@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -56,13 +55,7 @@ func TestHandedBackFromAFullNode(t *testing.T) {
 	if !strings.Contains(ev.Message, "on node "+full.env.Node+":") || !strings.Contains(ev.Message, "not enough space for volume") {
 		t.Errorf("hand-back Event %q; want it to name node a and the missing space", ev.Message)
 	}
-	var pod *corev1.Pod
-	controllertest.Eventually(t, 60*time.Second, "pod prefers-a scheduled again", func() (bool, error) {
-		var err error
-		pod, err = e.Client.CoreV1().Pods(e.NS).Get(ctx, "prefers-a", metav1.GetOptions{})
-		return err == nil && pod.Spec.NodeName != "", err
-	})
-	if pod.Spec.NodeName != roomy.env.Node {
+	if pod := waitScheduled(t, e, "prefers-a"); pod.Spec.NodeName != roomy.env.Node {
 		t.Fatalf("pod prefers-a is on %s, want %s (node a has no room for its claim)", pod.Spec.NodeName, roomy.env.Node)
 	}
 	bound, pv := e.WaitBound(pvc.Name)
