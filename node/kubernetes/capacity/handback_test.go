@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -26,7 +27,10 @@ import (
 // Event, and the scheduler places the pod again, on the node with room,
 // though the pod prefers node a. An Immediate claim placed on the full
 // node goes the same way, to the node that has room and takes it. A pod
-// whose claim fits no node waits unplaced until room is freed.
+// whose claim fits no node, and an Immediate claim that fits no node, wait
+// unplaced until room is freed, and are placed where it was freed at once
+// (the node offers itself again when its room changes, long before the
+// ten-minute resync).
 func TestHandedBackFromAFullNode(t *testing.T) {
 	e := controllertest.NewEnv(t, true)
 	ctx := context.Background()
@@ -88,14 +92,28 @@ func TestHandedBackFromAFullNode(t *testing.T) {
 	e.WaitBound(filler.Name)
 	waits := createPodWithClaim(t, e, "waits", "64Mi")
 	waitUnschedulable(t, e, "waits", "did not have enough free storage")
+	// So does an Immediate claim: no node takes it (each one's delay is
+	// under a second).
+	laterObj := e.ClaimObject(controllertest.Claim{Name: "later", Size: "32Mi", Class: class.Name})
+	laterObj.Annotations = nil
+	later, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Create(ctx, laterObj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if got, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Get(ctx, later.Name, metav1.GetOptions{}); err != nil || got.Annotations[ownership.AnnSelectedNode] != "" {
+		t.Fatalf("Immediate claim later, which fits no node, is placed on %q (%v)", got.Annotations[ownership.AnnSelectedNode], err)
+	}
 	if err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Delete(ctx, filler.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	bound, pv = e.WaitBound(waits.Name)
-	if n := bound.Annotations[ownership.AnnSelectedNode]; n != roomy.env.Node {
-		t.Errorf("claim waits is placed on %q, want %s", n, roomy.env.Node)
+	for _, name := range []string{waits.Name, later.Name} {
+		bound, pv = e.WaitBound(name)
+		if n := bound.Annotations[ownership.AnnSelectedNode]; n != roomy.env.Node {
+			t.Errorf("claim %s is placed on %q, want %s", name, n, roomy.env.Node)
+		}
+		checkOnlyOn(t, pv.Name, roomy, full)
 	}
-	checkOnlyOn(t, pv.Name, roomy, full)
 }
 
 // checkOnlyOn checks that volume id is on node on and not on node off.

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/volume"
@@ -221,6 +222,35 @@ func (r *run) handBack(ctx context.Context, pvc *corev1.PersistentVolumeClaim, r
 	}
 	// A conflict too: the retry works from the claim as it is now.
 	return fmt.Errorf("handing back claim %s after %w: %w", ownership.DescribeClaim(pvc), cause, err)
+}
+
+// offerFreedRoomLoop offers this node again for the unplaced claims of
+// Immediate classes after each change of its data filesystem (a volume
+// deleted frees room), at most once per second: a claim no node had room
+// for, or one handed back, is taken as soon as a node has room, not at
+// the next resync. The scheduler does the same for WaitForFirstConsumer
+// claims when a node publishes new capacity.
+func (r *run) offerFreedRoomLoop(ctx context.Context) {
+	for {
+		changed := r.Volumes.Changed()
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		for _, o := range r.claimIdx.List() {
+			if pvc, ok := o.(*corev1.PersistentVolumeClaim); ok && ownership.ClaimUnplaced(pvc, r.Driver) {
+				if key, err := cache.MetaNamespaceKeyFunc(pvc); err == nil {
+					r.claimQ.Add(key)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.clock.After(time.Second):
+		}
+	}
 }
 
 // placements serializes this node's offers for unplaced claims, and keeps

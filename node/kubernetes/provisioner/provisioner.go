@@ -70,6 +70,9 @@ type Volumes interface {
 	// Space measures what the data filesystem can still hold, by the
 	// accounting Create admits volumes with.
 	Space(ctx context.Context) (volume.Space, error)
+	// Changed is closed after the next change to the data filesystem
+	// (see volume.Manager.Changed).
+	Changed() <-chan struct{}
 	// CapacityEnforced is false when filesystem volumes get no quota (the
 	// operator allowed that, or Create refuses them).
 	CapacityEnforced() bool

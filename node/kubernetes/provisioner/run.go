@@ -101,6 +101,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	for range c.VolumeWorkers {
 		wg.Go(func() { controller.Work(ctx, r.log, r.volumeQ, r.syncVolume) })
 	}
+	wg.Go(func() { r.offerFreedRoomLoop(ctx) })
 	if c.TestOnlyNoOrphanRemoval {
 		r.log.Warningf("orphan removal is off (a test-only setting): volumes without PV and claim stay")
 	} else {

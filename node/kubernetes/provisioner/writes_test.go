@@ -51,6 +51,7 @@ func (f *fakeVolumes) List(context.Context) ([]volume.Entry, error) { return nil
 func (f *fakeVolumes) Space(context.Context) (volume.Space, error) {
 	return volume.Space{Free: 1 << 40}, nil
 }
+func (f *fakeVolumes) Changed() <-chan struct{}          { return nil }
 func (f *fakeVolumes) CapacityEnforced() bool            { return true }
 func (f *fakeVolumes) UnenforcedCapacity() (error, bool) { return nil, false }
 func (f *fakeVolumes) SetReclaimPolicy(_ context.Context, id string, p volume.ReclaimPolicy) error {
