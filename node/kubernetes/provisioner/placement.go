@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/volume"
@@ -208,8 +207,7 @@ func (r *run) handBack(ctx context.Context, pvc *corev1.PersistentVolumeClaim, r
 	}})
 	switch {
 	case err == nil:
-		r.failClaim(pvc, fmt.Sprintf("Cannot provision %s on node %s: %v; the claim is no longer placed on this node, %s.",
-			req.size.String(), r.NodeName, cause, next))
+		r.failClaim(pvc, fmt.Sprintf("%s; the claim is no longer placed on this node, %s.", r.cannotProvision(req, cause), next))
 		return nil
 	case apierrors.IsNotFound(err):
 		return nil
@@ -217,7 +215,7 @@ func (r *run) handBack(ctx context.Context, pvc *corev1.PersistentVolumeClaim, r
 		if r.handBackRefused.CompareAndSwap(false, true) {
 			r.log.Warningf("handing back claim %s refused (%v); claims this node cannot provision wait for room here", ownership.DescribeClaim(pvc), err)
 		}
-		r.failClaim(pvc, fmt.Sprintf("Cannot provision %s on node %s: %v (will retry).", req.size.String(), r.NodeName, cause))
+		r.failClaim(pvc, r.cannotProvision(req, cause)+" (will retry).")
 		return cause
 	}
 	// A conflict too: the retry works from the claim as it is now.
@@ -238,13 +236,7 @@ func (r *run) offerFreedRoomLoop(ctx context.Context) {
 			return
 		case <-changed:
 		}
-		for _, o := range r.claimIdx.List() {
-			if pvc, ok := o.(*corev1.PersistentVolumeClaim); ok && ownership.ClaimUnplaced(pvc, r.Driver) {
-				if key, err := cache.MetaNamespaceKeyFunc(pvc); err == nil {
-					r.claimQ.Add(key)
-				}
-			}
-		}
+		r.requeueClaims(r.claimQ.Add, func(pvc *corev1.PersistentVolumeClaim) bool { return ownership.ClaimUnplaced(pvc, r.Driver) })
 		select {
 		case <-ctx.Done():
 			return

@@ -197,11 +197,20 @@ func (r *run) onClass(obj any) {
 	if !ok || sc.Provisioner != r.Driver {
 		return
 	}
+	r.requeueClaims(r.claimQ.Retry, func(pvc *corev1.PersistentVolumeClaim) bool {
+		return (r.needsVolume(pvc) || ownership.ClaimUnplaced(pvc, r.Driver)) &&
+			pvc.Spec.StorageClassName != nil && *pvc.Spec.StorageClassName == sc.Name
+	})
+}
+
+// requeueClaims passes the key of every claim in the informer's store that
+// match accepts to queue (the claim queue's Add, or its Retry to skip the
+// backoff).
+func (r *run) requeueClaims(queue func(key string), match func(*corev1.PersistentVolumeClaim) bool) {
 	for _, o := range r.claimIdx.List() {
-		if pvc, ok := o.(*corev1.PersistentVolumeClaim); ok && (r.needsVolume(pvc) || ownership.ClaimUnplaced(pvc, r.Driver)) &&
-			pvc.Spec.StorageClassName != nil && *pvc.Spec.StorageClassName == sc.Name {
+		if pvc, ok := o.(*corev1.PersistentVolumeClaim); ok && match(pvc) {
 			if key, err := cache.MetaNamespaceKeyFunc(pvc); err == nil {
-				r.claimQ.Retry(key)
+				queue(key)
 			}
 		}
 	}

@@ -148,7 +148,7 @@ func (r *run) ensureVolume(ctx context.Context, pvc *corev1.PersistentVolumeClai
 		case fitsElsewhere(err):
 			// Reported by handBack, which says what happens next.
 		case volume.Infeasible(err):
-			r.failClaim(pvc, fmt.Sprintf("Cannot provision %s on node %s: %v.", req.size.String(), r.NodeName, err))
+			r.failClaim(pvc, r.cannotProvision(req, err)+".")
 		default:
 			r.failClaim(pvc, fmt.Sprintf("%v (will retry).", err))
 		}
@@ -262,6 +262,12 @@ func (r *run) reportProvisioned(ctx context.Context, pvc *corev1.PersistentVolum
 		r.recorder.Eventf(pvc, corev1.EventTypeNormal, ReasonProvisioningSucceeded,
 			"Successfully provisioned volume %s on node %s", pv.Name, r.NodeName)
 	}
+}
+
+// cannotProvision is the start of the Event for a claim this node cannot
+// make a volume for: the size asked, the node, and why.
+func (r *run) cannotProvision(req *request, cause error) string {
+	return fmt.Sprintf("Cannot provision %s on node %s: %v", req.size.String(), r.NodeName, cause)
 }
 
 func (r *run) failClaim(pvc *corev1.PersistentVolumeClaim, msg string) {
