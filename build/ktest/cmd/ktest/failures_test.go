@@ -55,17 +55,52 @@ func TestFailuresShowsTheTailWithoutAFailLine(t *testing.T) {
 	}
 }
 
-func TestFailuresKeepsTheReasonBeforeALongDump(t *testing.T) {
-	lines := []string{"=== RUN   TestCrash", "    crash_test.go:91: no kill landed in the middle of a deletion", "    crash_test.go:155: plinth-node log (tail):"}
+// The reasons a test logged come last, after a long dump that follows
+// them (a process's log tail, logged by a cleanup), so that the bounded
+// tail a CI log shows holds them: a multi-line message whole, up to
+// maxMessageLines.
+func TestFailuresEndsWithTheReasons(t *testing.T) {
+	lines := []string{
+		"=== RUN   TestCrash",
+		"    crash_test.go:83: after settling, invariant violations:",
+		"        claim c1 is Pending",
+		"        claim c2 is Pending",
+		"    process.go:115: plinth-node log (tail):",
+	}
 	for i := range 200 {
-		lines = append(lines, strings.Repeat("log ", i%7+1))
+		lines = append(lines, "        log "+strings.Repeat("x", i%7+1))
 	}
 	lines = append(lines, "--- FAIL: TestCrash (480.77s)")
 	got := failures(lines)
-	if !slices.Contains(got, "    crash_test.go:91: no kill landed in the middle of a deletion") {
-		t.Errorf("the test's reason is not in the digest:\n%s", strings.Join(got, "\n"))
+	want := []string{
+		"    crash_test.go:83: after settling, invariant violations:",
+		"        claim c1 is Pending",
+		"        claim c2 is Pending",
+		"--- FAIL: TestCrash (480.77s)",
 	}
-	if got[len(got)-1] != "--- FAIL: TestCrash (480.77s)" {
-		t.Errorf("the digest does not end with the verdict: %q", got[len(got)-1])
+	if len(got) < len(want) || !slices.Equal(got[len(got)-len(want):], want) {
+		t.Errorf("the digest does not end with the reason and the verdict:\n%s", strings.Join(got, "\n"))
+	}
+	if !slices.Contains(got, lines[len(lines)-2]) {
+		t.Errorf("the digest lacks the last lines before the verdict:\n%s", strings.Join(got, "\n"))
+	}
+	if len(got) > maxFailureLines {
+		t.Errorf("failures returned %d lines, over its bound of %d", len(got), maxFailureLines)
+	}
+
+	long := []string{"=== RUN   TestMany", "    many_test.go:1: violations:"}
+	for i := range 100 {
+		long = append(long, "        violation "+strings.Repeat("v", i+1))
+	}
+	long = append(long, "    many_test.go:2: second reason", "--- FAIL: TestMany (1.00s)")
+	got = failures(long)
+	n := 0
+	for _, l := range got {
+		if strings.HasPrefix(l, "        violation ") {
+			n++
+		}
+	}
+	if n != maxMessageLines-1 || !slices.Contains(got, "        ... (89 more lines)") || !slices.Contains(got, "    many_test.go:2: second reason") {
+		t.Errorf("a long message should be cut to %d lines and keep the next one; got %d of its lines:\n%s", maxMessageLines, n, strings.Join(got, "\n"))
 	}
 }

@@ -357,7 +357,7 @@ func boot(o options, nonce, initrd string, disks []string) (int, error) {
 		return exitNoResult, err
 	}
 	werr := vm.Err()
-	for _, l := range results.summary {
+	for _, l := range slices.Concat(results.summary, results.details) {
 		fmt.Fprintln(os.Stderr, l)
 	}
 	fmt.Fprintf(os.Stderr, "ktest: VM ran %.1fs\n", time.Since(start).Seconds())
@@ -374,9 +374,10 @@ func boot(o options, nonce, initrd string, disks []string) (int, error) {
 
 // resultWriter takes the console line by line (microvm writes each in one
 // call): it prints each with the time since boot, and collects the
-// guest's result and per-package lines. For a package that failed, the
-// summary repeats the output of its failed tests (see failures), because
-// the summary is what a CI log's tail shows.
+// guest's result and per-package lines. A package's verdict goes to the
+// summary; for a package that failed, details repeats what explains it
+// (see failures). Both are printed after the run, the details last,
+// because the last lines are what a CI log's tail shows.
 type resultWriter struct {
 	nonce      string
 	start      time.Time
@@ -384,6 +385,7 @@ type resultWriter struct {
 	code       int
 	haveResult bool
 	summary    []string
+	details    []string
 	pkgLines   []string // the console since the current package started
 }
 
@@ -410,26 +412,35 @@ func (r *resultWriter) Write(b []byte) (int, error) {
 		}
 		r.summary = append(r.summary, fmt.Sprintf("ktest: %-40s %s", name, verdict))
 		if c != 0 {
+			r.details = append(r.details, "ktest: "+name+" failed:")
 			for _, l := range failures(r.pkgLines) {
-				r.summary = append(r.summary, "ktest:   | "+l)
+				r.details = append(r.details, "ktest:   | "+l)
 			}
 		}
 	}
 	return len(b), nil
 }
 
-// maxFailureLines bounds what failures repeats of one package.
-const maxFailureLines = 60
+// maxFailureLines bounds what failures repeats of one package, and
+// maxMessageLines what it repeats of one message a test logged.
+const (
+	maxFailureLines = 60
+	maxMessageLines = 12
+)
 
 // failures picks from a package's -test.v output what explains its
-// failure: the lines of each failed test, from its "=== RUN" to its
-// "--- FAIL", each line once (a parent's block holds its subtests'): of a
-// long block, the lines the test logged and its last lines. Output
-// with no "--- FAIL" (a panic, a timeout) is shown by its last lines.
+// failure. For each failed test (from its "=== RUN" to its "--- FAIL",
+// each line once: a parent's block holds its subtests'), that is the last
+// lines before the verdict, then every message the test logged through
+// testing.T ("x_test.go:N: ..." and its indented continuation lines, up
+// to maxMessageLines of one message), then the verdict: the reasons come
+// last, after whatever long dump (a process's log tail) preceded them, so
+// that a bounded tail of the output still holds them. Output with no
+// "--- FAIL" (a panic, a timeout) is shown by its last lines.
 func failures(lines []string) []string {
 	start := map[string]int{}
 	var out []string
-	shown := map[int]bool{} // a parent's block holds its subtests' blocks
+	shown, cutShown := map[int]bool{}, map[int]bool{}
 	show := func(j int) {
 		if !shown[j] {
 			shown[j] = true
@@ -450,19 +461,31 @@ func failures(lines []string) []string {
 		if !ok {
 			from = i
 		}
-		// The test's own lines (t.Log, t.Error: "file_test.go:N: ...")
-		// first, since a long dump a test logs (a process's log tail)
-		// would push its reason out of the last lines; then the last
-		// lines before the verdict.
-		tail := max(from, i+1-maxFailureLines/4)
-		for j := from; j < tail; j++ {
-			if testLine.MatchString(lines[j]) {
+		kind := messageLines(lines[from:i])
+		context := max(from, i-maxFailureLines/4)
+		for j := context; j < i; j++ {
+			if kind[j-from] == notMessage {
 				show(j)
 			}
 		}
-		for j := tail; j <= i; j++ {
-			show(j)
+		cut := 0
+		for j := from; j <= i; j++ {
+			switch {
+			case j < i && kind[j-from] == messageCut:
+				cut++
+				continue
+			case cut > 0:
+				if !cutShown[j] { // once, where a parent's block repeats it
+					cutShown[j] = true
+					out = append(out, fmt.Sprintf("        ... (%d more lines)", cut))
+				}
+				cut = 0
+			}
+			if j < i && kind[j-from] == message {
+				show(j)
+			}
 		}
+		show(i)
 	}
 	if len(out) == 0 {
 		out = lines[max(0, len(lines)-maxFailureLines/2):]
@@ -472,6 +495,39 @@ func failures(lines []string) []string {
 	}
 	return out
 }
+
+// The kinds of line messageLines tells apart.
+const (
+	notMessage = iota
+	message    // a line of a message a test logged
+	messageCut // a line of such a message past maxMessageLines
+)
+
+// messageLines tells apart in a test's output the lines of the messages
+// it logged through testing.T: a line "x_test.go:N: ..." and the lines
+// after it indented deeper (the rest of a multi-line message), of which
+// the first maxMessageLines are kept.
+func messageLines(lines []string) []int {
+	kind := make([]int, len(lines))
+	for j := 0; j < len(lines); j++ {
+		if !testLine.MatchString(lines[j]) {
+			continue
+		}
+		kind[j] = message
+		indent := indentOf(lines[j])
+		for k, n := j+1, 1; k < len(lines) && indentOf(lines[k]) > indent && !testLine.MatchString(lines[k]); k, n = k+1, n+1 {
+			j = k
+			kind[k] = message
+			if n >= maxMessageLines {
+				kind[k] = messageCut
+			}
+		}
+	}
+	return kind
+}
+
+// indentOf is the number of leading spaces of l.
+func indentOf(l string) int { return len(l) - len(strings.TrimLeft(l, " ")) }
 
 // testLine is a line a test logged through testing.T: "    x_test.go:12: ...".
 var testLine = regexp.MustCompile(`^\s+\S+_test\.go:\d+: `)
