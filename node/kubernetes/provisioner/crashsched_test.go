@@ -3,6 +3,8 @@ package provisioner
 import (
 	"context"
 	"fmt"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -35,7 +37,7 @@ func (r *crashRun) placeHandedBack(t *testing.T) (v []string) {
 		if cur.Annotations[ownership.AnnSelectedNode] != "" || cur.Spec.VolumeName != "" {
 			continue
 		}
-		if !r.handedBackForRoom(cur.UID) {
+		if !r.handedBackForRoom(t, cur.UID) {
 			v = append(v, fmt.Sprintf("claim %s was handed back, and not for want of room", pvc.Name))
 			continue
 		}
@@ -53,13 +55,21 @@ func (r *crashRun) placeHandedBack(t *testing.T) (v []string) {
 }
 
 // handedBackForRoom reports whether the node said it handed the claim with
-// uid back because its data filesystem had no room.
-func (r *crashRun) handedBackForRoom(uid types.UID) bool {
+// uid back because its data filesystem had no room: in an Event, or in
+// the log line handBack writes before its patch (a process killed right
+// after the patch never sends the Event).
+func (r *crashRun) handedBackForRoom(t *testing.T, uid types.UID) bool {
+	t.Helper()
 	for _, ev := range r.e.Events(uid) {
 		if ev.Type == corev1.EventTypeWarning && ev.Reason == ReasonProvisioningFailed &&
 			strings.Contains(ev.Message, "not enough space for volume") && strings.Contains(ev.Message, "no longer placed on this node") {
 			return true
 		}
 	}
-	return false
+	log, err := os.ReadFile(r.node.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	said := regexp.MustCompile(`\] handing back claim \S+ \(uid ` + regexp.QuoteMeta(string(uid)) + `\): [^\n]*not enough space for volume`)
+	return said.Match(log)
 }

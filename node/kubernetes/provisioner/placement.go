@@ -195,12 +195,15 @@ func fitsElsewhere(err error) bool {
 // the version the attempt was made from: a claim bound or changed
 // meanwhile is synced again instead. Where the cluster's admission policy
 // predates hand-backs and refuses it, the claim waits here as it did
-// before, retried with backoff.
+// before, retried with backoff. The log says why before the patch is
+// sent: the Event is sent after it, asynchronously, and a process killed
+// in between would otherwise leave a claim given up with no word why.
 func (r *run) handBack(ctx context.Context, pvc *corev1.PersistentVolumeClaim, req *request, cause error) error {
 	next := "the scheduler chooses a node again"
 	if immediate(req.class) {
 		next = "another node with room may take it"
 	}
+	r.log.Infof("handing back claim %s: %v", ownership.DescribeClaim(pvc), cause)
 	_, err := r.patchClaim(ctx, pvc, "", map[string]any{"metadata": map[string]any{
 		"resourceVersion": pvc.ResourceVersion,
 		"annotations":     map[string]any{ownership.AnnSelectedNode: nil},
