@@ -37,7 +37,8 @@ func (r *crashRun) placeHandedBack(t *testing.T) (v []string) {
 		if cur.Annotations[ownership.AnnSelectedNode] != "" || cur.Spec.VolumeName != "" {
 			continue
 		}
-		if !r.handedBackForRoom(t, cur.UID) {
+		forRoom, unsaid := r.handedBackForRoom(t, cur.UID)
+		if !forRoom {
 			v = append(v, fmt.Sprintf("claim %s was handed back, and not for want of room", pvc.Name))
 			continue
 		}
@@ -49,6 +50,9 @@ func (r *crashRun) placeHandedBack(t *testing.T) (v []string) {
 			v = append(v, fmt.Sprintf("placing claim %s again: %v", pvc.Name, err))
 		default:
 			r.replaced[cur.UID]++
+			if unsaid {
+				r.unsaid[cur.UID] = true
+			}
 		}
 	}
 	return v
@@ -57,13 +61,13 @@ func (r *crashRun) placeHandedBack(t *testing.T) (v []string) {
 // handedBackForRoom reports whether the node said it handed the claim with
 // uid back because its data filesystem had no room: in an Event, or in
 // the log line handBack writes before its patch (a process killed right
-// after the patch never sends the Event).
-func (r *crashRun) handedBackForRoom(t *testing.T, uid types.UID) bool {
+// after the patch never sends the Event), and whether only the log did.
+func (r *crashRun) handedBackForRoom(t *testing.T, uid types.UID) (forRoom, onlyLogged bool) {
 	t.Helper()
 	for _, ev := range r.e.Events(uid) {
 		if ev.Type == corev1.EventTypeWarning && ev.Reason == ReasonProvisioningFailed &&
 			strings.Contains(ev.Message, "not enough space for volume") && strings.Contains(ev.Message, "no longer placed on this node") {
-			return true
+			return true, false
 		}
 	}
 	log, err := os.ReadFile(r.node.Log)
@@ -71,5 +75,5 @@ func (r *crashRun) handedBackForRoom(t *testing.T, uid types.UID) bool {
 		t.Fatal(err)
 	}
 	said := regexp.MustCompile(`\] handing back claim \S+ \(uid ` + regexp.QuoteMeta(string(uid)) + `\): [^\n]*not enough space for volume`)
-	return said.Match(log)
+	return said.Match(log), true
 }
