@@ -51,12 +51,22 @@ type node struct {
 // plinth-node for it on a tmpfs of size bytes.
 func startNode(t *testing.T, e *controllertest.Env, name, host string, size int64) *node {
 	t.Helper()
+	return startNodeWith(t, e, name, host, size)
+}
+
+// startNodeWith is startNode with each of change applied to the process
+// before it starts (other arguments, say).
+func startNodeWith(t *testing.T, e *controllertest.Env, name, host string, size int64, change ...func(*controllertest.NodeProcess)) *node {
+	t.Helper()
 	ne := *e
 	ne.Node = name
 	ne.Dir = volumetest.Tmpfs(t, size)
 	ne.Vols = controllertest.NewVolumes(t, ne.Dir, true)
 	n := &node{env: &ne, obj: e.CreateNode(name, host)}
 	n.proc = ne.NodeProcess(t)
+	for _, c := range change {
+		c(n.proc)
+	}
 	n.proc.Start()
 	t.Cleanup(func() {
 		n.proc.Kill(syscall.SIGTERM)

@@ -116,6 +116,43 @@ func TestHandedBackFromAFullNode(t *testing.T) {
 	}
 }
 
+// TestUnenforcedHolds: a filesystem claim on the only
+// node, which cannot enforce sizes and was not told to accept that, is
+// handed back, and the scheduler, with nowhere else to go, places it there
+// again (capacity is per class, not per volume mode). The node then holds
+// it before the next hand-back, and says so, so that node and scheduler do
+// not trade writes at the scheduler's retry rate: without the holds (about
+// 10 s, then 20 s), 25 s see five or more hand-backs; with them, two.
+func TestUnenforcedHolds(t *testing.T) {
+	e := controllertest.NewEnv(t, true)
+	n := startNodeWith(t, e, e.Node+"-u", "host-u-"+e.NS, 64*MiB, func(p *controllertest.NodeProcess) {
+		p.Args = slices.DeleteFunc(p.Args, func(a string) bool { return a == "--allow-unenforced-capacity" })
+	})
+	if n.env.Vols.CapacityEnforced() {
+		t.Fatalf("set-up: the tmpfs at %s enforces project quotas; this test needs a node that cannot", n.env.Dir)
+	}
+	pvc := createPodWithClaim(t, e, "fs", "8Mi")
+	e.WaitEvent(pvc.UID, "ProvisioningFailed", "the scheduler chooses a node again")
+	start := time.Now()
+	held := e.WaitEvent(pvc.UID, "ProvisioningFailed", "placed on this node again")
+	if !strings.Contains(held.Message, "it stays here 10s, then is handed back again") {
+		t.Errorf("hold Event %q; want the first hold, 10s", held.Message)
+	}
+	time.Sleep(25*time.Second - time.Since(start))
+	var backs int32
+	for _, ev := range e.Events(pvc.UID) {
+		if strings.Contains(ev.Message, "no longer placed on this node") {
+			backs += max(ev.Count, 1)
+		}
+	}
+	if backs > 2 {
+		t.Errorf("%d hand-backs in 25 s, want at most 2 (10 s, then 20 s held in between)", backs)
+	}
+	if pod, err := e.Client.CoreV1().Pods(e.NS).Get(context.Background(), "fs", metav1.GetOptions{}); err != nil || pod.Spec.NodeName != "" {
+		t.Errorf("pod fs: node %q (%v); want it unscheduled, its claim has nowhere to go", pod.Spec.NodeName, err)
+	}
+}
+
 // checkOnlyOn checks that volume id is on node on and not on node off.
 func checkOnlyOn(t *testing.T, id string, on, off *node) {
 	t.Helper()

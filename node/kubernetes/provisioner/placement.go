@@ -2,7 +2,6 @@ package provisioner
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -16,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"source.plinth.dev/node/kubernetes/internal/ownership"
-	"source.plinth.dev/node/kubernetes/volume"
 )
 
 // Claims of a class with volumeBindingMode Immediate are provisioned
@@ -172,57 +170,6 @@ func (r *run) syncPlacement(ctx context.Context, key string, pvc *corev1.Persist
 	r.recorder.Eventf(placed, corev1.EventTypeNormal, ReasonPlaced,
 		"StorageClass %s binds immediately; node %s took the claim and provisions its volume", class.Name, r.NodeName)
 	return nil
-}
-
-// fitsElsewhere reports whether err, from creating a claim's volume here,
-// is this node's alone, so that another node may well hold the volume:
-// the data filesystem has no room for it (the scheduler read capacity
-// published before other claims took the room), or it is a filesystem
-// volume and this node cannot enforce its size. Errors of the claim
-// itself (an invalid size) would follow it anywhere and are not.
-func fitsElsewhere(err error) bool {
-	return errors.Is(err, volume.ErrNoSpace) || errors.Is(err, volume.ErrCapacityNotEnforced)
-}
-
-// handBack undoes the placement of a claim this node cannot provision
-// (fitsElsewhere's cause), as external provisioners do for the scheduler:
-// it removes the selected-node annotation, so that the scheduler chooses
-// again for a WaitForFirstConsumer claim, now with the capacity this node
-// publishes, and the nodes offer themselves again for an Immediate one
-// (this one no longer does: syncPlacement checks the same room). Kept, the
-// placement would hold the claim, and its pod, on this node until room is
-// freed here, however much another node has. The patch is conditional on
-// the version the attempt was made from: a claim bound or changed
-// meanwhile is synced again instead. Where the cluster's admission policy
-// predates hand-backs and refuses it, the claim waits here as it did
-// before, retried with backoff. The log says why before the patch is
-// sent: the Event is sent after it, asynchronously, and a process killed
-// in between would otherwise leave a claim given up with no word why.
-func (r *run) handBack(ctx context.Context, pvc *corev1.PersistentVolumeClaim, req *request, cause error) error {
-	next := "the scheduler chooses a node again"
-	if immediate(req.class) {
-		next = "another node with room may take it"
-	}
-	r.log.Infof("handing back claim %s: %v", ownership.DescribeClaim(pvc), cause)
-	_, err := r.patchClaim(ctx, pvc, "", map[string]any{"metadata": map[string]any{
-		"resourceVersion": pvc.ResourceVersion,
-		"annotations":     map[string]any{ownership.AnnSelectedNode: nil},
-	}})
-	switch {
-	case err == nil:
-		r.failClaim(pvc, fmt.Sprintf("%s; the claim is no longer placed on this node, %s.", r.cannotProvision(req, cause), next))
-		return nil
-	case apierrors.IsNotFound(err):
-		return nil
-	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
-		if r.handBackRefused.CompareAndSwap(false, true) {
-			r.log.Warningf("handing back claim %s refused (%v); claims this node cannot provision wait for room here", ownership.DescribeClaim(pvc), err)
-		}
-		r.failClaim(pvc, r.cannotProvision(req, cause)+" (will retry).")
-		return cause
-	}
-	// A conflict too: the retry works from the claim as it is now.
-	return fmt.Errorf("handing back claim %s after %w: %w", ownership.DescribeClaim(pvc), cause, err)
 }
 
 // offerFreedRoomLoop offers this node again for the unplaced claims of

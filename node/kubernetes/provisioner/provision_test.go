@@ -315,7 +315,10 @@ func TestBadInput(t *testing.T) {
 // TestCapacityNotEnforcedRefused: on a node that cannot enforce quotas and
 // was not told to accept that, filesystem claims fail clearly and are
 // handed back to the scheduler, which may find a node that enforces
-// sizes, while block claims still work.
+// sizes, while block claims still work. A claim placed here again (as
+// the scheduler does where no node enforces sizes) is held for a while
+// before it is handed back again, and says so: no loop of writes at the
+// scheduler's retry rate.
 func TestCapacityNotEnforcedRefused(t *testing.T) {
 	e := newEnv(t, false)
 	if e.Vols.CapacityEnforced() {
@@ -342,6 +345,54 @@ func TestCapacityNotEnforcedRefused(t *testing.T) {
 	if ids := e.VolumeIDs(); len(ids) != 1 {
 		t.Errorf("volumes: %v, want only the block volume", ids)
 	}
+
+	// The test plays the scheduler, which has no other node to choose.
+	// The hold is the controller's RetryMax here (2 s; holdFor).
+	placed := time.Now()
+	placeAgain(t, e, fs.Name)
+	held := e.WaitEvent(fs.UID, ReasonProvisioningFailed, "placed on this node again")
+	if !strings.Contains(held.Message, "stays here 2s, then is handed back again") {
+		t.Errorf("hold Event %q does not say for how long", held.Message)
+	}
+	unplaced := waitUnplaced(t, e, fs.Name)
+	if d := unplaced.Sub(placed); d < 2*time.Second {
+		t.Errorf("the claim placed here again was handed back after %s, before its hold of 2s", d.Round(time.Millisecond))
+	}
+	holds := int32(0)
+	for _, ev := range e.Events(fs.UID) {
+		if strings.Contains(ev.Message, "placed on this node again") {
+			holds += max(ev.Count, 1)
+		}
+	}
+	if holds != 1 {
+		t.Errorf("the hold was announced %d times, want once", holds)
+	}
+	e.NoPV(fs.UID)
+}
+
+// placeAgain sets the claim's selected-node annotation to the env's node,
+// as the scheduler does.
+func placeAgain(t *testing.T, e *env, name string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, ownership.AnnSelectedNode, e.Node)
+	if _, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitUnplaced waits until the claim has no selected-node annotation and
+// returns when it saw that.
+func waitUnplaced(t *testing.T, e *env, name string) time.Time {
+	t.Helper()
+	controllertest.Eventually(t, 30*time.Second, "claim "+name+" unplaced", func() (bool, error) {
+		c, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		_, placed := c.Annotations[ownership.AnnSelectedNode]
+		return !placed, nil
+	})
+	return time.Now()
 }
 
 // TestForeignObjects: claims and PVs that are not ours, including malformed

@@ -54,6 +54,7 @@ type run struct {
 	elsewhere sync.Map
 
 	placing placements // see syncPlacement
+	holds   holds      // see handBack
 }
 
 // Run provisions and deletes volumes until ctx ends.

@@ -61,7 +61,7 @@ func (r *run) syncClaim(ctx context.Context, key string) error {
 	if err != nil {
 		reason = metrics.Reason(err)
 		if fitsElsewhere(err) {
-			return r.handBack(ctx, pvc, req, err)
+			return r.handBack(ctx, key, pvc, req, err)
 		}
 		return err
 	}
