@@ -52,7 +52,7 @@ func (r *run) handBack(ctx context.Context, key string, pvc *corev1.PersistentVo
 	if errors.Is(cause, volume.ErrCapacityNotEnforced) {
 		if hold, started := r.holds.hold(pvc.UID, now, r.RetryMax); hold > 0 {
 			if started {
-				r.failClaim(pvc, fmt.Sprintf("%s; the claim was placed on this node again (no node that enforces sizes took it): it stays here %s, then is handed back again.",
+				r.failClaim(pvc, fmt.Sprintf("%s; the claim was placed on this node again: it stays here %s, then is handed back again.",
 					r.cannotProvision(req, cause), hold.Round(time.Second)))
 			}
 			r.claimQ.AddAfter(key, hold)
