@@ -116,13 +116,14 @@ func TestHandedBackFromAFullNode(t *testing.T) {
 	}
 }
 
-// TestUnenforcedHolds: a filesystem claim on the only
-// node, which cannot enforce sizes and was not told to accept that, is
-// handed back, and the scheduler, with nowhere else to go, places it there
-// again (capacity is per class, not per volume mode). The node then holds
-// it before the next hand-back, and says so, so that node and scheduler do
-// not trade writes at the scheduler's retry rate: without the holds (about
-// 10 s, then 20 s), 25 s see five or more hand-backs; with them, two.
+// TestUnenforcedHolds: a filesystem claim on the only node, which cannot
+// enforce sizes and was not told to accept that, is handed back, and the
+// scheduler, with nowhere else to go, places it there again (capacity is
+// per class, not per volume mode). The node then holds it before the next
+// hand-back, 10 s, then 20 s, and says so, so that node and scheduler do
+// not trade writes at the scheduler's retry rate: in 25 s, at most two
+// hand-backs. (Without the holds, a minute saw eight, at the scheduler's
+// backoff of 1 s doubling to 10 s.)
 func TestUnenforcedHolds(t *testing.T) {
 	e := controllertest.NewEnv(t, true)
 	n := startNodeWith(t, e, e.Node+"-u", "host-u-"+e.NS, 64*MiB, func(p *controllertest.NodeProcess) {

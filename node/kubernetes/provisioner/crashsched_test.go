@@ -42,8 +42,7 @@ func (r *crashRun) placeHandedBack(t *testing.T) (v []string) {
 			v = append(v, fmt.Sprintf("claim %s was handed back, and not for want of room", pvc.Name))
 			continue
 		}
-		patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"annotations":{%q:%q}}}`, cur.ResourceVersion, ownership.AnnSelectedNode, r.e.Node)
-		_, err = r.client.CoreV1().PersistentVolumeClaims(r.e.NS).Patch(ctx, pvc.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		err = placeClaim(r.client, r.e.NS, pvc.Name, r.e.Node, cur.ResourceVersion)
 		switch {
 		case apierrors.IsConflict(err):
 		case err != nil:

@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
@@ -374,10 +376,25 @@ func TestCapacityNotEnforcedRefused(t *testing.T) {
 // as the scheduler does.
 func placeAgain(t *testing.T, e *env, name string) {
 	t.Helper()
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, ownership.AnnSelectedNode, e.Node)
-	if _, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	if err := placeClaim(e.Client, e.NS, name, e.Node, ""); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// placeClaim sets the selected-node annotation of claim ns/name to node,
+// as the scheduler does: if resourceVersion is set, only on that version
+// of the claim (a conflict error otherwise).
+func placeClaim(client kubernetes.Interface, ns, name, node, resourceVersion string) error {
+	meta := map[string]any{"annotations": map[string]string{ownership.AnnSelectedNode: node}}
+	if resourceVersion != "" {
+		meta["resourceVersion"] = resourceVersion
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return err
+	}
+	_, err = client.CoreV1().PersistentVolumeClaims(ns).Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
 }
 
 // waitUnplaced waits until the claim has no selected-node annotation and
