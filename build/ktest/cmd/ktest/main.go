@@ -468,21 +468,22 @@ func failures(lines []string) []string {
 				show(j)
 			}
 		}
-		cut := 0
-		for j := from; j <= i; j++ {
-			switch {
-			case j < i && kind[j-from] == messageCut:
+		cut := 0 // lines of the current message left out so far
+		for j := from; j < i; j++ {
+			switch kind[j-from] {
+			case message:
+				show(j)
+			case messageCut:
 				cut++
-				continue
-			case cut > 0:
-				if !cutShown[j] { // once, where a parent's block repeats it
+				// Said after the last line left out, once (a parent's
+				// block holds its subtests' messages again).
+				if (j+1 == i || kind[j+1-from] != messageCut) && !cutShown[j] {
 					cutShown[j] = true
 					out = append(out, fmt.Sprintf("        ... (%d more lines)", cut))
 				}
-				cut = 0
 			}
-			if j < i && kind[j-from] == message {
-				show(j)
+			if kind[j-from] != messageCut {
+				cut = 0
 			}
 		}
 		show(i)
