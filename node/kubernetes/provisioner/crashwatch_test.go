@@ -86,10 +86,17 @@ func (r *crashRun) nodePVs(ctx context.Context) (map[string]*corev1.PersistentVo
 func (r *crashRun) killMidDeletion(t *testing.T, p *controllertest.NodeProcess) {
 	t.Helper()
 	ctx := context.Background()
+	marked := func(c *corev1.PersistentVolumeClaim) bool { _, ok := r.markers[c.UID]; return ok }
 	for attempt := 0; attempt < 5 && len(r.midDelete) == 0; attempt++ {
+		// The schedule marks bound claims every 10 operations, and may
+		// have deleted every one it marked while the claims it made last
+		// were still being bound: mark those as they are bound.
+		for deadline := time.Now().Add(time.Minute); !slices.ContainsFunc(r.live, marked) && time.Now().Before(deadline); time.Sleep(time.Second) {
+			r.mark(t)
+		}
 		var victims []string
 		for range 4 {
-			k := slices.IndexFunc(r.live, func(c *corev1.PersistentVolumeClaim) bool { _, ok := r.markers[c.UID]; return ok })
+			k := slices.IndexFunc(r.live, marked)
 			if k < 0 {
 				break
 			}
