@@ -117,57 +117,9 @@ func (d *Device) Dev() uint64 { return d.dev }
 
 // Create binds backing to a free loop device and returns it open. The
 // backing file can be closed by the caller afterwards: the kernel holds its
-// own reference.
-//
-// A device is taken with LOOP_CTL_GET_FREE and configured in one
-// LOOP_CONFIGURE call. Two callers can be handed the same free device;
-// the loser gets EBUSY (or finds the node removed) and retries with
-// another one, so concurrent Creates never share a device.
-//
-// The device is opened without O_EXCL on purpose: LOOP_CONFIGURE claims
-// the device exclusively inside the kernel while it binds, which is the
-// race that matters, and a lasting exclusive open would stop the volume's
-// user from mounting the device.
+// own reference. It is CreateExcept with no number reserved.
 func Create(backing *os.File, opts Options) (*Device, error) {
-	if backing == nil {
-		return nil, errors.New("creating loop device: backing file is nil")
-	}
-	if err := checkBacking(backing, opts); err != nil {
-		return nil, fmt.Errorf("creating loop device for %s: %w", backing.Name(), err)
-	}
-	flags := kernelFlags(opts)
-	ctl, err := os.OpenFile(controlPath, os.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("creating loop device: %w", err)
-	}
-	defer ctl.Close()
-
-	const attempts = 100
-	var lastErr error
-	for try := 0; try < attempts; try++ {
-		var n int
-		if err := control(ctl, func(fd int) (err error) {
-			n, err = unix.IoctlRetInt(fd, unix.LOOP_CTL_GET_FREE)
-			return err
-		}); err != nil {
-			return nil, fmt.Errorf("creating loop device: LOOP_CTL_GET_FREE: %w", err)
-		}
-		d, err := configure(n, backing, flags, opts)
-		if err == nil {
-			return d, nil
-		}
-		if !retryable(err) {
-			return nil, fmt.Errorf("creating loop device for %s: %w", backing.Name(), err)
-		}
-		// Another caller bound or removed /dev/loopN between our
-		// GET_FREE and CONFIGURE; ask again. Back off a little once it
-		// keeps happening so busy callers do not spin.
-		lastErr = err
-		if try > 10 {
-			time.Sleep(time.Duration(try) * 100 * time.Microsecond)
-		}
-	}
-	return nil, fmt.Errorf("creating loop device for %s: gave up after %d attempts: %w", backing.Name(), attempts, lastErr)
+	return CreateExcept(backing, opts, nil)
 }
 
 // CreateAt binds backing to /dev/loopN, the number the caller chose, and
