@@ -71,10 +71,19 @@ func newEnv(t testing.TB, dataDir string) *env {
 	return e
 }
 
+// die ends what the node agent's process holds (its loop devices), as its
+// death would; the records stay.
+func (e *env) die() {
+	e.srv.holds.releaseUnless(func(string) bool { return false })
+}
+
 // restart replaces the server by a new one over the same directories, as
 // a restarted node agent would start: nothing carried over in memory.
 func (e *env) restart() {
 	e.t.Helper()
+	if e.srv != nil {
+		e.die()
+	}
 	srv, err := NewServer(Config{
 		Volumes:    e.volumes,
 		Kubelet:    &e.root.Kubelet,

@@ -170,10 +170,12 @@ func prepareTargetDir(target string) (created bool, err error) {
 	return false, nil
 }
 
-// publishBlock binds the image to a new loop device, records it, and makes
-// the device node at the target.
+// publishBlock binds the image to a new loop device, records it, makes the
+// device node at the target, and holds the device (see hold.go). The new
+// device's number is one no publication record names, so a number a pod
+// may still hold is never handed on.
 func (s *Server) publishBlock(p *publication, image string) error {
-	d, err := attachImage(image, p.ReadOnly)
+	d, err := attachImage(image, p.ReadOnly, bindFree(s.store.loopReserved()))
 	if err != nil {
 		return err
 	}
@@ -188,16 +190,14 @@ func (s *Server) publishBlock(p *publication, image string) error {
 	if err := makeBlockNode(p.TargetPath, rec.Rdev); err != nil {
 		return errors.Join(status.Error(codes.Internal, err.Error()), d.Detach(), s.store.remove(p.TargetPath))
 	}
-	if err := d.Close(); err != nil {
-		s.log.Warningf("closing %s: %v", d.Path(), err)
-	}
+	s.holds.keep(p.TargetPath, d)
 	return nil
 }
 
 // attachImage opens the image (read-only when the device must be) and
-// binds it to a new loop device with direct I/O, so the page cache holds
-// the data once (in the pod's filesystem above the device), not twice.
-func attachImage(image string, readOnly bool) (*loop.Device, error) {
+// binds it to a loop device with direct I/O, so the page cache holds the
+// data once (in the pod's filesystem above the device), not twice.
+func attachImage(image string, readOnly bool, bind binder) (*loop.Device, error) {
 	flag := os.O_RDWR
 	if readOnly {
 		flag = os.O_RDONLY
@@ -207,7 +207,7 @@ func attachImage(image string, readOnly bool) (*loop.Device, error) {
 		return nil, status.Errorf(codes.Internal, "opening volume image: %v", err)
 	}
 	defer f.Close()
-	d, err := loop.Create(f, loop.Options{ReadOnly: readOnly, DirectIO: true})
+	d, err := bind(f, loop.Options{ReadOnly: readOnly, DirectIO: true})
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "attaching volume image: %v", err)
 	}
@@ -222,36 +222,10 @@ func loopRecordOf(d *loop.Device) (*loopRecord, error) {
 	return &loopRecord{Number: d.Number(), Rdev: d.Dev(), BackingDev: st.BackingDev, BackingInode: st.BackingInode}, nil
 }
 
-// openRecordedLoop opens the loop device a record names and checks that it
-// still is what the record says: same device number, bound to the same
-// image (device and inode), with the recorded read-only flag. Anything
-// else means the number was freed and reused, and the device belongs to
-// someone else now; it returns nil then.
-func openRecordedLoop(p *publication, image string) *loop.Device {
-	if p.Loop == nil {
-		return nil
-	}
-	d, err := loop.Open(fmt.Sprintf("/dev/loop%d", p.Loop.Number))
-	if err != nil {
-		return nil
-	}
-	st, err := d.Status()
-	ok := err == nil && d.Dev() == p.Loop.Rdev && st.BackingDev == p.Loop.BackingDev &&
-		st.BackingInode == p.Loop.BackingInode && st.Flags.ReadOnly == p.ReadOnly
-	if ok && image != "" {
-		var is unix.Stat_t
-		ok = unix.Stat(image, &is) == nil && is.Ino == p.Loop.BackingInode
-	}
-	if !ok {
-		d.Close()
-		return nil
-	}
-	return d
-}
-
 // ensure makes an existing publication true again: a missing bind mount is
-// redone, a device node that does not name the recorded loop device is
-// replaced, and a loop device that is gone or reused is recreated.
+// redone, a loop device that was detached is bound to the image again at
+// its recorded number (ensureLoop), and a device node that does not name
+// it is replaced.
 func (s *Server) ensure(ctx context.Context, p *publication, source string) error {
 	if p.Mode == volume.Filesystem.String() {
 		same, err := sameFile(source, p.TargetPath)
@@ -274,24 +248,24 @@ func (s *Server) ensure(ctx context.Context, p *publication, source string) erro
 		}
 		return nil
 	}
-	if d := openRecordedLoop(p, source); d != nil {
-		defer d.Close()
-		if isBlockNode(p.TargetPath, p.Loop.Rdev) {
-			return nil
-		}
-		if err := makeBlockNode(p.TargetPath, p.Loop.Rdev); err != nil {
+	if p.Loop == nil {
+		// A record without its device names no number a pod was
+		// given; whatever is at the target is not vouched for.
+		if err := removeTarget(p.TargetPath); err != nil {
 			return status.Error(codes.Internal, err.Error())
 		}
+		return s.publishBlock(p, source)
+	}
+	if err := s.ensureLoop(p, source); err != nil {
+		return err
+	}
+	if isBlockNode(p.TargetPath, p.Loop.Rdev) {
 		return nil
 	}
-	// The loop device is gone or no longer ours: whatever node is at the
-	// target names a device we cannot vouch for. Start over.
-	if err := removeTarget(p.TargetPath); err != nil {
+	if err := makeBlockNode(p.TargetPath, p.Loop.Rdev); err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
-	p.Loop = nil
-	p.BootID = s.boot
-	return s.publishBlock(p, source)
+	return nil
 }
 
 // NodeUnpublishVolume undoes NodePublishVolume: unmounts (or removes the
@@ -382,10 +356,14 @@ func (s *Server) unpublish(ctx context.Context, p *publication) error {
 		}
 		// Detach, not Remove: the idle /dev/loopN is reused by the next
 		// publish, while deleting it costs the kernel ~45 ms of RCU
-		// grace periods per unpublish.
-		if d := openRecordedLoop(p, image); d != nil {
-			if err := d.Detach(); err != nil {
-				return fmt.Errorf("freeing the loop device of %s: %w", p.TargetPath, err)
+		// grace periods per unpublish. The record, removed last, keeps
+		// the number reserved until the device is free.
+		s.holds.release(p.TargetPath)
+		if p.Loop != nil {
+			if d, state := inspectLoop(p, image); state == loopOwn {
+				if err := d.Detach(); err != nil {
+					return fmt.Errorf("freeing the loop device of %s: %w", p.TargetPath, err)
+				}
 			}
 		}
 	}

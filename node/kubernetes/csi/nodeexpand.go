@@ -67,8 +67,8 @@ func (s *Server) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	}
 	capacity := st.CapacityBytes
 	for _, pub := range s.store.forVolume(id) {
-		d := openRecordedLoop(pub, image)
-		if d == nil {
+		d, state := inspectLoop(pub, image)
+		if state != loopOwn {
 			return nil, status.Errorf(codes.FailedPrecondition, "publication at %s has lost its loop device; republish it", pub.TargetPath)
 		}
 		err := d.RefreshSize()

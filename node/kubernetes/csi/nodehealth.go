@@ -133,9 +133,13 @@ func (s *Server) checkPublication(ctx context.Context, p *publication) string {
 	if p.Loop == nil {
 		return "its publication record names no loop device"
 	}
-	d := openRecordedLoop(p, source)
-	if d == nil {
-		return fmt.Sprintf("loop device %d is detached or no longer serves this volume's image", p.Loop.Number)
+	d, state := inspectLoop(p, source)
+	switch state {
+	case loopFree:
+		return fmt.Sprintf("loop device %d was detached behind the node's back; its number stays reserved for this publication, "+
+			"and the node binds the volume's image to it again at the next publish or restart", p.Loop.Number)
+	case loopTaken:
+		return fmt.Sprintf("loop device %d now serves another file; its number stays reserved for this publication until it is unpublished", p.Loop.Number)
 	}
 	defer d.Close()
 	if !isBlockNode(p.TargetPath, p.Loop.Rdev) {

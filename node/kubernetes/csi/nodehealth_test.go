@@ -36,10 +36,12 @@ func TestConditionReportsBrokenPublications(t *testing.T) {
 			t.Errorf("%s: health of a healthy volume = %v, %v", id, h, err)
 		}
 	}
-	// The bind mount disappears; the loop device is detached.
+	// The bind mount disappears; the loop device is detached (the node
+	// agent, which holds it while it runs, is down).
 	if err := unix.Unmount(e.target("fs"), 0); err != nil {
 		t.Fatal(err)
 	}
+	e.die()
 	d, err := loop.Open("/dev/loop" + itoa(e.srv.store.get(e.target("blk")).Loop.Number))
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +60,9 @@ func TestConditionReportsBrokenPublications(t *testing.T) {
 		h, err := e.srv.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: id, VolumePublishPath: e.target(id)})
 		if err != nil || len(h.GetVolumeHealth().GetHealthStatuses()) == 0 || h.GetVolumeHealth().GetHealthStatuses()[0].GetStatus() != csi.VolumeHealthErrorType_INACCESSIBLE {
 			t.Errorf("%s: health of a broken publication = %v, %v", id, h, err)
+		}
+		if id == "blk" && !strings.Contains(h.String(), "detached behind the node's back") {
+			t.Errorf("health of a block publication whose device was detached = %v, want it named detached", h)
 		}
 	}
 	// A block image with holes (its pod discarded them: mkfs, fstrim) is

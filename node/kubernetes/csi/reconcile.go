@@ -39,6 +39,7 @@ func (s *Server) reconcile(ctx context.Context) {
 			}
 		}()
 	}
+	s.holds.releaseUnless(func(target string) bool { return s.store.get(target) != nil })
 	s.removeLeakedLoops()
 }
 

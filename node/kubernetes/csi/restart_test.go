@@ -6,10 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/loop"
@@ -59,19 +62,70 @@ func TestRestartKeepsPublications(t *testing.T) {
 
 // TestStaleLoopDeviceIsNeverTrusted frees a published block volume's loop
 // device behind the plugin's back and binds a foreign file to the very same
-// number (and so the same device number), as can happen across a crash. On
-// restart the plugin must notice that /dev/loopN now serves
-// someone else, leave that device alone, and serve the volume through a
-// new device whose node replaces the stale one.
+// number (and so the same device number), as another program could while
+// the node agent is down. On restart the plugin must notice that
+// /dev/loopN now serves someone else, leave that device alone, remove the
+// stale node at the target (a restarted container would be given it),
+// refuse to publish the volume there again on another number (the pod
+// holds loopN), report the publication broken, and keep the number
+// reserved until the unpublish, which leaves the foreign device alone.
 func TestStaleLoopDeviceIsNeverTrusted(t *testing.T) {
 	e := newEnv(t, "")
+	ctx := context.Background()
 	e.create("blk", volume.Block, MiB)
 	target := e.target("blk")
 	if err := e.publish("blk", target, volume.Block, false); err != nil {
 		t.Fatal(err)
 	}
 	old := e.srv.store.get(target).Loop
-	d, err := loop.Open("/dev/loop" + itoa(old.Number))
+	e.die()
+	fd := takeNumber(t, old)
+	// The stale node at the target now opens the foreign device: exactly
+	// what the plugin must not trust.
+	var stale unix.Stat_t
+	if err := unix.Lstat(target, &stale); err != nil || stale.Rdev != fd.Dev() {
+		t.Fatalf("target before restart: rdev %#x (%v), want the foreign device %#x", stale.Rdev, err, fd.Dev())
+	}
+
+	e.restart()
+	now := e.srv.store.get(target)
+	if now == nil || now.Loop == nil || *now.Loop != *old {
+		t.Fatalf("publication after the restart: %+v, want it kept with loop %+v (reserved)", now, old)
+	}
+	if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the node at the target, naming the foreign device, survived the restart (%v)", err)
+	}
+	err := e.publish("blk", target, volume.Block, false)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "now serves another file") {
+		t.Errorf("publish again over a number taken by a foreign file: %v, want FailedPrecondition", err)
+	}
+	if p := e.srv.store.get(target); p == nil || *p.Loop != *old {
+		t.Errorf("the refused publish changed the record to %+v", p)
+	}
+	resp, err := e.srv.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: "blk"})
+	if err != nil || len(resp.GetVolumeHealth().GetHealthStatuses()) != 1 ||
+		!strings.Contains(resp.GetVolumeHealth().GetHealthStatuses()[0].GetMessage(), "now serves another file") {
+		t.Errorf("health of the publication: %v (%v), want it reported broken", resp, err)
+	}
+	if b, err := fd.BackingFile(); err != nil || !strings.HasSuffix(b, "foreign.img") {
+		t.Errorf("foreign loop device now backs %q (%v), want it untouched", b, err)
+	}
+	if err := e.unpublish("blk", target); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := fd.BackingFile(); err != nil || !strings.HasSuffix(b, "foreign.img") {
+		t.Errorf("unpublish touched the foreign loop device: %q, %v", b, err)
+	}
+	if p := e.srv.store.get(target); p != nil {
+		t.Errorf("record left after the unpublish: %+v", p)
+	}
+}
+
+// takeNumber frees the loop device rec names and binds a foreign file to
+// that very number, returning the foreign device (removed at cleanup).
+func takeNumber(t *testing.T, rec *loopRecord) *loop.Device {
+	t.Helper()
+	d, err := loop.Open("/dev/loop" + itoa(rec.Number))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,42 +145,15 @@ func TestStaleLoopDeviceIsNeverTrusted(t *testing.T) {
 	if err := d.Detach(); err != nil {
 		t.Fatal(err)
 	}
-	fd, err := loop.CreateAt(old.Number, ff, loop.Options{})
+	fd, err := loop.CreateAt(rec.Number, ff, loop.Options{})
 	if err != nil {
-		t.Fatalf("binding the foreign file to the volume's old loop%d: %v", old.Number, err)
+		t.Fatalf("binding the foreign file to the volume's old loop%d: %v", rec.Number, err)
 	}
-	defer fd.Remove()
-	if fd.Number() != old.Number || fd.Dev() != old.Rdev {
-		t.Fatalf("foreign file is on loop%d (dev %#x), want the volume's old loop%d (dev %#x)", fd.Number(), fd.Dev(), old.Number, old.Rdev)
+	t.Cleanup(func() { fd.Remove() })
+	if fd.Number() != rec.Number || fd.Dev() != rec.Rdev {
+		t.Fatalf("foreign file is on loop%d (dev %#x), want the volume's old loop%d (dev %#x)", fd.Number(), fd.Dev(), rec.Number, rec.Rdev)
 	}
-	// The stale node at the target now opens the foreign device: exactly
-	// what the plugin must not trust.
-	var stale unix.Stat_t
-	if err := unix.Lstat(target, &stale); err != nil || stale.Rdev != fd.Dev() {
-		t.Fatalf("target before restart: rdev %#x (%v), want the foreign device %#x", stale.Rdev, err, fd.Dev())
-	}
-
-	e.restart()
-	now := e.srv.store.get(target)
-	if now == nil || now.Loop == nil {
-		t.Fatal("publication lost on restart")
-	}
-	if now.Loop.Rdev == fd.Dev() {
-		t.Fatalf("the plugin adopted the foreign loop device %s", fd.Path())
-	}
-	var st unix.Stat_t
-	if err := unix.Lstat(target, &st); err != nil || st.Rdev != now.Loop.Rdev {
-		t.Errorf("device node at the target: rdev %v (%v), want the new device %v", st.Rdev, err, now.Loop.Rdev)
-	}
-	if b, err := fd.BackingFile(); err != nil || b != foreign {
-		t.Errorf("foreign loop device now backs %q (%v), want it untouched", b, err)
-	}
-	if err := e.unpublish("blk", target); err != nil {
-		t.Fatal(err)
-	}
-	if b, err := fd.BackingFile(); err != nil || b != foreign {
-		t.Errorf("unpublish touched the foreign loop device: %q, %v", b, err)
-	}
+	return fd
 }
 
 // TestRebootDropsStalePublications simulates a reboot (new boot ID; the
@@ -140,6 +167,7 @@ func TestRebootDropsStalePublications(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := e.srv.store.get(target).Loop
+	e.die()
 	d, err := loop.Open("/dev/loop" + itoa(old.Number))
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +208,7 @@ func TestLeakedLoopDeviceIsRemoved(t *testing.T) {
 	if err := unix.Stat(image, &img); err != nil {
 		t.Fatal(err)
 	}
-	d, err := attachImage(image, false)
+	d, err := attachImage(image, false, bindFree(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,9 +325,10 @@ func TestCrashMidUnpublish(t *testing.T) {
 	if err := os.Remove(fsTarget); err != nil {
 		t.Fatal(err)
 	}
-	d := openRecordedLoop(e.srv.store.get(blkTarget), image)
-	if d == nil {
-		t.Fatal("the block publication's loop device is not the recorded one")
+	e.die()
+	d, state := inspectLoop(e.srv.store.get(blkTarget), image)
+	if state != loopOwn {
+		t.Fatalf("the block publication's loop device is not the recorded one (%v)", state)
 	}
 	if err := os.Remove(blkTarget); err != nil {
 		t.Fatal(err)

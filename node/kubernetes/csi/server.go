@@ -86,6 +86,7 @@ type Server struct {
 	// log is the logger given to Start.
 	log     logtree.LeveledLogger
 	store   store
+	holds   holds
 	locks   keymutex.Set
 	boot    string
 	started atomic.Bool

@@ -138,6 +138,21 @@ func (s *store) forVolume(id string) []*publication {
 	return out
 }
 
+// loopReserved returns a test for the loop numbers the records name: a pod
+// may hold the device node of each until its publication is removed, so
+// none is given to another volume (see hold.go). The set is taken now.
+func (s *store) loopReserved() func(n int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	taken := make(map[int]bool)
+	for _, p := range s.byTarget {
+		if p.Loop != nil {
+			taken[p.Loop.Number] = true
+		}
+	}
+	return func(n int) bool { return taken[n] }
+}
+
 // all returns copies of every record.
 func (s *store) all() []*publication {
 	s.mu.Lock()
