@@ -5,26 +5,10 @@ import (
 	"os"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/pkg/loop"
+	"source.plinth.dev/pkg/loop/looptest"
 )
-
-// clearAsTenant does what `losetup -d` does in a container that was given
-// the device node: open it (read-only is enough) and LOOP_CLR_FD, which
-// needs no capability.
-func clearAsTenant(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_RDONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0); err != nil {
-		t.Fatalf("LOOP_CLR_FD on %s as a tenant: %v", path, err)
-	}
-}
 
 // TestTenantFreesAnUnheldDevice is the kernel rule behind the reuse of a
 // tenant's loop number: a device nobody else holds open is detached by
@@ -37,7 +21,9 @@ func TestTenantFreesAnUnheldDevice(t *testing.T) {
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
-	clearAsTenant(t, d.Path())
+	if err := looptest.Clear(d.Path()); err != nil {
+		t.Fatal(err)
+	}
 	waitUnbound(t, path)
 }
 
@@ -51,7 +37,9 @@ func TestHeldDeviceOutlivesTenantClear(t *testing.T) {
 	kept, freed := backing(t, "", 8*MiB), backing(t, "", 8*MiB)
 	d, other := create(t, kept, loop.Options{}), create(t, freed, loop.Options{})
 	for _, dev := range []*loop.Device{d, other} {
-		clearAsTenant(t, dev.Path())
+		if err := looptest.Clear(dev.Path()); err != nil {
+			t.Fatal(err)
+		}
 		if flags, err := dev.Flags(); err != nil || !flags.Autoclear {
 			t.Fatalf("%s after the tenant's LOOP_CLR_FD: flags %+v (%v), want autoclear set and still bound", dev.Path(), flags, err)
 		}

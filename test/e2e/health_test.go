@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"source.plinth.dev/node/kubernetes/metrics/metricstest"
 	"source.plinth.dev/node/kubernetes/volumehealth"
+	"source.plinth.dev/pkg/loop/looptest"
 	"source.plinth.dev/test/e2e/await"
 )
 
@@ -76,14 +76,9 @@ func TestVolumeHealthEvents(t *testing.T) {
 	if len(loops) != 1 {
 		t.Fatalf("loop devices over %s: %v, want the publication's one", image, loops)
 	}
-	f, err := os.Open(loops[0])
-	if err != nil {
+	if err := looptest.Clear(loops[0]); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0); err != nil {
-		t.Fatalf("LOOP_CLR_FD on %s: %v", loops[0], err)
-	}
-	f.Close()
 	if err := os.Remove(filepath.Join(c.DataDir, "volumes", blk3PV.Name+".img")); err != nil {
 		t.Fatal(err)
 	}

@@ -7,25 +7,11 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"golang.org/x/sys/unix"
 
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/loop"
+	"source.plinth.dev/pkg/loop/looptest"
 )
-
-// clearAsTenant is `losetup -d` in the pod given the device node at
-// target: open it and LOOP_CLR_FD, which needs no capability.
-func clearAsTenant(t *testing.T, target string) {
-	t.Helper()
-	f, err := os.OpenFile(target, os.O_RDONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := unix.IoctlSetInt(int(f.Fd()), unix.LOOP_CLR_FD, 0); err != nil {
-		t.Fatalf("LOOP_CLR_FD through %s: %v", target, err)
-	}
-}
 
 // loopState of the publication at target, as the plugin would judge it.
 func (e *env) loopState(target string) loopState {
@@ -74,7 +60,9 @@ func TestTenantCannotFreeItsLoopNumber(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := e.srv.store.get(ta).Loop.Number
-	clearAsTenant(t, ta)
+	if err := looptest.Clear(ta); err != nil {
+		t.Fatal(err)
+	}
 	if st := e.loopState(ta); st != loopOwn {
 		t.Fatalf("after the tenant's clear loop%d is %v, want it still serving volume a", n, st)
 	}
@@ -115,7 +103,9 @@ func TestReservedAcrossRestart(t *testing.T) {
 	}
 	n := e.srv.store.get(ta).Loop.Number
 	e.die()
-	clearAsTenant(t, ta)
+	if err := looptest.Clear(ta); err != nil {
+		t.Fatal(err)
+	}
 	waitFree(t, n)
 	h, err := e.srv.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: "a"})
 	if err != nil || len(h.GetVolumeHealth().GetHealthStatuses()) != 1 {
