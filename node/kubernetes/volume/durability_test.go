@@ -66,6 +66,20 @@ func TestNoSuccessBeforeDurable(t *testing.T) {
 		if in, err := m.readIntent("v"); in != nil || err != nil {
 			t.Errorf("intent record after the Create succeeded: %+v, %v", in, err)
 		}
+		retry("growing the volume", "expand:image", func() error {
+			_, err := m.Expand(ctx, "v", 2*MiB)
+			return err
+		})
+		if m.CapacityEnforced() {
+			// A quota raised is made durable by a sync of its own.
+			if _, err := m.Create(ctx, "f", Filesystem, MiB); err != nil {
+				t.Fatal(err)
+			}
+			retry("growing a filesystem volume", "expand:quota", func() error {
+				_, err := m.Expand(ctx, "f", 2*MiB)
+				return err
+			})
+		}
 		retry("recording Retain", "record", func() error { return m.SetReclaimPolicy(ctx, "v", ReclaimRetain) })
 		if p, err := m.ReclaimPolicy(ctx, "v"); p != ReclaimRetain || err != nil {
 			t.Errorf("reclaim policy %q, %v; want %q", p, err, ReclaimRetain)
