@@ -100,6 +100,10 @@ const (
 	// ExitSkip: a test binary passed, but some of its tests skipped
 	// without SkipExpected.
 	ExitSkip = 122
+	// ExitRanNothing: a test binary passed without running a test while
+	// the runner, not its user, chose which tests it runs: a pattern
+	// that matches nothing (a renamed test) must not pass as green.
+	ExitRanNothing = 123
 )
 
 // RunInit is the VM's PID 1: it mounts the pseudo filesystems, loads the
@@ -165,12 +169,16 @@ func runTest(bin string, cfg Config, skipDir string) int {
 	// Copy the output to the console line by line, noting skips. -test.v
 	// above makes the testing package report every skip.
 	var skipped []string
+	ran := 0
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		fmt.Println(sc.Text())
 		if name, ok := SkippedTest(sc.Text()); ok {
 			skipped = append(skipped, name)
+		}
+		if StartedTest(sc.Text()) {
+			ran++
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -201,6 +209,10 @@ func runTest(bin string, cfg Config, skipDir string) int {
 			fmt.Printf("ktest-init: %s skipped in the VM, where everything a kernel test needs is present; make it run, or declare the skip with ktest.SkipExpected and the reason\n", name)
 		}
 		return ExitSkip
+	}
+	if ran == 0 && !Filtered(cfg.Args) {
+		fmt.Printf("ktest-init: %s ran no test with %q: a test it should run was renamed or removed\n", filepath.Base(bin), args)
+		return ExitRanNothing
 	}
 	return 0
 }

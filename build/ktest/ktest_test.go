@@ -2,6 +2,7 @@ package ktest
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -79,6 +80,59 @@ func TestRunTestSkips(t *testing.T) {
 		got := runTest(exe, Config{Args: []string{"-test.run=^TestSkipHelper$/^" + tc.sub + "$"}}, t.TempDir())
 		if got != tc.want {
 			t.Errorf("subtest %s: runTest exit %d, want %d", tc.sub, got, tc.want)
+		}
+	}
+}
+
+// TestRunTestRanNothing: a binary whose runner-chosen pattern (the VM's
+// per-package test list) matches no test fails, as a renamed test would
+// otherwise pass unnoticed; the same pattern given by the user (a run of
+// a few tests across packages) passes.
+func TestRunTestRanNothing(t *testing.T) {
+	if InVM() {
+		t.Fatal("this test starts itself as if in the VM; it must run on the host")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The binary's own "no tests to run" would reach go test's output
+	// and make it report this package as having run none.
+	console, err := os.Create(filepath.Join(t.TempDir(), "console"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = console
+	defer func() { os.Stdout = stdout; console.Close() }()
+	chosen := func(pattern string) Config {
+		return Config{TestArgs: map[string][]string{filepath.Base(exe): {"-test.run=" + pattern}}}
+	}
+	for _, tc := range []struct {
+		what string
+		cfg  Config
+		want int
+	}{
+		{"runner's pattern matching a test", chosen("^TestSkipHelper$/^passes$"), 0},
+		{"runner's pattern matching nothing", chosen("^TestRenamedAway$"), ExitRanNothing},
+		{"user's pattern matching nothing", Config{Args: []string{"-test.run=^TestRenamedAway$"}}, 0},
+	} {
+		if got := runTest(exe, tc.cfg, t.TempDir()); got != tc.want {
+			t.Errorf("%s: runTest exit %d, want %d", tc.what, got, tc.want)
+		}
+	}
+}
+
+// TestStartedTest: only a top-level test's start counts.
+func TestStartedTest(t *testing.T) {
+	for line, want := range map[string]bool{
+		"=== RUN   TestQuota":                  true,
+		"=== RUN   TestQuota/fs=xfs":           false,
+		"=== RUN   BenchmarkCreate":            false,
+		"    x_test.go:3: === RUN   TestQuota": false,
+	} {
+		if got := StartedTest(line); got != want {
+			t.Errorf("StartedTest(%q) = %v, want %v", line, got, want)
 		}
 	}
 }

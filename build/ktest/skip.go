@@ -15,6 +15,23 @@ import (
 // subtests; benchmarks have no duration.
 var skipLine = regexp.MustCompile(`^\s*--- SKIP: (\S+)`)
 
+// runLine matches the line `go test -test.v` prints when a top-level test
+// starts: "=== RUN   TestX" (subtests have a slash in the name).
+var runLine = regexp.MustCompile(`^=== RUN\s+Test[^/\s]*$`)
+
+// StartedTest reports whether a verbose test output line says a top-level
+// test started.
+func StartedTest(line string) bool { return runLine.MatchString(line) }
+
+// Filtered reports whether args, the test binary arguments the user gave,
+// choose the tests to run themselves: then a binary none of whose tests
+// match ran nothing on purpose.
+func Filtered(args []string) bool {
+	return slices.ContainsFunc(args, func(a string) bool {
+		return strings.HasPrefix(a, "-test.run=") || strings.HasPrefix(a, "-run=") || a == "-test.run" || a == "-run"
+	})
+}
+
 // SkippedTest returns the name of the test a verbose test output line
 // reports as skipped.
 func SkippedTest(line string) (name string, ok bool) {

@@ -407,6 +407,8 @@ func (r *resultWriter) Write(b []byte) (int, error) {
 		case 0:
 		case ktest.ExitSkip:
 			verdict = fmt.Sprintf("FAIL (exit %d: tests skipped without ktest.SkipExpected)", c)
+		case ktest.ExitRanNothing:
+			verdict = fmt.Sprintf("FAIL (exit %d: ran no test)", c)
 		default:
 			verdict = fmt.Sprintf("FAIL (exit %d)", c)
 		}
