@@ -52,12 +52,10 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	if in != nil {
 		pid = in.ProjectID
 	}
-	if in == nil || in.Op != OpCreate {
-		// A volume whose creation never finished was never handed out,
-		// so only a complete one can be in use.
-		if err := refuseInUse(fsPath, imgPath); err != nil {
-			return fmt.Errorf("deleting volume %s: %w", id, err)
-		}
+	// Also a volume whose create record is still there: it was never
+	// handed out, unless the record outlived the create (see finish).
+	if err := refuseInUse(fsPath, imgPath); err != nil {
+		return fmt.Errorf("deleting volume %s: %w", id, err)
 	}
 	if fsExists {
 		if err := refuseNestedMounts(fsPath); err != nil {

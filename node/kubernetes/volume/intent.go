@@ -92,6 +92,15 @@ func (m *Manager) clearIntent(id string) error {
 func (m *Manager) finish(id string, in *intent) error {
 	switch in.Op {
 	case OpCreate, OpDelete:
+		// A create in progress was never handed out, so its volume
+		// cannot be in use; if it is, the create finished and was
+		// handed out, and its record outlived it (a power loss undid
+		// the record's removal, or a bug): never roll it back then.
+		if in.Op == OpCreate {
+			if err := refuseInUse(m.paths(id)); err != nil {
+				return fmt.Errorf("finishing interrupted create of volume %s: %w", id, err)
+			}
+		}
 		// An interrupted operation may hold a project ID claim that no
 		// directory names (see Delete): look it up.
 		if err := m.remove(id, in.ProjectID, true); err != nil {
