@@ -17,6 +17,11 @@ import (
 // way is rolled back by Recover, taking with it a volume its pod has
 // written to. So a failed step leaves a debt, and no operation goes on
 // until a sync of the whole data filesystem has succeeded after it.
+//
+// The debt lives in memory: a process that ends owing it forgets it. So
+// Recover, the first thing a starting node does with its volumes, syncs
+// the whole data filesystem before it reads or changes anything, as if
+// every process before it had died owing.
 
 // syncDebt counts the durable steps that failed and how many of them a
 // later sync of the whole filesystem covered.
@@ -53,15 +58,20 @@ func (m *Manager) settleDebt() error {
 	if owed == paid {
 		return nil
 	}
-	err := fsquota.Sync(m.Data.Volumes.FullPath())
-	if err == nil && m.syncHook != nil {
-		err = m.syncHook("filesystem")
-	}
-	if err != nil {
+	if err := m.syncFilesystem(); err != nil {
 		return fmt.Errorf("making earlier changes durable after %d failed syncs: %w", owed-paid, err)
 	}
 	m.debt.mu.Lock()
 	m.debt.synced = max(m.debt.synced, owed)
 	m.debt.mu.Unlock()
 	return nil
+}
+
+// syncFilesystem syncs the whole data filesystem (syncfs).
+func (m *Manager) syncFilesystem() error {
+	err := fsquota.Sync(m.Data.Volumes.FullPath())
+	if err == nil && m.syncHook != nil {
+		err = m.syncHook("filesystem")
+	}
+	return err
 }

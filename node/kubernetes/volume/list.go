@@ -111,9 +111,15 @@ type Recovery struct {
 // serving requests; it is also safe while requests are served, because it
 // takes each volume's lock. It returns what it did so the caller can log
 // it; a failed repair is in the list with its error and does not stop the
-// others.
+// others. It first syncs the whole data filesystem and fails, changing
+// nothing, if that fails.
 func (m *Manager) Recover(ctx context.Context) ([]Recovery, error) {
 	defer m.changes.signal()
+	// An earlier process may have died owing a sync (see durable):
+	// what it left must be durable before anything is judged by it.
+	if err := m.syncFilesystem(); err != nil {
+		return nil, fmt.Errorf("recovering volumes: making what earlier processes left durable: %w", err)
+	}
 	names, err := m.Data.State.Operations.Entries()
 	if err != nil {
 		return nil, fmt.Errorf("recovering volumes: %w", err)

@@ -3,6 +3,7 @@ package volume
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -81,5 +82,58 @@ func TestRecoverNeverRemovesAVolumeInUse(t *testing.T) {
 			t.Errorf("%s: Recover once the volume is unused = %+v, %v; want the create rolled back", tc.id, rs, err)
 		}
 		assertGone(t, m, tc.id)
+	}
+}
+
+// TestRecoverSyncsFirst: a process that died owing a sync (a durable step
+// failed, see durable) leaves no memory of the debt, so a new Manager's
+// Recover syncs the whole data filesystem before it reads or changes
+// anything: with that sync failing it fails and leaves an interrupted
+// create as it found it; with it working, the sync comes first.
+func TestRecoverSyncsFirst(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	first := newManager(t, dir)
+	first.syncHook = func(step string) error {
+		if step == "clear-intent" {
+			return fmt.Errorf("injected: %w", unix.EIO)
+		}
+		return nil
+	}
+	if _, err := first.Create(ctx, "v", Block, MiB); !errors.Is(err, unix.EIO) {
+		t.Fatalf("Create with the intent's removal failing to sync: %v, want EIO", err)
+	}
+	// And a create it was in the middle of when it died.
+	if err := first.writeIntent("p", intent{Op: OpCreate, Mode: Block.String(), Bytes: MiB}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The restarted node: a new Manager, no debt in memory.
+	m := newManager(t, dir)
+	var steps []string
+	failSync := true
+	m.syncHook = func(step string) error {
+		steps = append(steps, step)
+		if step == "filesystem" && failSync {
+			return fmt.Errorf("injected: %w", unix.EIO)
+		}
+		return nil
+	}
+	if rs, err := m.Recover(ctx); !errors.Is(err, unix.EIO) || len(rs) != 0 {
+		t.Fatalf("Recover with the filesystem sync failing = %+v, %v; want EIO and nothing done", rs, err)
+	}
+	if in, err := m.readIntent("p"); in == nil || err != nil {
+		t.Errorf("the interrupted create's record after a failed Recover: %+v, %v; want it untouched", in, err)
+	}
+	failSync = false
+	steps = nil
+	if rs, err := m.Recover(ctx); err != nil || len(rs) != 1 || rs[0].ID != "p" || rs[0].Err != nil {
+		t.Fatalf("Recover = %+v, %v; want the create of p rolled back", rs, err)
+	}
+	if len(steps) < 2 || steps[0] != "filesystem" {
+		t.Errorf("durable steps of Recover: %v, want the filesystem sync before the rollback's", steps)
+	}
+	if _, err := m.Stat(ctx, "v"); err != nil {
+		t.Errorf("volume v after the recovery: %v, want it kept (its create had finished)", err)
 	}
 }
