@@ -233,7 +233,8 @@ func TestImmediateClaimsArePlaced(t *testing.T) {
 // placed on it that have no volume yet, which the accounting does not
 // show taken: here a claim the scheduler placed whose class does not
 // exist yet. Offering anyway would leave one of the two without room on
-// this node, to fail and be handed back (TestHandBack).
+// this node, to fail and be handed back (TestHandBack). Once the room is
+// freed, the node offers itself and the claim is placed and bound.
 func TestPlacingSeesWaitingClaims(t *testing.T) {
 	e := newEnv(t, true)
 	e.Dir = volumetest.Tmpfs(t, 64<<20)
@@ -277,4 +278,17 @@ func TestPlacingSeesWaitingClaims(t *testing.T) {
 	e.CreateClass(later, corev1.PersistentVolumeReclaimDelete, nil)
 	e.WaitBound(waiting.Name)
 	unplaced("once the waiting claim has its volume")
+
+	// The waiting claim goes, and its volume with it: the room it frees
+	// makes the node offer itself for the Immediate claim at once (well
+	// before the ten-minute resync), which is then placed here and bound.
+	if err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Delete(ctx, waiting.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	pvc, _ := e.WaitBound(now.Name)
+	if n := pvc.Annotations[ownership.AnnSelectedNode]; n != e.Node {
+		t.Errorf("the Immediate claim was placed on %q, want %q", n, e.Node)
+	}
+	t.Logf("the Immediate claim was bound %.1fs after the waiting claim was deleted", time.Since(start).Seconds())
 }
