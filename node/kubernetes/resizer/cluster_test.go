@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/provisioner"
@@ -55,7 +56,18 @@ func (e *env) startProvisioner(node string, vols *volume.Manager) {
 // test ends (or stop is called).
 func (e *env) startResizer() (stop func()) {
 	e.T.Helper()
-	r, err := New(Config{Base: e.Base(e.Node), Volumes: e.Vols})
+	return e.startResizerWith(nil)
+}
+
+// startResizerWith runs the resizer of the env's node on clk (the real
+// clock when nil).
+func (e *env) startResizerWith(clk clock.WithTicker) (stop func()) {
+	e.T.Helper()
+	base := e.Base(e.Node)
+	if clk != nil {
+		base.Clock = clk
+	}
+	r, err := New(Config{Base: base, Volumes: e.Vols})
 	if err != nil {
 		e.T.Fatal(err)
 	}

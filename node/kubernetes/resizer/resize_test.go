@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
@@ -188,13 +190,17 @@ func TestInfeasibleThenRecover(t *testing.T) {
 // TestInfeasibleRetriedWhenRoomComesFree: a resize refused for lack of
 // space waits, without a retry loop, and is done once the node has room
 // for it (here another claim's volume is deleted), with the request left
-// as it was.
+// as it was. The resizer's minute poll is off, so the retry the test sees
+// is the one the volume manager's change brings, at once.
 func TestInfeasibleRetriedWhenRoomComesFree(t *testing.T) {
 	e := newEnv(t)
 	// A data filesystem of its own, whose free space is the test's.
 	e.Dir = volumetest.Tmpfs(t, 64<<20)
 	e.Vols = controllertest.NewVolumes(t, e.Dir, true)
-	e.start()
+	e.startProvisioner(e.Node, e.Vols)
+	// Without the minute's poll, only the volume manager's change can
+	// bring the resize back.
+	e.startResizerWith(tickless{})
 	pvc := e.CreateClaim(controllertest.Claim{Name: "blk", Size: "16Mi", Mode: corev1.PersistentVolumeBlock})
 	e.WaitBound("blk")
 	e.CreateClaim(controllertest.Claim{Name: "filler", Size: "40Mi", Mode: corev1.PersistentVolumeBlock})
@@ -218,6 +224,14 @@ func TestInfeasibleRetriedWhenRoomComesFree(t *testing.T) {
 	e.waitResized("blk", "32Mi", time.Minute)
 	e.assertResized("blk", "32Mi")
 	e.WaitEvent(pvc.UID, ReasonResizing, "has room now")
+}
+
+// tickless is the real clock whose tickers never tick: a resizer on it
+// never polls for room (roomInterval).
+type tickless struct{ clock.RealClock }
+
+func (tickless) NewTicker(d time.Duration) clock.Ticker {
+	return clocktesting.NewFakeClock(time.Now()).NewTicker(d)
 }
 
 // TestShrinkRefused: a request below the claim's capacity is refused by
