@@ -21,12 +21,14 @@ import (
 // rebootScript is the container of the reboot test's pod: on its first run
 // it writes one marker to the filesystem claim and one to each block claim
 // (at the first bytes of the device), and on every later run it prints what
-// it finds. Two block claims, so that a device node left over from the
+// it finds, with the kernel's boot ID (not namespaced), so that a line
+// from before a reboot is never taken for one after it. Two block claims,
+// so that a device node left over from the
 // previous boot, naming a loop device by number, would show the other
 // claim's marker (loop devices are attached anew, in no fixed order).
 const rebootScript = `set -e
 if [ -f /data/marker ]; then
-  echo "FOUND fs=$(cat /data/marker) a=$(head -c ${#A} /dev/blk-a) b=$(head -c ${#B} /dev/blk-b)"
+  echo "FOUND boot=$(cat /proc/sys/kernel/random/boot_id) fs=$(cat /data/marker) a=$(head -c ${#A} /dev/blk-a) b=$(head -c ${#B} /dev/blk-b)"
 else
   printf %s "$A" | dd of=/dev/blk-a conv=fsync 2>/dev/null
   printf %s "$B" | dd of=/dev/blk-b conv=fsync 2>/dev/null
@@ -76,7 +78,7 @@ func TestVolumesSurviveReboot(t *testing.T) {
 	if _, err := waitLog(ctx, w, ns, pod.Name, "WROTE", 5*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf("FOUND fs=%s a=%s b=%s", fsMarker, a, b)
+	found := fmt.Sprintf("fs=%s a=%s b=%s", fsMarker, a, b)
 
 	for _, how := range []string{"clean", "power cut"} {
 		t.Logf("rebooting the node (%s)", how)
@@ -97,11 +99,17 @@ func TestVolumesSurviveReboot(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("node Ready %.1fs after the %s reboot", time.Since(start).Seconds(), how)
-		line, err := waitLog(ctx, w, ns, pod.Name, "FOUND", 5*time.Minute)
+		// WaitReady waited for the node to show a new boot ID.
+		node, err := cs.CoreV1().Nodes().Get(ctx, w.node.Name(), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prefix := "FOUND boot=" + node.Status.NodeInfo.BootID
+		line, err := waitLog(ctx, w, ns, pod.Name, prefix, 5*time.Minute)
 		if err != nil {
 			t.Fatalf("after the %s reboot: %v", how, err)
 		}
-		if line != want {
+		if want := prefix + " " + found; line != want {
 			t.Errorf("after the %s reboot the pod read %q, want %q", how, line, want)
 		}
 	}
