@@ -93,7 +93,11 @@ func TestRestartsUnderLoad(t *testing.T) {
 			if err := c.Kill(component); err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("%s killed with %s", component, inFlight(ctx, c, fresh, []string{fs.Name, blk.Name}, want))
+			done, busy := inFlight(ctx, c, fresh, []string{fs.Name, blk.Name}, want)
+			t.Logf("%s killed with %s", component, done)
+			if !busy {
+				t.Fatalf("%s was killed with all the load done (%s): the kill proved nothing", component, done)
+			}
 			time.Sleep(2 * time.Second)
 			if err := c.Restart(component); err != nil {
 				t.Fatal(err)
@@ -141,8 +145,9 @@ func TestRestartsUnderLoad(t *testing.T) {
 }
 
 // inFlight says how much of the load was done when the crash came: the
-// claims bound, the pods running, the resizes complete.
-func inFlight(ctx context.Context, c *launch.Cluster, fresh, grown []string, size string) string {
+// claims bound, the pods running, the resizes complete; busy reports that
+// some of it was not.
+func inFlight(ctx context.Context, c *launch.Cluster, fresh, grown []string, size string) (done string, busy bool) {
 	bound, running, resized := 0, 0, 0
 	want := resource.MustParse(size)
 	for _, name := range fresh {
@@ -160,7 +165,8 @@ func inFlight(ctx context.Context, c *launch.Cluster, fresh, grown []string, siz
 			}
 		}
 	}
-	return fmt.Sprintf("%d of %d new claims bound, %d of their pods running, %d of %d resizes complete", bound, len(fresh), running, resized, len(grown))
+	busy = bound < len(fresh) || running < len(fresh) || resized < len(grown)
+	return fmt.Sprintf("%d of %d new claims bound, %d of their pods running, %d of %d resizes complete", bound, len(fresh), running, resized, len(grown)), busy
 }
 
 // assertOneVolumePerPV waits until the node's volumes directory holds
