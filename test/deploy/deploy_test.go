@@ -228,23 +228,7 @@ func TestDeployWorkload(t *testing.T) {
 		t.Fatalf("%v\n%s", err, kubectl(t, c, "-n", "plinth-system", "logs", "daemonset/plinth-node", "--tail=50"))
 	}
 	t.Logf("workload initialised %.1fs after kubectl apply", time.Since(applied).Seconds())
-	// The DaemonSet's pod is Ready: its readiness probe (/readyz on the
-	// metrics address) says every part of plinth-node is healthy.
-	poll(t, 2*time.Minute, "the plinth-node pod Ready", func(ctx context.Context) (bool, error) {
-		pods, err := c.Client.CoreV1().Pods("plinth-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=plinth-node"})
-		if err != nil || len(pods.Items) != 1 {
-			return false, fmt.Errorf("pods: %v, %d", err, len(pods.Items))
-		}
-		for _, cond := range pods.Items[0].Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-				if n := pods.Items[0].Status.ContainerStatuses[0].RestartCount; n != 0 {
-					return false, fmt.Errorf("Ready, but restarted %d times (liveness probe?)", n)
-				}
-				return true, nil
-			}
-		}
-		return false, fmt.Errorf("not Ready: %v", pods.Items[0].Status.Conditions)
-	})
+	waitNodeReady(t, c)
 	// The unpatched kubelet "locks" each block volume it maps with a loop
 	// device over the device node Plinth published (losetup): the CSI
 	// plugin must live with that second loop device on top of its own.
@@ -290,6 +274,28 @@ func TestDeployWorkload(t *testing.T) {
 		})
 	}
 	testUninstallKeepsData(t, c, dir, spec)
+}
+
+// waitNodeReady waits until the DaemonSet's pod is Ready, never
+// restarted: its readiness probe (/readyz on the metrics address) says
+// every part of plinth-node is healthy.
+func waitNodeReady(t *testing.T, c *launch.Cluster) {
+	t.Helper()
+	poll(t, 2*time.Minute, "the plinth-node pod Ready", func(ctx context.Context) (bool, error) {
+		pods, err := c.Client.CoreV1().Pods("plinth-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=plinth-node"})
+		if err != nil || len(pods.Items) != 1 {
+			return false, fmt.Errorf("pods: %v, %d", err, len(pods.Items))
+		}
+		for _, cond := range pods.Items[0].Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				if n := pods.Items[0].Status.ContainerStatuses[0].RestartCount; n != 0 {
+					return false, fmt.Errorf("Ready, but restarted %d times (liveness probe?)", n)
+				}
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("not Ready: %v", pods.Items[0].Status.Conditions)
+	})
 }
 
 // testWebhookInForce: deploy/'s admission webhook refuses the DaemonSet's
