@@ -1,9 +1,10 @@
 // Package nodeimage builds the Plinth node's OS image: the initramfs that
-// is the node's whole, immutable root filesystem (NODE-CONTRACT.md, "Image
-// layout"). plinth-node is its /init; beside it are Debian's containerd,
-// runc, CNI plugins, mkfs.xfs and busybox, the patched kubelet, every
-// shared library those need, the kernel modules the node loads and the
-// container images it imports.
+// is the node's whole, immutable root filesystem, laid out at the paths
+// node/core/imagelayout names (docs/design.md, "The node image", says
+// what the image and plinth-node agree on). plinth-node is its /init;
+// beside it are Debian's containerd, runc, CNI plugins, mkfs.xfs and
+// busybox, the patched kubelet, every shared library those need, the
+// kernel modules the node loads and the container images it imports.
 //
 // The image is built from files on this host, never from a package
 // manager inside a root, so it needs no root, chroot or network. Its bytes

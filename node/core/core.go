@@ -162,8 +162,8 @@ func Root(cfg Config) (supervisor.Runnable, error) {
 		}
 		// The kubelet tree is created once the data partition is
 		// mounted: a booted node keeps the kubelet's root on it (see
-		// README, "The kubelet's root"), and directories made before the
-		// mount would be hidden below it.
+		// docs/operating.md, "A booted node"), and directories made
+		// before the mount would be hidden below it.
 		if err := cfg.Root.Kubelet.MkdirAll(); err != nil {
 			return fmt.Errorf("creating kubelet tree: %w", err)
 		}

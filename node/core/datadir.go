@@ -10,7 +10,8 @@ import (
 
 // ErrCapacityNotEnforced is wrapped by DataDir.CheckFilesystemProvisioning
 // when filesystem volumes must be refused: the data filesystem cannot
-// enforce their size and the operator has not accepted that.
+// enforce their size and the operator has not accepted that. The volume
+// manager refuses such volumes with its own volume.ErrCapacityNotEnforced.
 var ErrCapacityNotEnforced = errors.New("capacity of filesystem volumes cannot be enforced")
 
 // AllowUnenforcedCapacityFlag is the command-line flag that accepts
@@ -44,7 +45,8 @@ type DataDirOptions struct {
 // placed and, on a real node, mounted) and probes its filesystem for
 // project-quota enforcement. Missing quota support is not an error here:
 // block volumes work without it, so it is recorded and surfaces when a
-// filesystem volume is requested (CheckFilesystemProvisioning).
+// filesystem volume is requested (the volume manager, built with
+// QuotaProbeError, refuses it then).
 //
 // Both plinth-node's datadir runnable and the standalone csi-serve use it,
 // so the two can never disagree about what the data directory can do.
@@ -82,14 +84,17 @@ func (d *DataDir) QuotaProbeError() error { return d.quotaErr }
 func (d *DataDir) AllowUnenforcedCapacity() bool { return d.allowUnenforced }
 
 // CapacityUnenforced reports that filesystem volumes are provisioned
-// although their size is not enforced. Controllers use it to put a warning
-// Event on each such volume.
+// although their size is not enforced. The root's datadir runnable uses it
+// to log a loud warning at start. The controllers do not: they ask the
+// volume manager (volume.Manager.CapacityEnforced and UnenforcedCapacity),
+// which is where the provisioner's CapacityNotEnforced Events come from.
 func (d *DataDir) CapacityUnenforced() bool { return d.quotaErr != nil && d.allowUnenforced }
 
 // CheckFilesystemProvisioning returns nil when a filesystem volume may be
 // created, and otherwise an error wrapping ErrCapacityNotEnforced that says
-// why and what to do. Its message is meant to be shown to users as is (in
-// Events and gRPC status messages).
+// why and what to do. Only tests call it: the volume manager applies the
+// same rule to the volumes it makes (volume.ErrCapacityNotEnforced), and
+// the message users see in Events and gRPC status messages is that one.
 func (d *DataDir) CheckFilesystemProvisioning() error {
 	if d.quotaErr == nil || d.allowUnenforced {
 		return nil

@@ -13,9 +13,13 @@
 //	                    the volume health monitor (VolumeHealth)
 //
 // The clientset is built once here and shared: it is only a connection pool
-// and rate limiter, safe to share and cheap to keep. Informers, queues and
-// caches are not shared: each controller builds its own inside its Run, so
-// a controller restarted by the supervisor never inherits a stale cache.
+// and rate limiter, safe to share and cheap to keep. The claim and PV
+// informers are shared too: Run builds one of each for the process
+// (controller.Shared), so that a claim change reaches this node once, not
+// once per controller; they outlive a controller's restart and stay
+// current through their watches. Queues, Event recorders and every other
+// informer are built by each controller inside its Run, so a controller
+// restarted by the supervisor starts from a fresh queue.
 package kubernetes
 
 import (

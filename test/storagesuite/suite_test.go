@@ -38,7 +38,7 @@ const (
 	focusEnv = "PLINTH_STORAGE_SUITE_FOCUS"
 	// procsEnv sets the number of parallel ginkgo processes.
 	procsEnv = "PLINTH_STORAGE_SUITE_PROCS"
-	// defaultProcs: measured on the 2-core host (see README).
+	// defaultProcs: measured on the 2-core host (see docs/testing.md).
 	defaultProcs = 2
 	// suiteTimeout bounds the whole e2e.test run.
 	suiteTimeout = 50 * time.Minute

@@ -25,9 +25,10 @@ import (
 // plinth.config= on the kernel command line) is a whole Kubernetes node:
 // beyond what plinth-node does anywhere, it formats a blank data disk,
 // brings up its network and runs containerd and the kubelet. The programs
-// and files it runs are where the node image puts them (imagelayout; see
-// NODE-CONTRACT in the project's notes and build/nodeimage); what it makes
-// at run time is here:
+// and files it runs are where the node image puts them (the paths are
+// named by node/core/imagelayout and installed by build/nodeimage; what
+// else the image and the node agree on is in docs/design.md, "The node
+// image"); what it makes at run time is here:
 const (
 	// uplink is the node's only network link besides lo.
 	uplink = "eth0"

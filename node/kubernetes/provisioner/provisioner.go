@@ -103,8 +103,11 @@ type Config struct {
 }
 
 // Controller is the provisioner runnable: build it with New, then pass Run
-// to the supervisor. Run builds all informers, queues and caches afresh, so
-// a restart by the supervisor starts from a clean slate.
+// to the supervisor. Run builds its queues, handlers and StorageClass
+// informer afresh, so a restart by the supervisor starts from fresh
+// queues; its claim and PV informers are the process's shared ones when
+// Base.Shared is set (controller.Shared), which outlive the restart and
+// stay current through their watches.
 type Controller struct {
 	Config
 }

@@ -381,8 +381,8 @@ func TestConcurrentResizes(t *testing.T) {
 // (spec.volumeName) does not grow while the claim lacks the annotations
 // that say it asks Plinth for a volume on this node (the admission
 // policies let a node write only claims placed on it, so the resizer
-// leaves others alone), and grows once its user adds them, as the README
-// tells.
+// leaves others alone), and grows once its user adds them, as
+// docs/using.md tells.
 func TestClaimBoundByHand(t *testing.T) {
 	e := newEnv(t)
 	e.CreateClass("retain", corev1.PersistentVolumeReclaimRetain, nil)

@@ -64,8 +64,11 @@ type Config struct {
 }
 
 // Controller is the resizer runnable: build it with New, then pass Run to
-// the supervisor. Run builds its informers and queue afresh, so a restart
-// by the supervisor starts from a clean slate.
+// the supervisor. Run builds its queue and handlers afresh, so a restart
+// by the supervisor starts from a fresh queue; its claim and PV informers
+// are the process's shared ones when Base.Shared is set
+// (controller.Shared), which outlive the restart and stay current through
+// their watches.
 type Controller struct {
 	Config
 }

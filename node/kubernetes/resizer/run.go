@@ -17,8 +17,9 @@ import (
 	"source.plinth.dev/pkg/supervisor"
 )
 
-// run is the state of one incarnation of the controller. Nothing in it
-// outlives Run, so a restarted controller never sees a stale cache or queue.
+// run is the state of one incarnation of the controller. Its queue and
+// handlers do not outlive Run; its claim and PV informers may be the
+// process's shared ones (controller.Shared), kept current by their watches.
 type run struct {
 	*Controller
 	log      logtree.LeveledLogger

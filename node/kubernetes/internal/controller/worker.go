@@ -1,9 +1,13 @@
 // Package controller is the machinery the node's Kubernetes controllers
-// (the provisioner, the resizer, the capacity publisher) are built from: a work queue whose
-// backoff informer updates cannot bypass, an informer view that includes
-// the controller's own writes, the worker loop, and Event recording. Each
-// controller builds its instances inside its Run, so a controller restarted
-// by the supervisor never inherits a stale queue or cache.
+// (the provisioner, the resizer, the capacity publisher, node removal and
+// volume health) are built from: their common configuration (Base), a work
+// queue whose backoff informer updates cannot bypass, an informer view that
+// includes the controller's own writes, the worker loop, Event recording,
+// the schedule of the periodic controllers (Every), and the claim and PV
+// informers one process shares (Shared). Each controller builds its queue
+// and handlers inside its Run, so a controller restarted by the supervisor
+// never inherits a stale queue; the shared informers outlive it and stay
+// current through their watches.
 package controller
 
 import (

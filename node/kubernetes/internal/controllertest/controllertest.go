@@ -4,8 +4,9 @@
 // exactly as in a cluster; the API server keeps an audit log of the calls
 // plinth-node processes make with the node identity), and per test a namespace, a StorageClass, a
 // node name and a data directory with its volume manager, so tests do not
-// see each other's work. The provisioner's and the resizer's tests share
-// it; only tests import it.
+// see each other's work. The tests of the provisioner, the resizer, the
+// capacity publisher, node removal, clusterobjects and the shared
+// informers (internal/controller) share it; only tests import it.
 package controllertest
 
 import (
