@@ -6,7 +6,7 @@
 #   2. the kernel directory it boots with (build/ktest/kernel.sh): <dir>/vmlinux
 # e.g.  { read -r image; read -r kernel; } < <(build/scripts/nodeimage.sh)
 #
-# The layout is NODE-CONTRACT.md's "Image layout"; the builder is
+# The layout is node/core/imagelayout's (docs/design.md, "The node image"); the builder is
 # build/nodeimage. Its inputs come from the project's own caches: plinth-node
 # built static from this checkout, the patched kubelet
 # (third_party/kubernetes/build.sh), gVisor's runsc and its shim
