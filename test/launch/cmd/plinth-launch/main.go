@@ -54,6 +54,12 @@ func main() {
 func run(cfg launch.Config, plinthNode string, nodeArgs []string) error {
 	signals := make(chan os.Signal, 4)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	// `make run | tee run.log` and Ctrl-C: the terminal's SIGINT ends tee
+	// too, and the next line written would kill this process by SIGPIPE
+	// in the middle of its teardown, leaving mounts, loop devices and
+	// processes behind. Ignored, the write fails with EPIPE and the
+	// teardown goes on.
+	signal.Ignore(syscall.SIGPIPE)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
