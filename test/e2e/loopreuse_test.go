@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/test/e2e/await"
 	"source.plinth.dev/test/e2e/loopreuse"
@@ -19,11 +22,12 @@ import (
 // TestLoopDetachInPodLeaksNoVolume is issue 34: a pod runs `losetup -d` on
 // its own block claim's device, and the next block claim published on the
 // node must not become readable through the device node that pod keeps
-// (loopreuse.Run). Three ways: the detach before the next claim exists,
-// the detach while it is being published, and a plinth-node restart
-// between the detach and the next claim, with a lower loop number freed
-// meanwhile (another pod ended), so that a restart re-binding the detached
-// image at the lowest free number instead of its own hands its number on.
+// (loopreuse.Run). Four ways: the detach before the next claim exists,
+// the detach while it is being published, a plinth-node restart between
+// the detach and the next claim, with a lower loop number freed meanwhile
+// (another pod ended), so that a restart re-binding the detached image at
+// the lowest free number instead of its own hands its number on, and a
+// kubelet restart there (which calls NodePublishVolume again).
 // Not parallel: the restart must not hit other tests, and their volumes
 // would take the freed numbers.
 func TestLoopDetachInPodLeaksNoVolume(t *testing.T) {
@@ -36,6 +40,7 @@ func TestLoopDetachInPodLeaksNoVolume(t *testing.T) {
 		{"plain", loopreuse.Options{}},
 		{"during", loopreuse.Options{DetachDuringPublish: true}},
 		{"restart", loopreuse.Options{FreeLowerNumber: true, AfterDetach: func(t testing.TB) { restartPlinthNode(t, c) }}},
+		{"kubelet", loopreuse.Options{FreeLowerNumber: true, AfterDetach: func(t testing.TB) { restartKubelet(t, c) }}},
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			v.opts.Name = "e2e-loopreuse-" + v.name
@@ -66,6 +71,33 @@ func restartPlinthNode(t testing.TB, c *launch.Cluster) {
 		return resp.StatusCode == http.StatusOK, fmt.Errorf("/readyz: %s", resp.Status)
 	})
 	t.Logf("plinth-node killed and ready again %.1fs later; node: %s", time.Since(start).Seconds(), volumeLoops(c))
+}
+
+// restartKubelet kills the kubelet and starts it again, and waits until
+// the node is Ready.
+func restartKubelet(t testing.TB, c *launch.Cluster) {
+	t.Helper()
+	if err := c.Kill("kubelet"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := c.Restart("kubelet"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	await.For(t, ctx, 2*time.Minute, "node Ready after the kubelet's restart", func() (bool, error) {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue && cond.LastHeartbeatTime.After(start) {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("no Ready heartbeat since the restart")
+	})
+	t.Logf("kubelet killed and Ready again %.1fs later; node: %s", time.Since(start).Seconds(), volumeLoops(c))
 }
 
 // volumeLoops lists the loop devices over the node's volume images.
