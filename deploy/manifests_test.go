@@ -230,6 +230,7 @@ func TestDaemonSetPaths(t *testing.T) {
 func TestWebhookMatchesTheCode(t *testing.T) {
 	var (
 		config   *admissionv1.ValidatingWebhookConfiguration
+		labels   *admissionv1.MutatingWebhookConfiguration
 		role     *rbacv1.ClusterRole
 		binding  *rbacv1.ClusterRoleBinding
 		secrets  *rbacv1.Role
@@ -241,6 +242,8 @@ func TestWebhookMatchesTheCode(t *testing.T) {
 		switch o := o.(type) {
 		case *admissionv1.ValidatingWebhookConfiguration:
 			config = o
+		case *admissionv1.MutatingWebhookConfiguration:
+			labels = o
 		case *rbacv1.ClusterRole:
 			if o.Name == clusterobjects.AdmissionRoleName {
 				role = o
@@ -259,9 +262,9 @@ func TestWebhookMatchesTheCode(t *testing.T) {
 			deploy = o
 		}
 	}
-	if config == nil || role == nil || binding == nil || secrets == nil || bindingS == nil || service == nil || deploy == nil {
-		t.Fatalf("webhook.yaml lacks objects: configuration %v, roles %v %v, bindings %v %v, service %v, deployment %v",
-			config != nil, role != nil, secrets != nil, binding != nil, bindingS != nil, service != nil, deploy != nil)
+	if config == nil || labels == nil || role == nil || binding == nil || secrets == nil || bindingS == nil || service == nil || deploy == nil {
+		t.Fatalf("webhook.yaml lacks objects: configurations %v %v, roles %v %v, bindings %v %v, service %v, deployment %v",
+			config != nil, labels != nil, role != nil, secrets != nil, binding != nil, bindingS != nil, service != nil, deploy != nil)
 	}
 	if len(config.Webhooks) != 1 || config.Webhooks[0].ClientConfig.Service == nil {
 		t.Fatalf("the configuration has %d webhooks; want one, called at a Service", len(config.Webhooks))
@@ -274,6 +277,20 @@ func TestWebhookMatchesTheCode(t *testing.T) {
 	if svc.Path == nil || *svc.Path != clusterobjects.WebhookPath || svc.Name != service.Name || svc.Namespace != service.Namespace {
 		t.Errorf("the webhook is called at %s/%s %v; the Service is %s/%s and the server serves %s",
 			svc.Namespace, svc.Name, svc.Path, service.Namespace, service.Name, clusterobjects.WebhookPath)
+	}
+	// The claim labels are called at the same Service, on their path.
+	if len(labels.Webhooks) != 1 || labels.Webhooks[0].ClientConfig.Service == nil {
+		t.Fatalf("the claim labels' configuration has %d webhooks; want one, called at a Service", len(labels.Webhooks))
+	}
+	lsvc := labels.Webhooks[0].ClientConfig.Service
+	wantLabels := clusterobjects.ClaimLabelsWebhook(admissionv1.WebhookClientConfig{Service: lsvc})
+	if labels.Name != wantLabels.Name || !reflect.DeepEqual(labels.Webhooks, wantLabels.Webhooks) {
+		t.Errorf("webhook.yaml's claim labels differ from the code's; the code's are\n%s", manifest(t, wantLabels))
+	}
+	if lsvc.Path == nil || *lsvc.Path != clusterobjects.ClaimLabelsPath || lsvc.Name != service.Name || lsvc.Namespace != service.Namespace ||
+		lsvc.Port == nil || svc.Port == nil || *lsvc.Port != *svc.Port {
+		t.Errorf("the claim labels are called at %s/%s %v; the Service is %s/%s and the server labels at %s",
+			lsvc.Namespace, lsvc.Name, lsvc.Path, service.Namespace, service.Name, clusterobjects.ClaimLabelsPath)
 	}
 	if wantRole := clusterobjects.AdmissionRole(); !reflect.DeepEqual(role.Rules, wantRole.Rules) {
 		t.Errorf("ClusterRole %s has rules\n%+v\nthe code's are\n%+v", role.Name, role.Rules, wantRole.Rules)

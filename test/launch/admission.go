@@ -3,6 +3,7 @@ package launch
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -21,14 +22,23 @@ import (
 )
 
 // admissionServer is the admission webhook (package admission) served by
-// this process, as a control plane serves it beside its API server: with
+// the launcher itself, as the control plane would run it, with
 // its own client identity (clusterobjects.AdmissionUser, bound to
 // clusterobjects.AdmissionRole) and a serving certificate of the cluster's CA. Its log is
-// logs/plinth-admission.log.
+// logs/plinth-admission.log. Beside serving, it labels the claims written
+// without their node label (admission.KeepClaimsLabelled), as
+// admission-serve does.
 type admissionServer struct {
-	url  string
+	// addr is where it listens; a restart (StartAdmission) listens there
+	// again, so that its registrations stay right.
+	addr   string
+	client kubernetes.Interface
+	// stop is nil while it is stopped.
 	stop func() error
 }
+
+// base is the server's URL without a path.
+func (a *admissionServer) base() string { return "https://" + a.addr }
 
 // startAdmission starts serving the webhook on a free loopback port. The
 // API server learns of it in applyRBAC.
@@ -43,52 +53,79 @@ func (c *Cluster) startAdmission() error {
 	if err != nil {
 		return fmt.Errorf("admission webhook client: %w", err)
 	}
+	c.admission = &admissionServer{addr: "127.0.0.1:0", client: client}
+	return c.serveAdmission()
+}
+
+// serveAdmission starts the server of c.admission, which is stopped.
+func (c *Cluster) serveAdmission() error {
+	a := c.admission
 	serving := c.pki.Get("plinth-admission-serving")
 	cert, err := tls.LoadX509KeyPair(serving.CertPath, serving.KeyPath)
 	if err != nil {
 		return fmt.Errorf("admission webhook serving certificate: %w", err)
 	}
-	logFile, err := os.Create(filepath.Join(c.LogDir, "plinth-admission.log"))
+	logFile, err := os.OpenFile(filepath.Join(c.LogDir, "plinth-admission.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("admission webhook log: %w", err)
 	}
-	w, err := admission.New(client, logtree.New(logtree.WithSink(logFile)).LeveledFor("admission"))
+	log := logtree.New(logtree.WithSink(logFile)).LeveledFor("admission")
+	w, err := admission.New(a.client, log)
 	if err != nil {
 		logFile.Close()
 		return err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", a.addr)
 	if err != nil {
 		logFile.Close()
 		return fmt.Errorf("admission webhook listener: %w", err)
 	}
+	a.addr = l.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	done, backfilled := make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(backfilled)
+		admission.KeepClaimsLabelled(ctx, a.client, log, admission.BackfillInterval)
+	}()
 	go func() {
 		err := admission.Serve(ctx, l, func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil }, w)
 		if err != nil && ctx.Err() == nil {
 			c.logf("admission webhook stopped: %v", err)
 		}
+		<-backfilled
 		logFile.Close()
 		done <- err
 	}()
-	c.admission = &admissionServer{
-		url:  "https://" + l.Addr().String() + clusterobjects.WebhookPath,
-		stop: func() error { cancel(); return <-done },
-	}
+	a.stop = func() error { cancel(); a.stop = nil; return <-done }
 	return nil
 }
 
 // stopAdmission stops the webhook, if it was started.
 func (c *Cluster) stopAdmission() error {
-	if c.admission == nil {
+	if c.admission == nil || c.admission.stop == nil {
 		return nil
 	}
 	return c.admission.stop()
 }
 
-// applyAdmission lets the webhook's identity read claims and registers
-// the webhook with the API server.
+// StopAdmission stops the control plane's admission server, as a test of
+// what waits for it (its writes are refused meanwhile); StartAdmission
+// starts it again at the same address.
+func (cp *ControlPlane) StopAdmission() error { return cp.stopAdmission() }
+
+// StartAdmission starts the admission server StopAdmission stopped.
+func (cp *ControlPlane) StartAdmission() error {
+	if cp.admission == nil || cp.admission.stop != nil {
+		return errors.New("launch: the admission server is not stopped")
+	}
+	return cp.serveAdmission()
+}
+
+// AdmissionClient is the admission server's client, with its identity.
+func (cp *ControlPlane) AdmissionClient() kubernetes.Interface { return cp.admission.client }
+
+// applyAdmission lets the webhook's identity read and label claims and
+// registers the webhook and the claim labels with the API server.
 func (c *Cluster) applyAdmission(ctx context.Context) error {
 	role := clusterobjects.AdmissionRole()
 	if _, err := c.Client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -98,9 +135,22 @@ func (c *Cluster) applyAdmission(ctx context.Context) error {
 	if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating ClusterRoleBinding %s: %w", binding.Name, err)
 	}
-	webhook := clusterobjects.NodeWritesWebhook(admissionv1.WebhookClientConfig{URL: &c.admission.url, CABundle: c.pki.CA.CertPEM()})
+	url := c.admission.base() + clusterobjects.WebhookPath
+	webhook := clusterobjects.NodeWritesWebhook(admissionv1.WebhookClientConfig{URL: &url, CABundle: c.pki.CA.CertPEM()})
 	if _, err := c.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, webhook, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating ValidatingWebhookConfiguration %s: %w", webhook.Name, err)
+	}
+	return c.RegisterClaimLabels(ctx)
+}
+
+// RegisterClaimLabels registers the admission server's claim labels
+// (clusterobjects.ClaimLabelsWebhook), as applyAdmission does: for a test
+// that removed the registration, as a cluster of a version without it.
+func (c *Cluster) RegisterClaimLabels(ctx context.Context) error {
+	url := c.admission.base() + clusterobjects.ClaimLabelsPath
+	labels := clusterobjects.ClaimLabelsWebhook(admissionv1.WebhookClientConfig{URL: &url, CABundle: c.pki.CA.CertPEM()})
+	if _, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, labels, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating MutatingWebhookConfiguration %s: %w", labels.Name, err)
 	}
 	return nil
 }

@@ -24,10 +24,16 @@ const admissionServeUsage = `Usage: plinth-node admission-serve (--tls-cert-file
 Serves the admission webhook that lets a node agent create a PV only for
 a claim placed on its node, and capacity objects only for its own host
 and Plinth's classes (package node/kubernetes/admission), for the
-control plane to call over HTTPS at ` + clusterobjects.WebhookPath + `
-(and /healthz for probes). Register it with the ValidatingWebhookConfiguration
-` + clusterobjects.WebhookName + ` (clusterobjects.NodeWritesWebhook), and
-give its identity the ClusterRole ` + clusterobjects.AdmissionRoleName + `.
+control plane to call over HTTPS at ` + clusterobjects.WebhookPath + `;
+and the one that labels each claim of Plinth's with the node it is
+placed on, at ` + clusterobjects.ClaimLabelsPath + ` (and /healthz for probes).
+Register them with the ValidatingWebhookConfiguration
+` + clusterobjects.WebhookName + ` (clusterobjects.NodeWritesWebhook) and the
+MutatingWebhookConfiguration ` + clusterobjects.ClaimLabelsWebhookName + `
+(clusterobjects.ClaimLabelsWebhook), and give its identity the ClusterRole
+` + clusterobjects.AdmissionRoleName + `. It also labels, at start and every ten
+minutes, the claims written while the labels were not registered (an
+upgrade).
 
 The serving certificate comes from files (read again whenever they
 change), or, without a certificate manager (deploy/), from a Secret the
@@ -123,7 +129,8 @@ func admissionServe(ctx context.Context, args []string) error {
 	if ca != nil {
 		go keepCABundle(ctx, client, ca, log)
 	}
-	log.Infof("serving the admission webhook on https://%s%s", l.Addr(), clusterobjects.WebhookPath)
+	go admission.KeepClaimsLabelled(ctx, client, log, admission.BackfillInterval)
+	log.Infof("serving the admission webhook on https://%s (%s, %s)", l.Addr(), clusterobjects.WebhookPath, clusterobjects.ClaimLabelsPath)
 	return admission.Serve(ctx, l, cert, w)
 }
 

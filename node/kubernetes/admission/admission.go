@@ -82,8 +82,15 @@ func New(client kubernetes.Interface, log logtree.LeveledLogger) (*Webhook, erro
 	return &Webhook{client: client, log: log}, nil
 }
 
-// ServeHTTP reads one AdmissionReview and answers it.
+// ServeHTTP reads one AdmissionReview of a node agent's creation and
+// answers it.
 func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	serveReview(rw, r, w.admit)
+}
+
+// serveReview reads one AdmissionReview from r, has decide answer it, and
+// writes the answer: the part every path of the server shares.
+func serveReview(rw http.ResponseWriter, r *http.Request, decide func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse) {
 	if r.Method != http.MethodPost {
 		http.Error(rw, "admission reviews are POSTed", http.StatusMethodNotAllowed)
 		return
@@ -98,7 +105,7 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		http.Error(rw, fmt.Sprintf("not an AdmissionReview with a request: %v", err), http.StatusBadRequest)
 		return
 	}
-	response := w.admit(r.Context(), review.Request)
+	response := decide(r.Context(), review.Request)
 	response.UID = review.Request.UID
 	out, err := json.Marshal(admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "AdmissionReview"},

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -154,26 +155,54 @@ func issue(dnsName string, now time.Time) (map[string][]byte, error) {
 	}, nil
 }
 
-// SetCABundle makes the API server trust ca for the webhook: the caBundle
-// of every webhook in clusterobjects.WebhookName. It writes
-// only when the bundle differs.
+// SetCABundle makes the API server trust ca for the server's webhooks:
+// the caBundle of every webhook in clusterobjects.WebhookName and
+// clusterobjects.ClaimLabelsWebhookName. It writes only what differs.
 func SetCABundle(ctx context.Context, client kubernetes.Interface, ca []byte) error {
-	configs := client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	validating := client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	err := setBundle(ctx, ca, clusterobjects.WebhookName, validating.Get, validating.Update,
+		func(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
+			var clients []*admissionregistrationv1.WebhookClientConfig
+			for i := range cfg.Webhooks {
+				clients = append(clients, &cfg.Webhooks[i].ClientConfig)
+			}
+			return clients
+		})
+	if err != nil {
+		return err
+	}
+	mutating := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	return setBundle(ctx, ca, clusterobjects.ClaimLabelsWebhookName, mutating.Get, mutating.Update,
+		func(cfg *admissionregistrationv1.MutatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
+			var clients []*admissionregistrationv1.WebhookClientConfig
+			for i := range cfg.Webhooks {
+				clients = append(clients, &cfg.Webhooks[i].ClientConfig)
+			}
+			return clients
+		})
+}
+
+// setBundle sets ca in every client configuration of the webhook
+// configuration name, if any differs.
+func setBundle[T any](ctx context.Context, ca []byte, name string,
+	get func(context.Context, string, metav1.GetOptions) (T, error),
+	update func(context.Context, T, metav1.UpdateOptions) (T, error),
+	clients func(T) []*admissionregistrationv1.WebhookClientConfig) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cfg, err := configs.Get(ctx, clusterobjects.WebhookName, metav1.GetOptions{})
+		cfg, err := get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return fmt.Errorf("reading ValidatingWebhookConfiguration %s: %w", clusterobjects.WebhookName, err)
+			return fmt.Errorf("reading webhook configuration %s: %w", name, err)
 		}
 		changed := false
-		for i := range cfg.Webhooks {
-			if !bytes.Equal(cfg.Webhooks[i].ClientConfig.CABundle, ca) {
-				cfg.Webhooks[i].ClientConfig.CABundle, changed = ca, true
+		for _, c := range clients(cfg) {
+			if !bytes.Equal(c.CABundle, ca) {
+				c.CABundle, changed = ca, true
 			}
 		}
 		if !changed {
 			return nil
 		}
-		_, err = configs.Update(ctx, cfg, metav1.UpdateOptions{})
+		_, err = update(ctx, cfg, metav1.UpdateOptions{})
 		return err
 	})
 }

@@ -116,12 +116,18 @@ func TestSetCABundle(t *testing.T) {
 	cfg := clusterobjects.NodeWritesWebhook(admissionregistrationv1.WebhookClientConfig{
 		Service: &admissionregistrationv1.ServiceReference{Namespace: "plinth-system", Name: "plinth-admission", Path: &path},
 	})
-	client := fake.NewClientset(cfg)
-	updates := 0
-	client.PrependReactor("update", "validatingwebhookconfigurations", func(k8stesting.Action) (bool, runtime.Object, error) {
-		updates++
-		return false, nil, nil
+	labelsPath := clusterobjects.ClaimLabelsPath
+	labels := clusterobjects.ClaimLabelsWebhook(admissionregistrationv1.WebhookClientConfig{
+		Service: &admissionregistrationv1.ServiceReference{Namespace: "plinth-system", Name: "plinth-admission", Path: &labelsPath},
 	})
+	client := fake.NewClientset(cfg, labels)
+	updates := 0
+	for _, resource := range []string{"validatingwebhookconfigurations", "mutatingwebhookconfigurations"} {
+		client.PrependReactor("update", resource, func(k8stesting.Action) (bool, runtime.Object, error) {
+			updates++
+			return false, nil, nil
+		})
+	}
 	for range 2 {
 		if err := SetCABundle(t.Context(), client, []byte("ca")); err != nil {
 			t.Fatal(err)
@@ -131,8 +137,12 @@ func TestSetCABundle(t *testing.T) {
 	if err != nil || string(got.Webhooks[0].ClientConfig.CABundle) != "ca" {
 		t.Errorf("caBundle %q (%v)", got.Webhooks[0].ClientConfig.CABundle, err)
 	}
-	if updates != 1 {
-		t.Errorf("%d updates for one change", updates)
+	gotLabels, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(t.Context(), labels.Name, metav1.GetOptions{})
+	if err != nil || string(gotLabels.Webhooks[0].ClientConfig.CABundle) != "ca" {
+		t.Errorf("the claim labels' caBundle %q (%v)", gotLabels.Webhooks[0].ClientConfig.CABundle, err)
+	}
+	if updates != 2 {
+		t.Errorf("%d updates for one change of each of two configurations", updates)
 	}
 }
 

@@ -17,8 +17,9 @@ import (
 const shutdownGrace = 6 * time.Second
 
 // Serve serves w over TLS on l (the API server calls webhooks over HTTPS
-// only) until ctx ends: the reviews at clusterobjects.WebhookPath,
-// and /healthz for probes. cert returns the serving certificate, read
+// only) until ctx ends: the reviews of node agents' creations at
+// clusterobjects.WebhookPath, those of claims' labels at
+// clusterobjects.ClaimLabelsPath, and /healthz for probes. cert returns the serving certificate, read
 // again for each connection so that a renewed one is used at once.
 func Serve(ctx context.Context, l net.Listener, cert func(*tls.ClientHelloInfo) (*tls.Certificate, error), w *Webhook) error {
 	if cert == nil || w == nil {
@@ -26,6 +27,7 @@ func Serve(ctx context.Context, l net.Listener, cert func(*tls.ClientHelloInfo) 
 	}
 	mux := http.NewServeMux()
 	mux.Handle(clusterobjects.WebhookPath, w)
+	mux.Handle(clusterobjects.ClaimLabelsPath, w.Labels())
 	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write([]byte("ok")) })
 	srv := &http.Server{
 		Handler:           mux,

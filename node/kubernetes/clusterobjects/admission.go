@@ -69,7 +69,10 @@ func AdmissionPolicyNames() []string {
 //     (spec or status) only such a claim placed on its node (the
 //     selected-node annotation names it), keeping it there and keeping
 //     what the node never writes (the requested size, volume attributes
-//     class, labels, finalizers and owners); bind one only to the PV
+//     class, labels, finalizers and owners), the node label
+//     (ownership.LabelNode) excepted, which must say where the claim is
+//     placed (ownership.ClaimLabel: ClaimLabelsWebhook writes it, in the
+//     same write, before the policy sees it); bind one only to the PV
 //     provisioned for it (pvc-<claim UID>); take an unplaced, unbound
 //     claim of an Immediate class by adding the selected-node annotation
 //     naming itself and changing nothing else (provisioner placement);
@@ -112,12 +115,6 @@ func AdmissionPolicies() []*admissionv1.ValidatingAdmissionPolicy {
 	selected := func(obj string) string {
 		return fmt.Sprintf("%s.metadata.?annotations[?'%s'].orValue('')", obj, ownership.AnnSelectedNode)
 	}
-	// provisioner is ownership.ClaimProvisioner: the GA annotation if the
-	// claim has it, else the beta one.
-	provisioner := func(obj string) string {
-		return fmt.Sprintf("%[1]s.metadata.?annotations[?'%[2]s'].orValue(%[1]s.metadata.?annotations[?'%[3]s'].orValue(''))",
-			obj, ownership.AnnStorageProvisioner, ownership.AnnBetaStorageProvisioner)
-	}
 	annotations := func(obj string) string { return obj + ".metadata.?annotations.orValue({})" }
 	// same lists fields (CEL paths below object and oldObject) a write
 	// must leave as they were.
@@ -140,10 +137,20 @@ func AdmissionPolicies() []*admissionv1.ValidatingAdmissionPolicy {
 				// The claim asks Plinth for its volume, before and after:
 				// a node never writes another driver's claims.
 				{Name: "plinth", Expression: fmt.Sprintf("%s == '%s' && %s == '%s'",
-					provisioner("oldObject"), names.DriverName, provisioner("object"), names.DriverName)},
+					claimProvisioner("oldObject"), names.DriverName, claimProvisioner("object"), names.DriverName)},
 				// What the node never writes on a claim, placed or not.
+				// The node label is the claim-labels webhook's, which runs
+				// before this policy and changes it with the placement.
 				{Name: "kept", Expression: same("spec.?resources", "spec.?volumeAttributesClassName",
-					"metadata.?labels", "metadata.?finalizers", "metadata.?ownerReferences")},
+					"metadata.?finalizers", "metadata.?ownerReferences") + " && " + sameLabelsBut("oldObject", "object", ownership.LabelNode) +
+					" && " + sameLabelsBut("object", "oldObject", ownership.LabelNode)},
+				// The node label says where the claim is placed, as
+				// ownership.ClaimLabel derives it (a hashed name only by
+				// its form).
+				{Name: "labelled", Expression: fmt.Sprintf("object.metadata.?labels[?'%[1]s'].orValue('') == "+
+					"(variables.newSelected == '' ? '%[2]s' : variables.newSelected) || "+
+					"size(variables.newSelected) > 63 && object.metadata.?labels[?'%[1]s'].orValue('').matches('^h-[0-9a-f]{40}$')",
+					ownership.LabelNode, ownership.LabelUnplaced)},
 				// The change of an unbound Immediate claim's placement, and
 				// nothing else: one annotation added, every other one, the
 				// spec and status as they were.
@@ -159,10 +166,10 @@ func AdmissionPolicies() []*admissionv1.ValidatingAdmissionPolicy {
 						annotations("object"), annotations("oldObject"), annotations("object"), annotations("oldObject"), annotations("object"), annotations("oldObject"))},
 			},
 			[]admissionv1.Validation{{
-				Expression: "variables.plinth && variables.kept && (" +
+				Expression: "variables.plinth && variables.kept && variables.labelled && (" +
 					"(variables.oldSelected == variables.node && variables.newSelected == variables.node) || " +
 					"(request.?subResource.orValue('') == '' && (variables.onlyPlaced || variables.onlyUnplaced)))",
-				MessageExpression: refusal(fmt.Sprintf("may change only claims for %s placed on its node, and not their size, labels, finalizers or owners; "+
+				MessageExpression: refusal(fmt.Sprintf("may change only claims for %s placed on its node, and not their size, labels, finalizers or owners, nor write a node label that disagrees with their placement; "+
 					"and place an unplaced claim only on itself, or hand back an unbound one placed on it, changing nothing else", names.DriverName)),
 			}, {
 				Expression: fmt.Sprintf("object.spec.?volumeName.orValue('') == oldObject.spec.?volumeName.orValue('') || "+
@@ -245,6 +252,20 @@ func nodeAgents() admissionv1.MatchCondition {
 		Name:       "node-agents",
 		Expression: fmt.Sprintf("'%s' in request.userInfo.groups || request.userInfo.username == '%s'", NodeAgentGroup, DaemonSetUser()),
 	}
+}
+
+// sameLabelsBut is a CEL expression: every label of a but key is on b
+// with the same value.
+func sameLabelsBut(a, b, key string) string {
+	return fmt.Sprintf("%[1]s.metadata.?labels.orValue({}).all(k, k == '%[3]s' || k in %[2]s.metadata.?labels.orValue({}) && %[2]s.metadata.labels[k] == %[1]s.metadata.labels[k])",
+		a, b, key)
+}
+
+// claimProvisioner is a CEL expression, ownership.ClaimProvisioner of
+// the claim obj: the GA annotation if the claim has it, else the beta one.
+func claimProvisioner(obj string) string {
+	return fmt.Sprintf("%[1]s.metadata.?annotations[?'%[2]s'].orValue(%[1]s.metadata.?annotations[?'%[3]s'].orValue(''))",
+		obj, ownership.AnnStorageProvisioner, ownership.AnnBetaStorageProvisioner)
 }
 
 // ownLabel is a CEL expression: obj carries its node's label for the

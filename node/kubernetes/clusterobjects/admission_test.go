@@ -119,7 +119,7 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 	otherClass := e.NS + "-disk"
 	e.CreateClassFor(otherDriver, otherClass, corev1.PersistentVolumeReclaimDelete, nil)
 	// An Immediate claim of Plinth's class that no node took yet.
-	claim("unplaced", func(c *corev1.PersistentVolumeClaim) { delete(c.Annotations, ownership.AnnSelectedNode) })
+	unplaced0 := claim("unplaced", func(c *corev1.PersistentVolumeClaim) { delete(c.Annotations, ownership.AnnSelectedNode) })
 	// Another driver's claims: one placed on node A by the scheduler, one
 	// bound without placement (an Immediate class).
 	otherPlaced := claim("other-placed", func(c *corev1.PersistentVolumeClaim) {
@@ -173,6 +173,35 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 		map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": string(uuid.NewUUID())},
 	}}}))
 	refused(clusterobjects.ClaimsPolicyName, "labelling its own claim", patchClaim(mine.Name, map[string]any{"metadata": map[string]any{"labels": map[string]any{"backup": "skip"}}}))
+
+	// The node label: the claim labels put it on every claim of Plinth's
+	// (the admin's creations above), and refuse anyone's change of it to
+	// anything but what the claim's placement says.
+	for _, c := range []struct {
+		claim *corev1.PersistentVolumeClaim
+		want  string
+	}{{mine, ownership.NodeLabelValue(nodeA)}, {theirs, ownership.NodeLabelValue(nodeB)}, {unplaced0, ownership.LabelUnplaced}} {
+		if v := c.claim.Labels[ownership.LabelNode]; v != c.want {
+			t.Errorf("claim %s was created with node label %q, want %q", c.claim.Name, v, c.want)
+		}
+	}
+	if v, ok := otherPlaced.Labels[ownership.LabelNode]; ok {
+		t.Errorf("another driver's claim was created with node label %q, want none", v)
+	}
+	setLabel := func(v any) map[string]any {
+		return map[string]any{"metadata": map[string]any{"labels": map[string]any{ownership.LabelNode: v}}}
+	}
+	labels := `admission webhook "` + clusterobjects.ClaimLabelsCheckName + `" denied the request`
+	refusedBy(labels+": "+clusterobjects.NodeAgentUser(nodeA)+" may not set the label", "labelling its own claim as node B's", patchClaim(mine.Name, setLabel(nodeB)))
+	refusedBy(labels, "removing its own claim's node label", patchClaim(mine.Name, setLabel(nil)))
+	refusedBy(labels, "labelling node B's claim as its own", patchClaim(theirs.Name, setLabel(nodeA)))
+	refusedBy(labels, "labelling another driver's claim as its own", patchClaim(otherPlaced.Name, setLabel(nodeA)))
+	body, err := json.Marshal(setLabel(nodeA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.Client.CoreV1().PersistentVolumeClaims(e.NS).Patch(ctx, theirs.Name, types.MergePatchType, body, metav1.PatchOptions{DryRun: dry})
+	refusedBy(labels, "the administrator labelling node B's claim as node A's", err)
 
 	// PVs. The admin makes one of node B's, Released with policy Retain,
 	// one Released with policy Delete (what node removal deletes), and one

@@ -1,9 +1,14 @@
 package clusterobjects
 
 import (
+	"fmt"
+
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/node/kubernetes/names"
 )
 
 // The admission webhook (package admission) checks the rules of a node
@@ -23,6 +28,15 @@ const (
 	// AdmissionUser is the user name of the webhook server's client
 	// certificate where the control plane runs it (test/launch).
 	AdmissionUser = "system:plinth-admission"
+
+	// ClaimLabelsWebhookName names the MutatingWebhookConfiguration of
+	// the server's claim labels (ClaimLabelsWebhook).
+	ClaimLabelsWebhookName = "plinth-claim-labels"
+	// ClaimLabelsCheckName names its one webhook, as the API server's
+	// refusals quote it.
+	ClaimLabelsCheckName = "claim-labels.storage.plinth.dev"
+	// ClaimLabelsPath is the path the server labels claims on.
+	ClaimLabelsPath = "/label-claims"
 )
 
 // NodeWritesWebhook registers the webhook served at client: it sees the
@@ -38,11 +52,7 @@ const (
 func NodeWritesWebhook(client admissionv1.WebhookClientConfig) *admissionv1.ValidatingWebhookConfiguration {
 	// The fields the API server would default are set, so that what is
 	// read back equals this.
-	fail := admissionv1.Fail
-	equivalent := admissionv1.Equivalent
-	none := admissionv1.SideEffectClassNone
-	all := admissionv1.AllScopes
-	timeout := int32(5)
+	d := webhookDefaults()
 	return &admissionv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: WebhookName, Labels: map[string]string{labelManagedBy: managedBy}},
 		Webhooks: []admissionv1.ValidatingWebhook{{
@@ -50,37 +60,102 @@ func NodeWritesWebhook(client admissionv1.WebhookClientConfig) *admissionv1.Vali
 			ClientConfig: client,
 			Rules: []admissionv1.RuleWithOperations{{
 				Operations: []admissionv1.OperationType{admissionv1.Create},
-				Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"persistentvolumes"}, Scope: &all},
+				Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"persistentvolumes"}, Scope: &d.scope},
 			}, {
 				Operations: []admissionv1.OperationType{admissionv1.Create},
-				Rule:       admissionv1.Rule{APIGroups: []string{"storage.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"csistoragecapacities"}, Scope: &all},
+				Rule:       admissionv1.Rule{APIGroups: []string{"storage.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"csistoragecapacities"}, Scope: &d.scope},
 			}},
-			FailurePolicy:           &fail,
-			MatchPolicy:             &equivalent,
+			FailurePolicy:           &d.fail,
+			MatchPolicy:             &d.equivalent,
 			NamespaceSelector:       &metav1.LabelSelector{},
 			ObjectSelector:          &metav1.LabelSelector{},
-			SideEffects:             &none,
-			TimeoutSeconds:          &timeout,
+			SideEffects:             &d.none,
+			TimeoutSeconds:          &d.timeout,
 			AdmissionReviewVersions: []string{"v1"},
 			MatchConditions:         []admissionv1.MatchCondition{nodeAgents()},
 		}},
 	}
 }
 
+// ClaimLabelsWebhook registers the server's mutating path at client: it
+// sees every creation and update of a claim that asks Plinth's driver for
+// its volume or carries the node label (its match condition), and keeps
+// the label ownership.LabelNode what the claim's annotations say (package
+// admission's Labels). Other claims never wait for it.
+//
+// failurePolicy Fail: a claim of Plinth's is never written without its
+// label, since a claim without one would reach no node and wait with no
+// word why. While the server is down, the writes of such claims fail
+// (the PV controller's says so in a ProvisioningFailed Event on the
+// claim) and are retried by their writers; nothing else waits.
+// reinvocationPolicy IfNeeded: a later mutating webhook that changes the
+// annotations has the label put right again.
+func ClaimLabelsWebhook(client admissionv1.WebhookClientConfig) *admissionv1.MutatingWebhookConfiguration {
+	// The fields the API server would default are set, so that what is
+	// read back equals this.
+	d := webhookDefaults()
+	ifNeeded := admissionv1.IfNeededReinvocationPolicy
+	label := fmt.Sprintf("object.metadata.?labels[?'%s'].hasValue()", ownership.LabelNode)
+	return &admissionv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: ClaimLabelsWebhookName, Labels: map[string]string{labelManagedBy: managedBy}},
+		Webhooks: []admissionv1.MutatingWebhook{{
+			Name:         ClaimLabelsCheckName,
+			ClientConfig: client,
+			Rules: []admissionv1.RuleWithOperations{{
+				Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
+				Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"persistentvolumeclaims"}, Scope: &d.scope},
+			}},
+			FailurePolicy:           &d.fail,
+			MatchPolicy:             &d.equivalent,
+			NamespaceSelector:       &metav1.LabelSelector{},
+			ObjectSelector:          &metav1.LabelSelector{},
+			SideEffects:             &d.none,
+			TimeoutSeconds:          &d.timeout,
+			AdmissionReviewVersions: []string{"v1"},
+			ReinvocationPolicy:      &ifNeeded,
+			MatchConditions: []admissionv1.MatchCondition{{
+				Name:       "plinth-claims",
+				Expression: fmt.Sprintf("%s == '%s' || %s", claimProvisioner("object"), names.DriverName, label),
+			}},
+		}},
+	}
+}
+
+// webhookSettings are the settings both of the server's registrations
+// share, as the API server would default them.
+type webhookSettings struct {
+	fail       admissionv1.FailurePolicyType
+	equivalent admissionv1.MatchPolicyType
+	none       admissionv1.SideEffectClass
+	scope      admissionv1.ScopeType
+	timeout    int32
+}
+
+// webhookDefaults is webhookSettings with the values both use.
+func webhookDefaults() webhookSettings {
+	return webhookSettings{fail: admissionv1.Fail, equivalent: admissionv1.Equivalent,
+		none: admissionv1.SideEffectClassNone, scope: admissionv1.AllScopes, timeout: 5}
+}
+
 // AdmissionRole is what the webhook's server does in the cluster: read
 // the claim a new PV names, and the Node and StorageClass a new capacity
 // object names, live (never from a cache, which could be behind the
-// placement the node relies on); and, where it keeps its own certificate
-// (deploy/), put its CA into the caBundle of its configuration (package
-// admission's SetCABundle), which it may read and update alone.
+// placement the node relies on); list and patch claims, to label those
+// written before its claim labels were registered (package admission's
+// KeepClaimsLabelled); and, where it keeps its own certificate
+// (deploy/), put its CA into the caBundle of its two configurations
+// (package admission's SetCABundle), which it may read and update alone.
 func AdmissionRole() *rbacv1.ClusterRole {
 	return &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: AdmissionRoleName, Labels: map[string]string{labelManagedBy: managedBy}},
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims", "nodes"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"},
 				ResourceNames: []string{WebhookName}, Verbs: []string{"get", "update"}},
+			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"},
+				ResourceNames: []string{ClaimLabelsWebhookName}, Verbs: []string{"get", "update"}},
 		},
 	}
 }
