@@ -75,10 +75,10 @@ func (b *Base) Complete(what string) error {
 }
 
 // Incarnation is what one run of a controller starts from: its logger,
-// this node's hostname label, an Event recorder, and informers of the
-// claims (foreign ones as stubs, see ownership.ClaimTransform; ours indexed
-// by UID, ownership.UIDIndex) and of this node's PVs (selected by label on
-// the server, so foreign PVs never reach memory). Nothing in it outlives
+// this node's hostname label, an Event recorder, and informers of this
+// node's claims and the unplaced ones (see claimInformer; indexed by UID,
+// ownership.UIDIndex) and of this node's PVs, both selected by label on
+// the server, so that other nodes' claims and PVs never reach memory. Nothing in it outlives
 // the run but the claim and PV informers when they are Base.Shared's; the
 // handlers the run adds to those are removed when it stops.
 type Incarnation struct {

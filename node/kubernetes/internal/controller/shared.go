@@ -7,17 +7,21 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 )
 
 // Shared is the claim and PV informers of one node process, which every
-// controller's incarnation reads instead of building its own. Every node
-// watches every claim in the cluster; with an informer per controller the
-// API server sent each claim change to each node once per controller
-// (bench/fleet: 2 events per node and change, provisioner and resizer).
+// controller's incarnation reads instead of building its own: with an
+// informer per controller the API server sent each claim change to the
+// node once per controller (bench/fleet: 2 events per node and change,
+// provisioner and resizer).
 //
 // The informers outlive the incarnations: an incarnation adds its handlers
 // (which first receive every object in the cache, as after a fresh list)
@@ -56,11 +60,18 @@ func (s *Shared) Run(ctx context.Context) {
 	s.node.Shutdown()
 }
 
-// claimInformer is the claim informer of factory: foreign claims as stubs
-// (ownership.ClaimTransform), and our claims indexed by UID
-// (ownership.UIDIndex).
+// claimInformer is the claim informer of factory: only this node's
+// claims and the unplaced ones, selected on the API server by their node
+// label (ownership.ClaimSelector), so that other nodes' claims never
+// reach this node; kept whole but for their managedFields, and indexed
+// by UID (ownership.UIDIndex). ownership.ClaimTransform stays as a second
+// wall: a claim the label wrongly brings here is kept only as a stub.
 func claimInformer(factory informers.SharedInformerFactory, b Base) (cache.SharedIndexInformer, error) {
-	inf := factory.Core().V1().PersistentVolumeClaims().Informer()
+	selector := ownership.ClaimSelector(b.NodeName)
+	inf := factory.InformerFor(&corev1.PersistentVolumeClaim{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewFilteredPersistentVolumeClaimInformer(client, metav1.NamespaceAll, resync, cache.Indexers{},
+			func(o *metav1.ListOptions) { o.LabelSelector = selector })
+	})
 	if err := inf.SetTransform(ownership.ClaimTransform(b.Driver, b.NodeName)); err != nil {
 		return nil, fmt.Errorf("setting PVC transform: %w", err)
 	}

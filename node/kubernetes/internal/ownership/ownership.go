@@ -45,9 +45,10 @@ const (
 	AnnBindCompleted     = "pv.kubernetes.io/bind-completed"
 	AnnBoundByController = "pv.kubernetes.io/bound-by-controller"
 
-	// LabelNode marks the PVs this node provisioned (value: NodeLabelValue),
-	// so a PV informer can watch only this node's PVs (a label selector,
-	// not a client-side filter: foreign PVs never reach memory).
+	// LabelNode marks the PVs and capacity objects of a node (value:
+	// NodeLabelValue) and the claims placed on it (ClaimLabel), so that a
+	// node's informers watch only its own objects (a label selector, not
+	// a client-side filter: other nodes' objects never reach memory).
 	LabelNode = "storage.plinth.dev/node"
 
 	// volumeIDPrefix + the claim UID is the volume handle and the PV name.
@@ -215,15 +216,17 @@ func DescribeClaim(pvc *corev1.PersistentVolumeClaim) string {
 	return fmt.Sprintf("%s/%s (uid %s)", pvc.Namespace, pvc.Name, pvc.UID)
 }
 
-// The controllers must watch every PVC in the cluster (a claim becomes ours
-// only when the scheduler annotates it), yet on a big cluster almost all of
-// them belong to other nodes or drivers. The informer transform below keeps
-// only a stub of those: a PartialObjectMetadata with the name and namespace
-// the informer's store needs for its key, nothing else (not even in an
-// index). Our own claims, and unplaced ones of our driver (ClaimUnplaced), keep their spec and status but lose
-// managedFields, which are often the largest part of an object and which
-// the controllers never read. Code reading the claim cache must therefore
-// type-check what it finds.
+// A node's claim informer selects, on the API server, only the claims
+// whose node label (LabelNode, ClaimLabel) names it or says they are
+// unplaced. The informer transform below is a second wall behind that
+// selector: a claim that reaches the node all the same without being its
+// own or an unplaced one of its driver (ClaimUnplaced), as a claim whose
+// label is stale would, is kept only as a stub: a PartialObjectMetadata
+// with the name and namespace the informer's store needs for its key,
+// nothing else (not even in an index). The claims the node keeps lose
+// their managedFields, which are often the largest part of an object and
+// which the controllers never read. Code reading the claim cache must
+// therefore type-check what it finds.
 
 // ClaimTransform returns the informer transform for the PVCs of a node.
 func ClaimTransform(driver, nodeName string) cache.TransformFunc {
