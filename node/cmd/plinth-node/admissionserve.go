@@ -130,7 +130,7 @@ func admissionServe(ctx context.Context, args []string) error {
 		go keepCABundle(ctx, client, ca, log)
 	}
 	go admission.KeepClaimsLabelled(ctx, client, log, admission.BackfillInterval)
-	log.Infof("serving the admission webhook on https://%s (%s, %s)", l.Addr(), clusterobjects.WebhookPath, clusterobjects.ClaimLabelsPath)
+	log.Infof("serving the admission webhook on https://%[1]s%[2]s, and its claim labels on https://%[1]s%[3]s", l.Addr(), clusterobjects.WebhookPath, clusterobjects.ClaimLabelsPath)
 	return admission.Serve(ctx, l, cert, w)
 }
 
