@@ -63,7 +63,6 @@ type options struct {
 	series                          []series
 	kcmArgs, nodeArgs, kubeletArgs  []string
 	audit                           bool
-	noAdmissionWebhook              bool
 	timeout                         time.Duration
 }
 
@@ -84,7 +83,6 @@ func main() {
 	flag.Var(&node, "plinth-node-arg", "EXPERIMENT ONLY: extra plinth-node flag (repeatable); the results say so")
 	flag.Var(&kubelet, "kubelet-arg", "EXPERIMENT ONLY: extra kubelet flag (repeatable), e.g. --kube-api-qps=200; the results say so")
 	flag.BoolVar(&o.audit, "audit", false, "EXPERIMENT ONLY: the API server keeps an audit log, and each run counts the API calls each component made until all pods ran (costs the API server a log line per request); the results say so")
-	flag.BoolVar(&o.noAdmissionWebhook, "no-admission-webhook", false, "EXPERIMENT ONLY: the cluster runs without the admission webhook (package admission), to see what it costs; the results say so")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "longest wait for one stage of one run")
 	flag.Parse()
 	o.kcmArgs, o.nodeArgs, o.kubeletArgs = kcm, node, kubelet
@@ -186,7 +184,6 @@ func run(ctx context.Context, o options) error {
 		MaxPods:               250,
 		ControllerManagerArgs: o.kcmArgs,
 		KubeletArgs:           o.kubeletArgs,
-		NoAdmissionWebhook:    o.noAdmissionWebhook,
 		PlinthNode: &launch.PlinthNode{Binary: o.plinthNode, Args: func(p launch.Paths) []string {
 			return append(launch.PlinthNodeArgs(p), o.nodeArgs...)
 		}},

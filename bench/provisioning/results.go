@@ -71,9 +71,9 @@ func (r *recorder) results(o options) []*result.Result {
 	if runs := o.runSummary(); runs != "" {
 		notes = append(notes, "Runs per point: "+runs+". A local-path run takes minutes (about 10 at N = 200), and the whole benchmark must fit make bench's budget; a point of one run shows no spread.")
 	}
-	if len(o.kcmArgs) > 0 || len(o.nodeArgs) > 0 || len(o.kubeletArgs) > 0 || o.audit || o.noAdmissionWebhook {
-		notes = append(notes, fmt.Sprintf("EXPERIMENT, not the benchmark's setting: kube-controller-manager %v, kubelet %v, plinth-node %v, API server audit log %v, no admission webhook %v.",
-			o.kcmArgs, o.kubeletArgs, o.nodeArgs, o.audit, o.noAdmissionWebhook))
+	if len(o.kcmArgs) > 0 || len(o.nodeArgs) > 0 || len(o.kubeletArgs) > 0 || o.audit {
+		notes = append(notes, fmt.Sprintf("EXPERIMENT, not the benchmark's setting: kube-controller-manager %v, kubelet %v, plinth-node %v, API server audit log %v.",
+			o.kcmArgs, o.kubeletArgs, o.nodeArgs, o.audit))
 	}
 	notes = append(notes, r.stageNotes()...)
 	running := &result.Result{
