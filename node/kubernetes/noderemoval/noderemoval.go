@@ -5,7 +5,7 @@
 // their pods stay Pending with only the scheduler's terse "volume node
 // affinity conflict" to go on.
 //
-// One surviving plinth-node (see actor) notices, once the Node has been
+// One surviving plinth-node notices, once the Node has been
 // gone for a grace period, and then:
 //   - sends a Warning Event NodeRemoved on every claim still bound to a
 //     volume of that node (and on the PV), saying that the data is on that
@@ -16,26 +16,23 @@
 //     node is gone). Their data, if the machine ever returns, is removed by
 //     that node's own orphan reconciler; Retain PVs are kept.
 //
-// Which plinth-node acts: the one with the lowest name among the Ready
-// nodes whose CSINode lists the driver (itself counted), so that the
-// cluster gets one Event per claim, not one per node. Each node keeps an
-// informer of CSINodes (small objects that change only when a driver
-// registers) and reads the Nodes of lower names until one is Ready; only
-// the actor lists PVs, at an interval.
+// Which plinth-node acts (see actor.go): the lowest-named Ready one among
+// the ten lowest-named nodes whose CSINode lists the driver (itself
+// counted), so that the cluster gets one Event per claim, not one per
+// node. Each node keeps an informer of CSINodes (small objects that change
+// only when a driver registers); only those ten read Nodes, those of lower
+// names until one is Ready; only the actor lists PVs, at an interval.
 package noderemoval
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
@@ -172,48 +169,6 @@ func (s *sweep) run(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// isActor says whether this node is the one that acts: the lowest name
-// among itself and the nodes whose CSINode lists the driver and whose Node
-// is Ready. A node that is down keeps its CSINode (only its own kubelet
-// removes it), so by name alone a powered-off node would keep every
-// survivor from acting. The lower names are read lowest first, until one
-// is Ready: on a healthy cluster, one GET a look.
-func (s *sweep) isActor(ctx context.Context) (bool, error) {
-	all, err := s.csiNodes.List(labels.Everything())
-	if err != nil {
-		return false, err
-	}
-	var lower []string
-	for _, n := range all {
-		if n.Name < s.NodeName && slices.ContainsFunc(n.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == s.Driver }) {
-			lower = append(lower, n.Name)
-		}
-	}
-	slices.Sort(lower)
-	for _, name := range lower {
-		node, err := s.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			continue
-		} else if err != nil {
-			return false, fmt.Errorf("reading Node %s, which may act instead: %w", name, err)
-		}
-		if ready(node) {
-			return false, nil
-		}
-	}
-	return true, nil
-}
-
-// ready reports whether node's Ready condition is True.
-func ready(node *corev1.Node) bool {
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // nodeOf is the name of the node a PV of ours lives on, from its node

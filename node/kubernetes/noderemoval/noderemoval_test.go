@@ -7,6 +7,7 @@ package noderemoval
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -144,6 +145,55 @@ func TestRemovedNodeClaims(t *testing.T) {
 	e.WaitEvent(other.UID, ReasonNodeRemoved, gone2)
 }
 
+// TestActorsAreFew: a node that is not among the lowest-named nodes
+// running the driver makes no Node reads to choose the actor (and never
+// acts), however many nodes of lower name there are and whatever their
+// state; a candidate does read them, which shows that the reads are
+// counted.
+func TestActorsAreFew(t *testing.T) {
+	e := controllertest.NewEnv(t, true)
+	var lower []string
+	for i := range candidateCount {
+		// No Node objects: to a candidate none of these is Ready.
+		name := fmt.Sprintf("a-%s-%02d", e.Node, i)
+		createCSINode(t, e, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		lower = append(lower, name)
+	}
+	candidate := lower[len(lower)-1]
+	for _, node := range []string{e.Node, candidate} {
+		base := e.Base(node)
+		base.Client = controllertest.NodeAgentClient(t, node)
+		c, err := New(Config{Base: base, GracePeriod: time.Hour, Interval: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		supervisor.TestHarness(t, c.Run)
+	}
+	time.Sleep(3 * time.Second) // about 15 looks
+	reads := func(node string) (nodeGets, pvLists int) {
+		for _, c := range controllertest.NodeCalls(t, node) {
+			switch {
+			case c.ObjectRef == nil:
+			case c.ObjectRef.Resource == "nodes" && c.Verb == "get":
+				nodeGets++
+			case c.ObjectRef.Resource == "persistentvolumes" && c.Verb == "list":
+				pvLists++
+			}
+		}
+		return nodeGets, pvLists
+	}
+	gets, lists := reads(e.Node)
+	t.Logf("node %s (not a candidate): %d Node reads, %d PV lists", e.Node, gets, lists)
+	if gets != 0 || lists != 0 {
+		t.Errorf("node %s, not among the %d lowest names, made %d Node reads and %d PV lists, want none", e.Node, candidateCount, gets, lists)
+	}
+	gets, lists = reads(candidate)
+	t.Logf("node %s (the highest candidate): %d Node reads, %d PV lists", candidate, gets, lists)
+	if gets < candidateCount-1 {
+		t.Errorf("candidate %s made %d Node reads, want at least one look's %d (the control that reads are counted)", candidate, gets, candidateCount-1)
+	}
+}
+
 // setReady sets the Ready condition of Node name, as its kubelet (True)
 // or the node lifecycle controller (Unknown, once heartbeats stop) would.
 func setReady(t *testing.T, e *controllertest.Env, name string, status corev1.ConditionStatus) {
@@ -165,13 +215,35 @@ func setReady(t *testing.T, e *controllertest.Env, name string, status corev1.Co
 	}
 }
 
-func createNode(t *testing.T, e *controllertest.Env, name string) {
+func createNode(t *testing.T, e *controllertest.Env, name string) *corev1.Node {
 	t.Helper()
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{names.TopologyKeyHostname: name}}}
-	if _, err := e.Client.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
+	made, err := e.Client.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	return made
+}
+
+// createCSINode creates node's CSINode listing our driver as its kubelet
+// does: owned by the Node (when node has a UID, that is, exists), so that
+// the garbage collector deletes it with the Node.
+func createCSINode(t *testing.T, e *controllertest.Env, node *corev1.Node) {
+	t.Helper()
+	csiNode := &storagev1.CSINode{
+		ObjectMeta: metav1.ObjectMeta{Name: node.Name},
+		Spec:       storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: names.DriverName, NodeID: node.Name}}},
+	}
+	if node.UID != "" {
+		csiNode.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}}
+	}
+	if _, err := e.Client.StorageV1().CSINodes().Create(context.Background(), csiNode, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = e.Client.StorageV1().CSINodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{})
+	})
 }
 
 // startProvisioner runs a provisioner for node over the data directory dir
