@@ -3,11 +3,15 @@ package noderemoval
 // Controller tests against a real etcd + kube-apiserver +
 // kube-controller-manager (controllertest): a provisioner of node "gone"
 // makes and binds real volumes, the node then stops and its Node object is
-// deleted, and the controller under test runs as a surviving node.
+// deleted (the garbage collector deletes its CSINode with it, as in a
+// cluster), and the controller under test runs as a surviving node, with
+// a node agent's own identity, so that the API server's audit log shows
+// every request it made.
 
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"testing"
 	"time"
 
@@ -15,6 +19,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/util/retry"
 
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
@@ -31,11 +36,16 @@ func TestMain(m *testing.M) { controllertest.Main(m) }
 // gets a Warning NodeRemoved naming the node, and its released Delete PV is
 // deleted, while a Retain PV and the survivor's own claim are untouched. A
 // lower-named node running the driver takes the job over.
+//
+// Its cost: a PV list of every Plinth volume only when the node becomes
+// the actor (twice here: at its start, and when the lower node goes
+// down), and otherwise lists of a removed node's PVs alone, over tens of
+// looks.
 func TestRemovedNodeClaims(t *testing.T) {
 	e := controllertest.NewEnv(t, true)
 	ctx := context.Background()
 	gone := e.Node + "-gone"
-	createNode(t, e, gone)
+	createCSINode(t, e, createNode(t, e, gone))
 	// The survivor has no Node object (a node whose kubelet has not
 	// registered): it must still never treat itself as removed.
 	e.CreateClass(e.Class+"-retain", corev1.PersistentVolumeReclaimRetain, nil)
@@ -68,10 +78,13 @@ func TestRemovedNodeClaims(t *testing.T) {
 		return true, nil
 	})
 
-	c, err := New(Config{Base: e.Base(e.Node), GracePeriod: 2 * time.Second, Interval: 200 * time.Millisecond})
+	base := e.Base(e.Node)
+	base.Client = controllertest.NodeAgentClient(t, e.Node)
+	c, err := New(Config{Base: base, GracePeriod: 2 * time.Second, Interval: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
+	started := time.Now()
 	supervisor.TestHarness(t, c.Run)
 	// The Node object is still there: nothing happens.
 	time.Sleep(3 * time.Second)
@@ -113,6 +126,7 @@ func TestRemovedNodeClaims(t *testing.T) {
 	if n := len(eventsOf(e, bound, ReasonNodeRemoved)); n != 1 {
 		t.Errorf("claim %s has %d %s Events, want 1 (one actor, once)", bound.Name, n, ReasonNodeRemoved)
 	}
+	checkPVLists(t, e.Node, time.Since(started), c.Interval, 1, gone)
 
 	// A node of lower name that runs the driver and is Ready is the actor
 	// from now on: a second removed node's claim is left to it. While it
@@ -129,7 +143,7 @@ func TestRemovedNodeClaims(t *testing.T) {
 	createNode(t, e, lower)
 	setReady(t, e, lower, corev1.ConditionTrue)
 	gone2 := e.Node + "-gone2"
-	createNode(t, e, gone2)
+	createCSINode(t, e, createNode(t, e, gone2))
 	stop2 := startProvisioner(t, e, gone2, t.TempDir())
 	other := e.CreateClaim(controllertest.Claim{Name: "other", Node: gone2})
 	e.WaitBound("other")
@@ -143,6 +157,45 @@ func TestRemovedNodeClaims(t *testing.T) {
 	}
 	setReady(t, e, lower, corev1.ConditionUnknown)
 	e.WaitEvent(other.UID, ReasonNodeRemoved, gone2)
+	// Becoming the actor again, the survivor found gone2, whose CSINode
+	// was deleted while it was not the actor, by one more full list.
+	checkPVLists(t, e.Node, time.Since(started), c.Interval, 2, gone, gone2)
+}
+
+// checkPVLists checks the PV lists node's identity made in elapsed, at
+// one look each interval: full lists (every Plinth PV) as many as terms
+// as the actor, and besides only lists of the PVs of the removed nodes.
+func checkPVLists(t *testing.T, node string, elapsed, interval time.Duration, terms int, removed ...string) {
+	t.Helper()
+	selected := map[string]string{ownership.LabelNode: "full"}
+	for _, r := range removed {
+		selected[labels.SelectorFromSet(labels.Set{ownership.LabelNode: ownership.NodeLabelValue(r)}).String()] = r
+	}
+	got := map[string]int{}
+	for _, c := range controllertest.NodeCalls(t, node) {
+		if c.Verb != "list" || c.ObjectRef == nil || c.ObjectRef.Resource != "persistentvolumes" {
+			continue
+		}
+		u, err := url.Parse(c.RequestURI)
+		if err != nil {
+			t.Fatal(err)
+		}
+		what, ok := selected[u.Query().Get("labelSelector")]
+		if !ok {
+			t.Errorf("node %s listed PVs with %s, which is neither every Plinth PV nor a removed node's", node, c.RequestURI)
+			continue
+		}
+		got[what]++
+	}
+	t.Logf("PV lists in %.1fs (about %d looks): %v", elapsed.Seconds(), int(elapsed/interval), got)
+	if got["full"] != terms {
+		t.Errorf("node %s listed every Plinth PV %d times in %d terms as the actor, want once a term", node, got["full"], terms)
+	}
+	for _, r := range removed {
+		if got[r] == 0 {
+			t.Errorf("node %s never listed the PVs of removed node %s", node, r)
+		}
+	}
 }
 
 // TestActorsAreFew: a node that is not among the lowest-named nodes
@@ -191,6 +244,9 @@ func TestActorsAreFew(t *testing.T) {
 	t.Logf("node %s (the highest candidate): %d Node reads, %d PV lists", candidate, gets, lists)
 	if gets < candidateCount-1 {
 		t.Errorf("candidate %s made %d Node reads, want at least one look's %d (the control that reads are counted)", candidate, gets, candidateCount-1)
+	}
+	if lists != 1 {
+		t.Errorf("candidate %s, the actor, listed PVs %d times, want once (on becoming the actor)", candidate, lists)
 	}
 }
 
