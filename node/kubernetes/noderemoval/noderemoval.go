@@ -5,7 +5,7 @@
 // their pods stay Pending with only the scheduler's terse "volume node
 // affinity conflict" to go on.
 //
-// One surviving plinth-node (see actor) notices, once the Node has been
+// One surviving plinth-node (see actor.go) notices, once the Node has been
 // gone for a grace period, and then:
 //   - sends a Warning Event NodeRemoved on every claim still bound to a
 //     volume of that node (and on the PV), saying that the data is on that
@@ -16,29 +16,32 @@
 //     node is gone). Their data, if the machine ever returns, is removed by
 //     that node's own orphan reconciler; Retain PVs are kept.
 //
-// Which plinth-node acts: the one with the lowest name among the Ready
-// nodes whose CSINode lists the driver (itself counted), so that the
-// cluster gets one Event per claim, not one per node. Each node keeps an
-// informer of CSINodes (small objects that change only when a driver
-// registers) and reads the Nodes of lower names until one is Ready; only
-// the actor lists PVs, at an interval.
+// What it costs. Every node keeps an informer of CSINodes (one small
+// object per node, changed only when a driver registers). Only the ten
+// lowest-named nodes running the driver take part in choosing the actor,
+// each reading the Nodes of the lower-named of them until one is Ready (on
+// a healthy cluster, one GET a look); the others read nothing. The actor
+// does not look at every PV: a node's CSINode is deleted with its Node
+// (the garbage collector follows the CSINode's owner reference), so
+// CSINode deletions name the nodes that may be gone (suspects, see
+// suspects.go). Each look, the actor GETs each suspect's Node and, once
+// one has been missing for the grace period, lists only the PVs labelled
+// with that node, until they are settled or the node returns. Nodes
+// removed while no plinth-node watched are found once per actor term: on
+// becoming the actor, a node lists the Plinth PVs once, in pages, and
+// suspects the nodes they name that have no CSINode.
 package noderemoval
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	"source.plinth.dev/node/kubernetes/internal/controller"
@@ -66,7 +69,8 @@ type Config struct {
 	// GracePeriod is how long a node's Node object must be missing before
 	// the node counts as removed.
 	GracePeriod time.Duration
-	// Interval is the time between two looks, by the actor, at the PVs.
+	// Interval is the time between two looks: the choice of the actor,
+	// and the actor's look at its suspects.
 	Interval time.Duration
 }
 
@@ -89,24 +93,27 @@ func New(cfg Config) (*Controller, error) {
 	return &Controller{Config: cfg}, nil
 }
 
-// Run watches CSINodes and, while this node is the actor, looks for
-// removed nodes every Interval, until ctx ends.
+// Run watches CSINodes and, while this node is the actor, looks at the
+// suspects every Interval, until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
 	log := supervisor.Logger(ctx)
 	factory := informers.NewSharedInformerFactoryWithOptions(c.Client, c.Resync,
 		informers.WithTransform(ownership.StripManagedFields))
 	csiNodes := factory.Storage().V1().CSINodes()
-	csiNodes.Informer() // registered before Start
 	recorder, stopEvents := controller.NewRecorder(ctx, c.EventClient, c.Driver, c.NodeName)
 	defer stopEvents()
+	s := &sweep{Controller: c, log: log, recorder: recorder, csiNodes: csiNodes.Lister(),
+		suspects: newSuspects(c.NodeName), announced: map[types.UID]string{}}
+	// Registered before Start, so that no deletion is missed.
+	if _, err := csiNodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: s.suspects.csiNodeDeleted}); err != nil {
+		return fmt.Errorf("watching CSINodes: %w", err)
+	}
 	stop, err := controller.StartInformers(ctx, factory)
 	defer stop()
 	if err != nil {
 		return err
 	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
-	s := &sweep{Controller: c, log: log, recorder: recorder, csiNodes: csiNodes.Lister(),
-		missingSince: map[string]time.Time{}, announced: map[types.UID]bool{}}
 	return controller.Every(ctx, c.Clock, c.Interval, func(ctx context.Context) {
 		if err := s.run(ctx); err != nil && ctx.Err() == nil {
 			log.Warningf("looking for removed nodes: %v", err)
@@ -120,157 +127,54 @@ type sweep struct {
 	log      logtree.LeveledLogger
 	recorder record.EventRecorder
 	csiNodes storagelisters.CSINodeLister
-	// missingSince is when each node with volumes was first seen without
-	// its Node object.
-	missingSince map[string]time.Time
-	// announced are the PVs whose claims got their Event in this run.
-	announced map[types.UID]bool
+	suspects *suspects
+	// acting is whether this node was the actor at the last look: a node
+	// that becomes the actor looks for nodes removed while it was not.
+	acting bool
+	// announced are the PVs whose claims got their Event in this run, with
+	// their node's name, so that they are forgotten with their suspect.
+	announced map[types.UID]string
 }
 
-// run is one look: if this node is the actor, it finds the nodes of our
-// PVs whose Node objects are gone and settles the claims of those gone for
-// longer than the grace period.
+// run is one look: if this node is the actor, it looks at each suspect,
+// and settles the volumes of those whose Node has been missing for the
+// grace period. A node that is not the actor forgets its suspects: if it
+// becomes the actor, it finds them again.
 func (s *sweep) run(ctx context.Context) error {
 	acting, err := s.isActor(ctx)
 	if err != nil {
 		return err
 	}
 	if !acting {
-		clear(s.missingSince)
+		if s.acting {
+			s.log.Infof("another node acts for removed nodes now")
+		}
+		s.acting = false
+		s.suspects.clear()
 		return nil
 	}
-	pvs, err := s.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{LabelSelector: ownership.LabelNode})
-	if err != nil {
-		return fmt.Errorf("listing PVs: %w", err)
-	}
-	byNode := map[string][]*corev1.PersistentVolume{}
-	for i := range pvs.Items {
-		pv := &pvs.Items[i]
-		if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != s.Driver {
-			continue
-		}
-		// This node is alive whatever the API says of its Node object
-		// (a kubelet that has not registered yet, a node run without
-		// one): it never settles its own volumes as a removed node's.
-		if node := nodeOf(pv); node != "" && node != s.NodeName {
-			byNode[node] = append(byNode[node], pv)
-		}
-	}
-	now := s.Clock.Now()
-	for node, vols := range byNode {
-		removed, err := s.removedFor(ctx, node, now)
-		if err != nil {
+	if !s.acting {
+		if err := s.discover(ctx); err != nil {
 			return err
 		}
-		if removed {
-			s.settle(ctx, node, vols)
-		}
+		s.acting = true
 	}
-	for node := range s.missingSince {
-		if _, ok := byNode[node]; !ok {
-			delete(s.missingSince, node)
-		}
-	}
-	return nil
-}
-
-// isActor says whether this node is the one that acts: the lowest name
-// among itself and the nodes whose CSINode lists the driver and whose Node
-// is Ready. A node that is down keeps its CSINode (only its own kubelet
-// removes it), so by name alone a powered-off node would keep every
-// survivor from acting. The lower names are read lowest first, until one
-// is Ready: on a healthy cluster, one GET a look.
-func (s *sweep) isActor(ctx context.Context) (bool, error) {
-	all, err := s.csiNodes.List(labels.Everything())
-	if err != nil {
-		return false, err
-	}
-	var lower []string
-	for _, n := range all {
-		if n.Name < s.NodeName && slices.ContainsFunc(n.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == s.Driver }) {
-			lower = append(lower, n.Name)
-		}
-	}
-	slices.Sort(lower)
-	for _, name := range lower {
-		node, err := s.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+	now := s.Clock.Now()
+	var errs []error
+	for _, node := range s.suspects.names() {
+		done, err := s.look(ctx, node, now)
+		if err != nil {
+			errs = append(errs, err)
 			continue
-		} else if err != nil {
-			return false, fmt.Errorf("reading Node %s, which may act instead: %w", name, err)
 		}
-		if ready(node) {
-			return false, nil
-		}
-	}
-	return true, nil
-}
-
-// ready reports whether node's Ready condition is True.
-func ready(node *corev1.Node) bool {
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-// nodeOf is the name of the node a PV of ours lives on, from its node
-// label; "" when the label is a hash of a long name, which cannot be
-// looked up (such a node's claims get no outcome from here).
-func nodeOf(pv *corev1.PersistentVolume) string {
-	name, _ := ownership.NodeNameOfLabel(pv.Labels[ownership.LabelNode])
-	return name
-}
-
-// removedFor says whether node's Node object has been missing for the
-// grace period.
-func (s *sweep) removedFor(ctx context.Context, node string, now time.Time) (bool, error) {
-	_, err := s.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	switch {
-	case err == nil:
-		delete(s.missingSince, node)
-		return false, nil
-	case !apierrors.IsNotFound(err):
-		return false, fmt.Errorf("looking up node %s: %w", node, err)
-	}
-	since, ok := s.missingSince[node]
-	if !ok {
-		s.missingSince[node] = now
-		s.log.Infof("node %s, which has Plinth volumes, has no Node object; it counts as removed after %s", node, s.GracePeriod)
-		return false, nil
-	}
-	return now.Sub(since) >= s.GracePeriod, nil
-}
-
-// settle gives the volumes of removed node their outcome.
-func (s *sweep) settle(ctx context.Context, node string, vols []*corev1.PersistentVolume) {
-	for _, pv := range vols {
-		switch {
-		case pv.Status.Phase == corev1.VolumeBound && pv.Spec.ClaimRef != nil:
-			if s.announced[pv.UID] {
-				continue
+		if done {
+			s.suspects.drop(node)
+			for uid, n := range s.announced {
+				if n == node {
+					delete(s.announced, uid)
+				}
 			}
-			s.announced[pv.UID] = true
-			s.log.Warningf("claim %s/%s is bound to volume %s of removed node %s", pv.Spec.ClaimRef.Namespace, pv.Spec.ClaimRef.Name, pv.Name, node)
-			msg := fmt.Sprintf("node %s was removed from the cluster, and volume %s lives on it only: pods using this claim cannot run elsewhere. "+
-				"If the machine returns under the same name, the claim works again with its data. Otherwise delete the pods and this claim, "+
-				"and create a new claim: the data of this one is lost with the machine", node, pv.Name)
-			s.recorder.Event(pv.Spec.ClaimRef, corev1.EventTypeWarning, ReasonNodeRemoved, msg)
-			s.recorder.Event(pv, corev1.EventTypeWarning, ReasonNodeRemoved, msg)
-		case pv.Status.Phase == corev1.VolumeReleased && pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete:
-			// Preconditions: only this PV, as it was when listed.
-			err := s.Client.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{
-				Preconditions: &metav1.Preconditions{UID: &pv.UID, ResourceVersion: &pv.ResourceVersion},
-			})
-			if err != nil && !apierrors.IsNotFound(err) {
-				s.log.Warningf("deleting released PV %s of removed node %s: %v", pv.Name, node, err)
-				continue
-			}
-			s.log.Infof("deleted released PV %s of removed node %s (its data stays on that machine until its plinth-node removes it as an orphan)", pv.Name, node)
-			s.recorder.Eventf(pv, corev1.EventTypeNormal, ReasonNodeRemoved,
-				"deleted: released, reclaim policy Delete, and its node %s was removed from the cluster", node)
 		}
 	}
+	return errors.Join(errs...)
 }

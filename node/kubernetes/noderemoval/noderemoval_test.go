@@ -3,10 +3,15 @@ package noderemoval
 // Controller tests against a real etcd + kube-apiserver +
 // kube-controller-manager (controllertest): a provisioner of node "gone"
 // makes and binds real volumes, the node then stops and its Node object is
-// deleted, and the controller under test runs as a surviving node.
+// deleted (the garbage collector deletes its CSINode with it, as in a
+// cluster), and the controller under test runs as a surviving node, with
+// a node agent's own identity, so that the API server's audit log shows
+// every request it made.
 
 import (
 	"context"
+	"fmt"
+	"net/url"
 	"testing"
 	"time"
 
@@ -14,6 +19,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/util/retry"
 
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
@@ -30,11 +36,16 @@ func TestMain(m *testing.M) { controllertest.Main(m) }
 // gets a Warning NodeRemoved naming the node, and its released Delete PV is
 // deleted, while a Retain PV and the survivor's own claim are untouched. A
 // lower-named node running the driver takes the job over.
+//
+// Its cost: a PV list of every Plinth volume only when the node becomes
+// the actor (twice here: at its start, and when the lower node goes
+// down), and otherwise lists of a removed node's PVs alone, over tens of
+// looks.
 func TestRemovedNodeClaims(t *testing.T) {
 	e := controllertest.NewEnv(t, true)
 	ctx := context.Background()
 	gone := e.Node + "-gone"
-	createNode(t, e, gone)
+	createCSINode(t, e, createNode(t, e, gone))
 	// The survivor has no Node object (a node whose kubelet has not
 	// registered): it must still never treat itself as removed.
 	e.CreateClass(e.Class+"-retain", corev1.PersistentVolumeReclaimRetain, nil)
@@ -67,10 +78,13 @@ func TestRemovedNodeClaims(t *testing.T) {
 		return true, nil
 	})
 
-	c, err := New(Config{Base: e.Base(e.Node), GracePeriod: 2 * time.Second, Interval: 200 * time.Millisecond})
+	base := e.Base(e.Node)
+	base.Client = controllertest.NodeAgentClient(t, e.Node)
+	c, err := New(Config{Base: base, GracePeriod: 2 * time.Second, Interval: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
+	started := time.Now()
 	supervisor.TestHarness(t, c.Run)
 	// The Node object is still there: nothing happens.
 	time.Sleep(3 * time.Second)
@@ -112,6 +126,7 @@ func TestRemovedNodeClaims(t *testing.T) {
 	if n := len(eventsOf(e, bound, ReasonNodeRemoved)); n != 1 {
 		t.Errorf("claim %s has %d %s Events, want 1 (one actor, once)", bound.Name, n, ReasonNodeRemoved)
 	}
+	checkPVLists(t, e.Node, time.Since(started), c.Interval, 1, gone)
 
 	// A node of lower name that runs the driver and is Ready is the actor
 	// from now on: a second removed node's claim is left to it. While it
@@ -128,7 +143,7 @@ func TestRemovedNodeClaims(t *testing.T) {
 	createNode(t, e, lower)
 	setReady(t, e, lower, corev1.ConditionTrue)
 	gone2 := e.Node + "-gone2"
-	createNode(t, e, gone2)
+	createCSINode(t, e, createNode(t, e, gone2))
 	stop2 := startProvisioner(t, e, gone2, t.TempDir())
 	other := e.CreateClaim(controllertest.Claim{Name: "other", Node: gone2})
 	e.WaitBound("other")
@@ -142,6 +157,97 @@ func TestRemovedNodeClaims(t *testing.T) {
 	}
 	setReady(t, e, lower, corev1.ConditionUnknown)
 	e.WaitEvent(other.UID, ReasonNodeRemoved, gone2)
+	// Becoming the actor again, the survivor found gone2, whose CSINode
+	// was deleted while it was not the actor, by one more full list.
+	checkPVLists(t, e.Node, time.Since(started), c.Interval, 2, gone, gone2)
+}
+
+// checkPVLists checks the PV lists node's identity made in elapsed, at
+// one look each interval: full lists (every Plinth PV) as many as terms
+// as the actor, and besides only lists of the PVs of the removed nodes.
+func checkPVLists(t *testing.T, node string, elapsed, interval time.Duration, terms int, removed ...string) {
+	t.Helper()
+	selected := map[string]string{ownership.LabelNode: "full"}
+	for _, r := range removed {
+		selected[labels.SelectorFromSet(labels.Set{ownership.LabelNode: ownership.NodeLabelValue(r)}).String()] = r
+	}
+	got := map[string]int{}
+	for _, c := range controllertest.NodeCalls(t, node) {
+		if c.Verb != "list" || c.ObjectRef == nil || c.ObjectRef.Resource != "persistentvolumes" {
+			continue
+		}
+		u, err := url.Parse(c.RequestURI)
+		if err != nil {
+			t.Fatal(err)
+		}
+		what, ok := selected[u.Query().Get("labelSelector")]
+		if !ok {
+			t.Errorf("node %s listed PVs with %s, which is neither every Plinth PV nor a removed node's", node, c.RequestURI)
+			continue
+		}
+		got[what]++
+	}
+	t.Logf("PV lists in %.1fs (about %d looks): %v", elapsed.Seconds(), int(elapsed/interval), got)
+	if got["full"] != terms {
+		t.Errorf("node %s listed every Plinth PV %d times in %d terms as the actor, want once a term", node, got["full"], terms)
+	}
+	for _, r := range removed {
+		if got[r] == 0 {
+			t.Errorf("node %s never listed the PVs of removed node %s", node, r)
+		}
+	}
+}
+
+// TestActorsAreFew: a node that is not among the lowest-named nodes
+// running the driver makes no Node reads to choose the actor (and never
+// acts), however many nodes of lower name there are and whatever their
+// state; a candidate does read them, which shows that the reads are
+// counted.
+func TestActorsAreFew(t *testing.T) {
+	e := controllertest.NewEnv(t, true)
+	var lower []string
+	for i := range candidateCount {
+		// No Node objects: to a candidate none of these is Ready.
+		name := fmt.Sprintf("a-%s-%02d", e.Node, i)
+		createCSINode(t, e, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		lower = append(lower, name)
+	}
+	candidate := lower[len(lower)-1]
+	for _, node := range []string{e.Node, candidate} {
+		base := e.Base(node)
+		base.Client = controllertest.NodeAgentClient(t, node)
+		c, err := New(Config{Base: base, GracePeriod: time.Hour, Interval: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		supervisor.TestHarness(t, c.Run)
+	}
+	time.Sleep(3 * time.Second) // about 15 looks
+	reads := func(node string) (nodeGets, pvLists int) {
+		for _, c := range controllertest.NodeCalls(t, node) {
+			switch {
+			case c.ObjectRef == nil:
+			case c.ObjectRef.Resource == "nodes" && c.Verb == "get":
+				nodeGets++
+			case c.ObjectRef.Resource == "persistentvolumes" && c.Verb == "list":
+				pvLists++
+			}
+		}
+		return nodeGets, pvLists
+	}
+	gets, lists := reads(e.Node)
+	t.Logf("node %s (not a candidate): %d Node reads, %d PV lists", e.Node, gets, lists)
+	if gets != 0 || lists != 0 {
+		t.Errorf("node %s, not among the %d lowest names, made %d Node reads and %d PV lists, want none", e.Node, candidateCount, gets, lists)
+	}
+	gets, lists = reads(candidate)
+	t.Logf("node %s (the highest candidate): %d Node reads, %d PV lists", candidate, gets, lists)
+	if gets < candidateCount-1 {
+		t.Errorf("candidate %s made %d Node reads, want at least one look's %d (the control that reads are counted)", candidate, gets, candidateCount-1)
+	}
+	if lists != 1 {
+		t.Errorf("candidate %s, the actor, listed PVs %d times, want once (on becoming the actor)", candidate, lists)
+	}
 }
 
 // setReady sets the Ready condition of Node name, as its kubelet (True)
@@ -165,13 +271,35 @@ func setReady(t *testing.T, e *controllertest.Env, name string, status corev1.Co
 	}
 }
 
-func createNode(t *testing.T, e *controllertest.Env, name string) {
+func createNode(t *testing.T, e *controllertest.Env, name string) *corev1.Node {
 	t.Helper()
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{names.TopologyKeyHostname: name}}}
-	if _, err := e.Client.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
+	made, err := e.Client.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	return made
+}
+
+// createCSINode creates node's CSINode listing our driver as its kubelet
+// does: owned by the Node (when node has a UID, that is, exists), so that
+// the garbage collector deletes it with the Node.
+func createCSINode(t *testing.T, e *controllertest.Env, node *corev1.Node) {
+	t.Helper()
+	csiNode := &storagev1.CSINode{
+		ObjectMeta: metav1.ObjectMeta{Name: node.Name},
+		Spec:       storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{Name: names.DriverName, NodeID: node.Name}}},
+	}
+	if node.UID != "" {
+		csiNode.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}}
+	}
+	if _, err := e.Client.StorageV1().CSINodes().Create(context.Background(), csiNode, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = e.Client.StorageV1().CSINodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{})
+	})
 }
 
 // startProvisioner runs a provisioner for node over the data directory dir
