@@ -3,7 +3,6 @@ package controller_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
-	"source.plinth.dev/node/kubernetes/internal/controller"
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 )
@@ -21,23 +19,7 @@ import (
 // them, and returns what its claim handler was given in e's namespace.
 func sharedOf(t *testing.T, e *controllertest.Env, node string) *seen {
 	t.Helper()
-	base := e.Base(node)
-	if err := base.Complete("test"); err != nil {
-		t.Fatal(err)
-	}
-	shared, err := controller.NewShared(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	base.Shared = shared
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { shared.Run(ctx) })
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-	})
-	s, _ := incarnation(t, base, e.NS)
+	s, _ := incarnation(t, withShared(t, e, node), e.NS)
 	return s
 }
 

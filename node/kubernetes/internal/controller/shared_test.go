@@ -87,22 +87,7 @@ func incarnation(t *testing.T, base controller.Base, ns string) (*seen, context.
 // claim in the cache when it starts, as if it had listed them.
 func TestSharedInformersOutliveIncarnations(t *testing.T) {
 	e := controllertest.NewEnv(t, true)
-	base := e.Base(e.Node)
-	if err := base.Complete("test"); err != nil {
-		t.Fatal(err)
-	}
-	shared, err := controller.NewShared(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { shared.Run(ctx) })
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-	})
-	base.Shared = shared
+	base := withShared(t, e, e.Node)
 
 	first, stopFirst := incarnation(t, base, e.NS)
 	second, _ := incarnation(t, base, e.NS)
@@ -128,4 +113,27 @@ func TestSharedInformersOutliveIncarnations(t *testing.T) {
 			t.Errorf("a new incarnation was not given claim %s at its start", name)
 		}
 	}
+}
+
+// withShared is e's Base for node with shared informers, which run until
+// the test ends.
+func withShared(t *testing.T, e *controllertest.Env, node string) controller.Base {
+	t.Helper()
+	base := e.Base(node)
+	if err := base.Complete("test"); err != nil {
+		t.Fatal(err)
+	}
+	shared, err := controller.NewShared(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { shared.Run(ctx) })
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	base.Shared = shared
+	return base
 }
