@@ -20,32 +20,6 @@ import (
 	"source.plinth.dev/node/kubernetes/volume/volumetest"
 )
 
-func TestTopologyAdmits(t *testing.T) {
-	host := func(values ...string) corev1.TopologySelectorTerm {
-		return corev1.TopologySelectorTerm{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{
-			{Key: names.TopologyKeyHostname, Values: values}}}
-	}
-	labels := map[string]string{names.TopologyKeyHostname: "a", "zone": "z1"}
-	for _, tc := range []struct {
-		name  string
-		terms []corev1.TopologySelectorTerm
-		want  bool
-	}{
-		{"no terms", nil, true},
-		{"this host", []corev1.TopologySelectorTerm{host("b", "a")}, true},
-		{"another host", []corev1.TopologySelectorTerm{host("b")}, false},
-		{"second term matches", []corev1.TopologySelectorTerm{host("b"), host("a")}, true},
-		{"every expression of a term", []corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{
-			{Key: names.TopologyKeyHostname, Values: []string{"a"}}, {Key: "zone", Values: []string{"z2"}}}}}, false},
-		{"a label the node lacks", []corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{
-			{Key: "rack", Values: []string{""}}}}}, false},
-	} {
-		if got := topologyAdmits(tc.terms, labels); got != tc.want {
-			t.Errorf("%s: topologyAdmits = %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
-
 func TestPlacementDelay(t *testing.T) {
 	differ := false
 	for i := range 50 {
