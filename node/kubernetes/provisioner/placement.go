@@ -26,7 +26,9 @@ import (
 // the others see the annotation and let it be. A node waits a delay derived
 // from the claim's UID and its own name before offering, so that usually
 // one node offers first and the others find the claim taken instead of
-// losing a write.
+// losing a write. The admission webhook holds a node's placement to the
+// same rule (ownership.BindsImmediately, ownership.TopologyAdmits), so a
+// node cannot take a claim of any other class.
 
 // ReasonPlaced is the Event reason on a claim of an Immediate class when
 // this node took it.

@@ -7,9 +7,14 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 )
 
-// Which nodes may place an unplaced claim on themselves: the provisioner
+// Which nodes may place an unplaced claim on themselves. The provisioner
 // places a claim of its driver that no scheduler will place (its class
-// binds immediately) on a node its class's topology admits.
+// binds immediately) on a node its class's topology admits; the admission
+// webhook refuses any other placement by a node agent, so that a node
+// cannot draw to itself a claim whose pods the scheduler would send
+// elsewhere. The two must agree, or a node would offer itself and be
+// refused, or be let take what its provisioner never would: so the rule
+// is here, once.
 
 // BindsImmediately reports whether claims of class are bound without
 // waiting for a pod, so that no scheduler places them: the mode is
