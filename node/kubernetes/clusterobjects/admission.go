@@ -74,8 +74,9 @@ func AdmissionPolicyNames() []string {
 //     placed (ownership.ClaimLabel: ClaimLabelsWebhook writes it, in the
 //     same write, before the policy sees it); bind one only to the PV
 //     provisioned for it (pvc-<claim UID>); take an unplaced, unbound
-//     claim of an Immediate class by adding the selected-node annotation
-//     naming itself and changing nothing else (provisioner placement);
+//     claim by adding the selected-node annotation naming itself and
+//     changing nothing else (provisioner placement; that its class binds
+//     immediately and admits the node is the webhook's to check, below);
 //     and hand back an unbound claim placed on it by removing that
 //     annotation and changing nothing else (provisioner handBack);
 //   - PVs (VolumesPolicyName): create one of Plinth's CSI driver, labelled
@@ -97,9 +98,9 @@ func AdmissionPolicyNames() []string {
 // carry a hashed label (ownership.NodeLabelValue) that a policy cannot
 // compute; for them the label is only checked to be a hashed one.
 //
-// A policy sees only the object it admits, so two rules are the admission
-// webhook's (NodeWritesWebhook, package admission), where the control
-// plane runs it:
+// A policy sees only the object it admits, so three rules are the
+// admission webhook's (NodeWritesWebhook, package admission), where the
+// control plane runs it:
 //   - a PV is created with a claimRef, and the PV controller binds a
 //     pending claim to a PV that names it; the policy checks that the PV
 //     is its node's and Plinth's, the webhook that the claim is placed on
@@ -109,12 +110,16 @@ func AdmissionPolicyNames() []string {
 //   - a capacity object names a host and a StorageClass; the policy
 //     checks that it names one host, the webhook that it is the Node's
 //     hostname label and that the class is Plinth's.
+//   - a claim a node places on itself names a StorageClass; the policy
+//     checks that the node places an unplaced, unbound claim of Plinth's
+//     on itself and changes nothing else, the webhook that the class is
+//     Plinth's, binds immediately and its allowedTopologies admit the
+//     node's labels (ownership.BindsImmediately, ownership.TopologyAdmits):
+//     a claim of a WaitForFirstConsumer class that its node handed back
+//     is the scheduler's to place again, not any node's.
 func AdmissionPolicies() []*admissionv1.ValidatingAdmissionPolicy {
 	volumeID := ownership.VolumeIDFor("")
 	write := []admissionv1.OperationType{admissionv1.Create, admissionv1.Update, admissionv1.Delete}
-	selected := func(obj string) string {
-		return fmt.Sprintf("%s.metadata.?annotations[?'%s'].orValue('')", obj, ownership.AnnSelectedNode)
-	}
 	annotations := func(obj string) string { return obj + ".metadata.?annotations.orValue({})" }
 	// same lists fields (CEL paths below object and oldObject) a write
 	// must leave as they were.
@@ -132,8 +137,8 @@ func AdmissionPolicies() []*admissionv1.ValidatingAdmissionPolicy {
 		policy(ClaimsPolicyName, admissionv1.Rule{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims", "persistentvolumeclaims/status"}},
 			[]admissionv1.OperationType{admissionv1.Update},
 			[]admissionv1.Variable{
-				{Name: "oldSelected", Expression: selected("oldObject")},
-				{Name: "newSelected", Expression: selected("object")},
+				{Name: "oldSelected", Expression: selectedNode("oldObject")},
+				{Name: "newSelected", Expression: selectedNode("object")},
 				// The claim asks Plinth for its volume, before and after:
 				// a node never writes another driver's claims.
 				{Name: "plinth", Expression: fmt.Sprintf("%s == '%s' && %s == '%s'",
@@ -151,9 +156,10 @@ func AdmissionPolicies() []*admissionv1.ValidatingAdmissionPolicy {
 					"(variables.newSelected == '' ? '%[2]s' : variables.newSelected) || "+
 					"size(variables.newSelected) > 63 && object.metadata.?labels[?'%[1]s'].orValue('').matches('^h-[0-9a-f]{40}$')",
 					ownership.LabelNode, ownership.LabelUnplaced)},
-				// The change of an unbound Immediate claim's placement, and
-				// nothing else: one annotation added, every other one, the
-				// spec and status as they were.
+				// The placement of an unbound claim, and nothing else: one
+				// annotation added, every other one, the spec and status as
+				// they were. (Whether its class lets a node place it is the
+				// webhook's to check: the policy cannot read the class.)
 				{Name: "onlyPlaced", Expression: "variables.oldSelected == '' && variables.newSelected == variables.node && " +
 					"oldObject.spec.?volumeName.orValue('') == '' && " + same("spec", "?status") + " && " +
 					fmt.Sprintf("size(%s) == size(%s) + 1 && %s.all(k, k in %s && %s[k] == %s[k])",
@@ -259,6 +265,12 @@ func nodeAgents() admissionv1.MatchCondition {
 func sameLabelsBut(a, b, key string) string {
 	return fmt.Sprintf("%[1]s.metadata.?labels.orValue({}).all(k, k == '%[3]s' || k in %[2]s.metadata.?labels.orValue({}) && %[2]s.metadata.labels[k] == %[1]s.metadata.labels[k])",
 		a, b, key)
+}
+
+// selectedNode is a CEL expression: the node the claim obj is placed on
+// (its selected-node annotation), or the empty string if none.
+func selectedNode(obj string) string {
+	return fmt.Sprintf("%s.metadata.?annotations[?'%s'].orValue('')", obj, ownership.AnnSelectedNode)
 }
 
 // claimProvisioner is a CEL expression, ownership.ClaimProvisioner of

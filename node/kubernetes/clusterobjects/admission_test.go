@@ -53,7 +53,10 @@ func TestPolicyTypeChecks(t *testing.T) {
 // bound one, binding a claim to another volume, B's PVs and capacity, and
 // PVs not named for their claim. Each refusal must come from the policy of
 // its resource (named in the error), not from RBAC, which allows all of
-// these calls.
+// these calls. What a policy cannot see is the node-writes webhook's to
+// refuse: among it, placing on itself a claim that is not a node's to
+// place (a handed-back claim of a WaitForFirstConsumer class, or one
+// whose class's topology excludes the node).
 func TestNodeWritesOwnOnly(t *testing.T) {
 	e := controllertest.NewEnv(t, true)
 	ctx := context.Background()
@@ -118,8 +121,27 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 	// provisioner to Plinth's (their class's) before the node writes.
 	otherClass := e.NS + "-disk"
 	e.CreateClassFor(otherDriver, otherClass, corev1.PersistentVolumeReclaimDelete, nil)
-	// An Immediate claim of Plinth's class that no node took yet.
-	unplaced0 := claim("unplaced", func(c *corev1.PersistentVolumeClaim) { delete(c.Annotations, ownership.AnnSelectedNode) })
+	// The placement webhook reads node A's Node (its labels, for a
+	// class's allowedTopologies), and later the capacity webhook its host.
+	e.CreateNode(nodeA, nodeA)
+	// An Immediate claim of Plinth's that no node took yet.
+	immediate := e.Class + "-now"
+	e.CreateImmediateClass(immediate)
+	unplaced0 := claim("unplaced", func(c *corev1.PersistentVolumeClaim) {
+		delete(c.Annotations, ownership.AnnSelectedNode)
+		c.Spec.StorageClassName = &immediate
+	})
+	// Claims no node may place on itself: one of Plinth's
+	// WaitForFirstConsumer class handed back by its node (the scheduler
+	// places it again), and one of an Immediate class whose topology
+	// admits only another host.
+	claim("handed-back", func(c *corev1.PersistentVolumeClaim) { delete(c.Annotations, ownership.AnnSelectedNode) })
+	fenced := e.Class + "-elsewhere"
+	e.CreateImmediateClass(fenced, "elsewhere")
+	claim("fenced", func(c *corev1.PersistentVolumeClaim) {
+		delete(c.Annotations, ownership.AnnSelectedNode)
+		c.Spec.StorageClassName = &fenced
+	})
 	// Another driver's claims: one placed on node A by the scheduler, one
 	// bound without placement (an Immediate class).
 	otherPlaced := claim("other-placed", func(c *corev1.PersistentVolumeClaim) {
@@ -155,7 +177,11 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 	refused(clusterobjects.ClaimsPolicyName, "handing back another driver's claim placed on it", patchClaim(otherPlaced.Name, unplace()))
 	allowed("binding its own claim to its volume", patchClaim(mine.Name, bind(ownership.VolumeIDFor(mine.UID))))
 	allowed("its own claim's status", patchClaim(mine.Name, phase, "status"))
-	allowed("placing an unplaced claim on itself", patchClaim("unplaced", ann(ownership.AnnSelectedNode, nodeA)))
+	allowed("placing an unplaced Immediate claim on itself", patchClaim("unplaced", ann(ownership.AnnSelectedNode, nodeA)))
+	placement := `admission webhook "` + clusterobjects.WebhookCheckName + `" denied the request: node agent ` +
+		clusterobjects.NodeAgentUser(nodeA) + " (node " + nodeA + ") may place a claim on itself only"
+	refusedBy(placement, "placing a handed-back WaitForFirstConsumer claim on itself", patchClaim("handed-back", ann(ownership.AnnSelectedNode, nodeA)))
+	refusedBy(placement, "placing a claim whose class's topology excludes it on itself", patchClaim("fenced", ann(ownership.AnnSelectedNode, nodeA)))
 	refused(clusterobjects.ClaimsPolicyName, "binding its own claim to another volume", patchClaim(mine.Name, bind(ownership.VolumeIDFor(theirs.UID))))
 	refused(clusterobjects.ClaimsPolicyName, "moving its own claim to node B", patchClaim(mine.Name, ann(ownership.AnnSelectedNode, nodeB)))
 	refused(clusterobjects.ClaimsPolicyName, "binding node B's claim", patchClaim(theirs.Name, bind(ownership.VolumeIDFor(theirs.UID))))
@@ -332,8 +358,6 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 		_, err := caps.Create(ctx, c, metav1.CreateOptions{DryRun: dry})
 		return err
 	}
-	// The webhook reads the host from node A's Node, and the class.
-	e.CreateNode(nodeA, nodeA)
 	allowed("publishing its capacity", createCap(capacity(nodeA, nodeA)))
 	elsewhere := capacity(nodeA, nodeA)
 	elsewhere.NodeTopology.MatchLabels[names.TopologyKeyHostname] = "elsewhere"

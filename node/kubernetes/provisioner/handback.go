@@ -60,7 +60,7 @@ func (r *run) handBack(ctx context.Context, key string, pvc *corev1.PersistentVo
 		}
 	}
 	next := "the scheduler chooses a node again"
-	if immediate(req.class) {
+	if ownership.BindsImmediately(req.class) {
 		next = "another node with room may take it"
 	}
 	r.log.Infof("handing back claim %s: %v", ownership.DescribeClaim(pvc), cause)

@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
-	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,7 +26,9 @@ import (
 // the others see the annotation and let it be. A node waits a delay derived
 // from the claim's UID and its own name before offering, so that usually
 // one node offers first and the others find the claim taken instead of
-// losing a write.
+// losing a write. The admission webhook holds a node's placement to the
+// same rule (ownership.BindsImmediately, ownership.TopologyAdmits), so a
+// node cannot take a claim of any other class.
 
 // ReasonPlaced is the Event reason on a claim of an Immediate class when
 // this node took it.
@@ -49,36 +49,6 @@ func placementDelay(uid types.UID, node string) time.Duration {
 	return time.Duration(h.Sum64() % uint64(maxPlacementDelay))
 }
 
-// topologyAdmits reports whether a node with labels may hold a volume of a
-// class with allowedTopologies terms: no terms admit every node; otherwise
-// one term must match, and a term matches when every expression's key has
-// one of its values among the labels.
-func topologyAdmits(terms []corev1.TopologySelectorTerm, labels map[string]string) bool {
-	if len(terms) == 0 {
-		return true
-	}
-	for _, term := range terms {
-		ok := true
-		for _, e := range term.MatchLabelExpressions {
-			v, has := labels[e.Key]
-			if !has || !slices.Contains(e.Values, v) {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			return true
-		}
-	}
-	return false
-}
-
-// immediate reports whether claims of class are bound without waiting for
-// a pod: the mode is Immediate, or unset (the API server defaults it).
-func immediate(class *storagev1.StorageClass) bool {
-	return class.VolumeBindingMode == nil || *class.VolumeBindingMode == storagev1.VolumeBindingImmediate
-}
-
 // syncPlacement offers this node for an unplaced claim of an Immediate
 // class (see the comment at the top of this file). It returns nil when the
 // claim is not this node's to take: another class mode, a topology or a
@@ -93,7 +63,7 @@ func (r *run) syncPlacement(ctx context.Context, key string, pvc *corev1.Persist
 	} else if err != nil {
 		return fmt.Errorf("reading StorageClass %q: %w", *pvc.Spec.StorageClassName, err)
 	}
-	if class.Provisioner != r.Driver || !immediate(class) {
+	if class.Provisioner != r.Driver || !ownership.BindsImmediately(class) {
 		return nil
 	}
 	// A claim no node can serve as it is (validateClaim depends on the
@@ -113,7 +83,7 @@ func (r *run) syncPlacement(ctx context.Context, key string, pvc *corev1.Persist
 	} else if err != nil {
 		return fmt.Errorf("reading Node %s: %w", r.NodeName, err)
 	}
-	if !topologyAdmits(class.AllowedTopologies, node.Labels) {
+	if !ownership.TopologyAdmits(class.AllowedTopologies, node.Labels) {
 		return nil
 	}
 	if invalid == nil {

@@ -10,41 +10,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
-	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/volume/volumetest"
 )
-
-func TestTopologyAdmits(t *testing.T) {
-	host := func(values ...string) corev1.TopologySelectorTerm {
-		return corev1.TopologySelectorTerm{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{
-			{Key: names.TopologyKeyHostname, Values: values}}}
-	}
-	labels := map[string]string{names.TopologyKeyHostname: "a", "zone": "z1"}
-	for _, tc := range []struct {
-		name  string
-		terms []corev1.TopologySelectorTerm
-		want  bool
-	}{
-		{"no terms", nil, true},
-		{"this host", []corev1.TopologySelectorTerm{host("b", "a")}, true},
-		{"another host", []corev1.TopologySelectorTerm{host("b")}, false},
-		{"second term matches", []corev1.TopologySelectorTerm{host("b"), host("a")}, true},
-		{"every expression of a term", []corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{
-			{Key: names.TopologyKeyHostname, Values: []string{"a"}}, {Key: "zone", Values: []string{"z2"}}}}}, false},
-		{"a label the node lacks", []corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{
-			{Key: "rack", Values: []string{""}}}}}, false},
-	} {
-		if got := topologyAdmits(tc.terms, labels); got != tc.want {
-			t.Errorf("%s: topologyAdmits = %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
 
 func TestPlacementDelay(t *testing.T) {
 	differ := false
@@ -111,21 +83,8 @@ func TestImmediateClaimsArePlaced(t *testing.T) {
 	ctx := context.Background()
 	immediateClass := func(name string, hosts ...string) string {
 		t.Helper()
-		binding := storagev1.VolumeBindingImmediate
-		sc := &storagev1.StorageClass{
-			ObjectMeta:        metav1.ObjectMeta{Name: a.Class + "-" + name},
-			Provisioner:       names.DriverName,
-			VolumeBindingMode: &binding,
-		}
-		if hosts != nil {
-			sc.AllowedTopologies = []corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{
-				{Key: names.TopologyKeyHostname, Values: hosts}}}}
-		}
-		if _, err := a.Client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = a.Client.StorageV1().StorageClasses().Delete(ctx, sc.Name, metav1.DeleteOptions{}) })
-		return sc.Name
+		a.CreateImmediateClass(a.Class+"-"+name, hosts...)
+		return a.Class + "-" + name
 	}
 	// A claim as a user creates it: no annotation (the PV controller adds
 	// the provisioner's; no scheduler adds a node).
@@ -250,29 +209,25 @@ func TestPlacingSeesWaitingClaims(t *testing.T) {
 	waiting := e.CreateClaim(controllertest.Claim{Name: "waiting", Class: later, Size: "40Mi", Mode: corev1.PersistentVolumeBlock})
 	e.WaitEvent(waiting.UID, ReasonProvisioningFailed, "not found")
 
-	binding := storagev1.VolumeBindingImmediate
-	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: e.Class + "-now"}, Provisioner: names.DriverName, VolumeBindingMode: &binding}
-	if _, err := e.Client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Client.StorageV1().StorageClasses().Delete(ctx, sc.Name, metav1.DeleteOptions{}) })
-	obj := e.ClaimObject(controllertest.Claim{Name: "now", Class: sc.Name, Size: "32Mi", Mode: corev1.PersistentVolumeBlock})
+	now := e.Class + "-now"
+	e.CreateImmediateClass(now)
+	obj := e.ClaimObject(controllertest.Claim{Name: "now", Class: now, Size: "32Mi", Mode: corev1.PersistentVolumeBlock})
 	obj.Annotations = nil
-	now, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Create(ctx, obj, metav1.CreateOptions{})
+	claim, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Create(ctx, obj, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	unplaced := func(when string) {
 		t.Helper()
 		time.Sleep(2*maxPlacementDelay + time.Second)
-		got, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Get(ctx, now.Name, metav1.GetOptions{})
+		got, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Get(ctx, claim.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if n, ok := got.Annotations[ownership.AnnSelectedNode]; ok {
 			t.Errorf("%s: the 32Mi Immediate claim was placed on %q beside a 40Mi claim waiting on a 64Mi data filesystem", when, n)
 		}
-		e.NoPV(now.UID)
+		e.NoPV(claim.UID)
 	}
 	unplaced("while the waiting claim has no class")
 	e.CreateClass(later, corev1.PersistentVolumeReclaimDelete, nil)
@@ -286,7 +241,7 @@ func TestPlacingSeesWaitingClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	pvc, _ := e.WaitBound(now.Name)
+	pvc, _ := e.WaitBound(claim.Name)
 	if n := pvc.Annotations[ownership.AnnSelectedNode]; n != e.Node {
 		t.Errorf("the Immediate claim was placed on %q, want %q", n, e.Node)
 	}

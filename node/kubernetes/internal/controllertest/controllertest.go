@@ -289,6 +289,30 @@ func (e *Env) CreateClassFor(provisioner, name string, reclaim corev1.Persistent
 	})
 }
 
+// CreateImmediateClass creates a StorageClass of our driver that binds
+// immediately (no scheduler places its claims: a node takes them), removed
+// when the test ends. With hosts, its allowedTopologies admit only the
+// nodes whose hostname label is one of them.
+func (e *Env) CreateImmediateClass(name string, hosts ...string) {
+	e.T.Helper()
+	binding := storagev1.VolumeBindingImmediate
+	sc := &storagev1.StorageClass{
+		ObjectMeta:        metav1.ObjectMeta{Name: name},
+		Provisioner:       names.DriverName,
+		VolumeBindingMode: &binding,
+	}
+	if hosts != nil {
+		sc.AllowedTopologies = []corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{
+			{Key: names.TopologyKeyHostname, Values: hosts}}}}
+	}
+	if _, err := e.Client.StorageV1().StorageClasses().Create(context.Background(), sc, metav1.CreateOptions{}); err != nil {
+		e.T.Fatalf("creating StorageClass %s: %v", name, err)
+	}
+	e.T.Cleanup(func() {
+		_ = e.Client.StorageV1().StorageClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+}
+
 // Claim is a claim as the scheduler and PV controller leave it for the
 // provisioner: annotated with our driver and the selected node. Zero
 // fields mean 16Mi, Filesystem, ReadWriteOnce, the env's class and node,
