@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -195,9 +196,14 @@ func immediateClaim(t *testing.T, e *controllertest.Env) *corev1.PersistentVolum
 }
 
 // touch changes a label of claim name as fast as the API server takes it,
-// until the returned function is called.
+// until the returned function is called, or the test ends (a test that
+// fails before it calls stop must not leave the loop reporting into a
+// finished test).
 func touch(t *testing.T, e *controllertest.Env, name string) (stop func()) {
 	done, stopped := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	stop = func() { once.Do(func() { close(done); <-stopped }) }
+	t.Cleanup(stop)
 	go func() {
 		defer close(stopped)
 		for i := 0; ; i++ {
@@ -213,7 +219,7 @@ func touch(t *testing.T, e *controllertest.Env, name string) (stop func()) {
 			}
 		}
 	}()
-	return func() { close(done); <-stopped }
+	return stop
 }
 
 // kubeletPublishes does what the kubelet does with the CSI plugin of a
