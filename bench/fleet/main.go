@@ -2,16 +2,17 @@
 // item 5): 10, 50 and 100 plinth-node processes, each with its own node
 // name and data directory, against one bare control plane holding 10,000
 // claims spread over 100 node names, all provisioned and Bound first (by
-// instances in batches, so that binding never competes with a large
-// fleet's fan-out). Every node's provisioner watches every claim, so each
-// claim change is sent to every node: at each fleet
-// size it measures kube-apiserver's CPU per claim change and its RSS, the
-// watch bytes sent per claim change (the API server's own metrics), and
-// each instance's RSS. Then, with the instances gone, the same changes
-// against as many plain watches of all claims, and against as many
-// watches that select a node's claims by label (the design change that
-// keeps a node's traffic to its own claims), so the notes can say which
-// part grows with nodes and what the change saves.
+// instances in batches). Each node watches only the claims labelled for
+// it (storage.plinth.dev/node, written by the admission server), so a
+// claim change should reach one node whatever the fleet's size: at each
+// fleet size it measures kube-apiserver's CPU per claim change and its
+// RSS, the watch bytes and events sent per claim change (the API server's
+// own metrics), and each instance's RSS. Then, with the instances gone,
+// the same changes against as many plain watches of all claims (what
+// every node did before claims carried their node label), and against as
+// many watches that select a node's claims by label (the floor the
+// instances should match), so the notes can say which part grows with
+// nodes.
 //
 //	go run ./bench/fleet -out DIR [-runs N] [-quick]
 package main

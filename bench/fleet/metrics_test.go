@@ -33,12 +33,22 @@ apiserver_watch_events_sizes_count{component="apiserver",group="",resource="pers
 	}
 }
 
+// TestSlope: the line runs from the first fleet to the last, never from
+// the control plane alone (x = 0), whose watchers' constant share would
+// read as growth: here the fleets are flat at 4,000 B, and a line from
+// x = 0 would say 20 B per node.
 func TestSlope(t *testing.T) {
-	b0, per, ok := slope([]result.Point{{X: 0, Runs: []float64{1000, 1200, 1100}}, {X: 10, Runs: []float64{2000}}, {X: 100, Runs: []float64{11100, 11000, 11200}}})
-	if !ok || b0 != 1100 || per != 100 {
-		t.Errorf("slope = %v, %v, %v; want 1100, 100, true", b0, per, ok)
+	b0, per, ok := slope([]result.Point{{X: 0, Runs: []float64{2000, 2100, 1900}}, {X: 10, Runs: []float64{4000}}, {X: 100, Runs: []float64{4000, 3900, 4100}}})
+	if !ok || b0 != 4000 || per != 0 {
+		t.Errorf("slope = %v, %v, %v; want 4000, 0, true", b0, per, ok)
 	}
-	if _, _, ok := slope([]result.Point{{X: 5, Runs: []float64{1}}}); ok {
-		t.Error("slope of one point: ok")
+	b0, per, ok = slope([]result.Point{{X: 10, Runs: []float64{2000}}, {X: 100, Runs: []float64{11000, 10900, 11100}}})
+	if !ok || b0 != 1000 || per != 100 {
+		t.Errorf("slope = %v, %v, %v; want 1000, 100, true", b0, per, ok)
+	}
+	for _, points := range [][]result.Point{{{X: 5, Runs: []float64{1}}}, {{X: 0, Runs: []float64{1}}, {X: 5, Runs: []float64{2}}}} {
+		if _, _, ok := slope(points); ok {
+			t.Errorf("slope of %v: ok, want no line through fewer than two fleets", points)
+		}
 	}
 }

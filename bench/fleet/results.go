@@ -13,12 +13,16 @@ import (
 const extrapolationNodes = 5000
 
 // slope is the growth per instance of a series' medians between its
-// first and last points, and the value at its first point.
+// first point with instances (x > 0) and its last, and the value that
+// line gives at x = 0. The control plane alone (x = 0) is left out of the
+// line: what its own watchers receive is no part of how a node's cost
+// grows, and a line from it would mistake a constant for growth.
 func slope(points []result.Point) (base, perInstance float64, ok bool) {
-	if len(points) < 2 {
+	i := slices.IndexFunc(points, func(p result.Point) bool { return p.X > 0 })
+	if i < 0 || len(points)-i < 2 {
 		return 0, 0, false
 	}
-	first, last := points[0], points[len(points)-1]
+	first, last := points[i], points[len(points)-1]
 	if last.X == first.X {
 		return 0, 0, false
 	}
@@ -28,55 +32,38 @@ func slope(points []result.Point) (base, perInstance float64, ok bool) {
 }
 
 // extrapolate says what the measured growth per node would be at 5,000
-// nodes, for plinth-node as it is and for the label-selected watch.
+// nodes, for plinth-node and for the plain watches it is compared with.
 func extrapolate(bytes, events, apiCPU, instRSS series, o options) []string {
 	var notes []string
 	if e0, per, ok := slope(events[seriesPlinth]); ok {
 		notes = append(notes, fmt.Sprintf(
-			"Each plinth-node adds %.2f claim watch events per claim change (%.1f with no node): one per watch of all claims it holds. Its controllers share one claim informer (controller.Shared); before that, the provisioner and the resizer each had their own and a node received every change twice (2.0 per node in the run of 2026-11-24).",
-			per, e0))
+			"Claim watch events per claim change grow by %.3f per plinth-node between %d and %d instances (%.2f on that line at none): at %d nodes %.1f events per change.",
+			per, o.nodes[0], o.maxNodes(), e0, extrapolationNodes, e0+per*extrapolationNodes))
 	}
 	if b0, per, ok := slope(bytes[seriesPlinth]); ok {
 		at := b0 + per*extrapolationNodes
 		notes = append(notes, fmt.Sprintf(
-			"Watch bytes grow linearly with nodes: %.0f B more per claim change for every plinth-node (the claim's encoded size, sent to each), %.0f B with no node. At %d nodes: %.1f MB per claim change; a cluster changing 20 claims a second (binds, resizes, deletions, any controller's annotation) sends %.0f MB/s of claim events, almost all to nodes that drop them.",
-			per, b0, extrapolationNodes, at/1e6, 20*at/1e6))
+			"Watch bytes per claim change grow by %.2f B per plinth-node between %d and %d instances: at %d nodes %.1f KB per claim change, and a cluster changing 20 claims a second sends %.2f MB/s of claim events.",
+			per, o.nodes[0], o.maxNodes(), extrapolationNodes, at/1e3, 20*at/1e6))
 	}
-	if c0, per, ok := slope(apiCPU[seriesPlinth]); ok && per <= 0 {
+	if _, all, ok := slope(bytes[seriesAll]); ok {
 		notes = append(notes, fmt.Sprintf(
-			"kube-apiserver CPU per claim change cannot be extrapolated from this run: its median falls by %.4f ms per plinth-node, so the idle rate taken around each round (the instances load the same cores as the API server) varies more than the changes add.",
-			-per))
-	} else if ok {
-		at := c0 + per*extrapolationNodes
+			"For comparison, watches of all claims (what every node held before claims carried their node label) add %.0f B per watch and claim change: %.1f MB per change at %d nodes.",
+			all, all*extrapolationNodes/1e6, extrapolationNodes))
+	}
+	if c0, per, ok := slope(apiCPU[seriesPlinth]); ok {
 		notes = append(notes, fmt.Sprintf(
-			"kube-apiserver CPU per claim change grows by %.4f ms per plinth-node (%.3f ms with none): at %d nodes %.0f ms per change, so 20 changes a second would take %.1f cores of the API server for claim events alone.",
-			per, c0, extrapolationNodes, at, 20*at/1000))
+			"kube-apiserver CPU per claim change changes by %.4f ms per plinth-node between %d and %d instances (%.3f ms on that line at none); the idle rate taken around each round (the instances load the same two cores as the API server) moves by more than that, so read it against the spread of the label-selected watches.",
+			per, o.nodes[0], o.maxNodes(), c0))
 	}
-	if s0, per, ok := slope(bytes[seriesSelected]); ok {
-		_, all, okAll := slope(bytes[seriesAll])
-		text := fmt.Sprintf(
-			"The design change: a label with the selected node on each claim, which a node's claim informer selects by (the watch cache filters before encoding and sending). With %d to %d watches selecting their node's claims, bytes per change grow by %.1f B per watch (%.0f B at the smallest fleet) — flat: each change reaches the one node it concerns",
-			o.nodes[0], o.maxNodes(), per, s0+per*float64(o.nodes[0]))
-		if okAll {
-			text += fmt.Sprintf(", against %.0f B per watch for the same number of watches of all claims", all)
-		}
-		notes = append(notes, text+".")
-	}
-	if c0, per, ok := slope(apiCPU[seriesSelected]); ok {
-		_, all, okAll := slope(apiCPU[seriesAll])
-		text := fmt.Sprintf("kube-apiserver CPU per change with label-selected watches grows by %.4f ms per watch (the filter each watcher's selector costs)", per)
-		if okAll {
-			text += fmt.Sprintf(", against %.4f ms per watch of all claims", all)
-		}
-		notes = append(notes, text+fmt.Sprintf("; at %d nodes %.2f ms per change.", extrapolationNodes, c0+per*extrapolationNodes))
-	}
-	notes = append(notes,
-		"Who sets the label: the scheduler writes only the selected-node annotation, so a cluster-side step must copy it to a label (a MutatingAdmissionPolicy on claim updates, or one small cluster-wide controller); a node could then run its claim informer with that label selector plus a second, cheap one for claims it already owns (bound to its PVs, which it already selects by its node label). Field selectors cannot do this: claims support none on annotations.")
+	notes = append(notes, fmt.Sprintf(
+		"Each claim of Plinth's carries label %s, the node it is placed on, written by the admission server in the write that places it (docs/security.md, 'The claim label'); a node's claim informer selects its own and the unplaced ones.",
+		"storage.plinth.dev/node"))
 	if p := instRSS[seriesPlinth]; len(p) > 0 {
 		last := p[len(p)-1]
 		notes = append(notes, fmt.Sprintf(
-			"Instance RSS does not depend on the fleet's size at a fixed number of claims (median %.1f MiB at %.0f instances); it grows with the claims in the cluster (bench/footprint measures per foreign claim), so at %d nodes it follows the cluster's claim count unless the node watches only its own.",
-			result.Median(last.Runs), last.X, extrapolationNodes))
+			"Instance RSS at %.0f instances: median %.1f MiB; a node holds only its own claims, so it does not grow with the other nodes' claims.",
+			last.X, result.Median(last.Runs)))
 	}
 	return notes
 }
@@ -85,7 +72,7 @@ func writeResults(o options, notes []string, apiCPU, apiRSS, bytes, events, inst
 	setup := []string{
 		fmt.Sprintf("One bare control plane (etcd, kube-apiserver, kube-controller-manager with --kube-api-qps=500; no kubelet, no scheduler) with %d claims of Plinth's class, spread round robin over %d node names, each node registered as its kubelet would (a Node object and a CSINode listing Plinth's driver: bench/cluster.RegisterNode), each claim carrying its node in the scheduler's selected-node annotation and in label %s. Every claim is provisioned and Bound before the first round: instances in batches of %d, each batch stopped once its claims were Bound. At x instances, plinth-node processes for the first x node names run again on what they provisioned (each with its own node name, identity and data directory) and are measured once each answers /readyz, the RSS of each has settled and the CPU of kube-apiserver and the instances together is steady (5 s windows within 2%% of a core of each other three times in a row); the other nodes' claims stay Bound to PVs no running instance serves.", o.claims, o.maxNodes(), labelSelectedNode, provisionBatch),
 		fmt.Sprintf("A round changes %d claims of running nodes (a merge patch of one annotation, 200/s) and waits until kube-apiserver's apiserver_watch_events_total for claims stops; bytes and events per change are the deltas of its apiserver_watch_events_sizes_sum and _total for claims (every watcher's copy counted); CPU is kube-apiserver's utime+stime over the round (/proc), and the instances' together, each minus its idle rate (the mean of %s windows just before and just after the round), per change. x = 0 is the control plane's own claim watchers.", o.changes, idleWindow),
-		"'watch all claims' and 'watch own claims by label' are n plain watches from one Go process (no plinth-node running): the first is what n nodes' informers are to the API server today, the second the design change.",
+		"'watch all claims' and 'watch own claims by label' are n plain watches from one Go process (no plinth-node running): the first is what n nodes' claim informers were before claims carried their node label, the second the floor plinth-node's selected informers should match.",
 	}
 	all := append(setup, notes...)
 	results := []*result.Result{
