@@ -73,12 +73,10 @@ func AdmissionPolicyNames() []string {
 //     (ownership.LabelNode) excepted, which must say where the claim is
 //     placed (ownership.ClaimLabel: ClaimLabelsWebhook writes it, in the
 //     same write, before the policy sees it); bind one only to the PV
-//     provisioned for it (pvc-<claim UID>); take an unplaced, unbound
-//     claim by adding the selected-node annotation naming itself and
-//     changing nothing else (provisioner placement; that its class binds
-//     immediately and admits the node is the webhook's to check, below);
-//     and hand back an unbound claim placed on it by removing that
-//     annotation and changing nothing else (provisioner handBack);
+//     provisioned for it (pvc-<claim UID>); and hand back an unbound
+//     claim placed on it by removing the selected-node annotation and
+//     changing nothing else (provisioner handBack). It places no claim,
+//     on itself or elsewhere (below);
 //   - PVs (VolumesPolicyName): create one of Plinth's CSI driver, labelled
 //     as its node's (ownership.LabelNode), named for the claim it refers
 //     to and with that name as its volume handle; change only its node's,
@@ -98,7 +96,7 @@ func AdmissionPolicyNames() []string {
 // carry a hashed label (ownership.NodeLabelValue) that a policy cannot
 // compute; for them the label is only checked to be a hashed one.
 //
-// A policy sees only the object it admits, so three rules are the
+// A policy sees only the object it admits, so two rules are the
 // admission webhook's (NodeWritesWebhook, package admission), where the
 // control plane runs it:
 //   - a PV is created with a claimRef, and the PV controller binds a
@@ -110,13 +108,14 @@ func AdmissionPolicyNames() []string {
 //   - a capacity object names a host and a StorageClass; the policy
 //     checks that it names one host, the webhook that it is the Node's
 //     hostname label and that the class is Plinth's.
-//   - a claim a node places on itself names a StorageClass; the policy
-//     checks that the node places an unplaced, unbound claim of Plinth's
-//     on itself and changes nothing else, the webhook that the class is
-//     Plinth's, binds immediately and its allowedTopologies admit the
-//     node's labels (ownership.BindsImmediately, ownership.TopologyAdmits):
-//     a claim of a WaitForFirstConsumer class that its node handed back
-//     is the scheduler's to place again, not any node's.
+//
+// A claim's placement needs no webhook: no node agent ever places a
+// claim, and the claims policy refuses every placement one tries. The
+// scheduler places the claims of a WaitForFirstConsumer class, and the
+// admission server's placer (package placement, which plinth-node
+// admission-serve runs with the control plane's identity, outside these
+// policies) those of an Immediate class. A node that could place a claim
+// could draw it, and its pods with their secrets, to itself.
 func AdmissionPolicies() []*admissionv1.ValidatingAdmissionPolicy {
 	volumeID := ownership.VolumeIDFor("")
 	write := []admissionv1.OperationType{admissionv1.Create, admissionv1.Update, admissionv1.Delete}
@@ -156,16 +155,9 @@ func AdmissionPolicies() []*admissionv1.ValidatingAdmissionPolicy {
 					"(variables.newSelected == '' ? '%[2]s' : variables.newSelected) || "+
 					"size(variables.newSelected) > 63 && object.metadata.?labels[?'%[1]s'].orValue('').matches('^h-[0-9a-f]{40}$')",
 					ownership.LabelNode, ownership.LabelUnplaced)},
-				// The placement of an unbound claim, and nothing else: one
-				// annotation added, every other one, the spec and status as
-				// they were. (Whether its class lets a node place it is the
-				// webhook's to check: the policy cannot read the class.)
-				{Name: "onlyPlaced", Expression: "variables.oldSelected == '' && variables.newSelected == variables.node && " +
-					"oldObject.spec.?volumeName.orValue('') == '' && " + same("spec", "?status") + " && " +
-					fmt.Sprintf("size(%s) == size(%s) + 1 && %s.all(k, k in %s && %s[k] == %s[k])",
-						annotations("object"), annotations("oldObject"), annotations("oldObject"), annotations("object"), annotations("object"), annotations("oldObject"))},
-				// The reverse: an unbound claim placed on the node handed
-				// back (the annotation removed) and nothing else changed.
+				// An unbound claim placed on the node handed back (the
+				// selected-node annotation removed) and nothing else
+				// changed. Its reverse, a placement, is never a node's.
 				{Name: "onlyUnplaced", Expression: "variables.oldSelected == variables.node && variables.newSelected == '' && " +
 					"oldObject.spec.?volumeName.orValue('') == '' && " + same("spec", "?status") + " && " +
 					fmt.Sprintf("size(%s) + 1 == size(%s) && %s.all(k, k in %s && %s[k] == %s[k])",
@@ -174,9 +166,9 @@ func AdmissionPolicies() []*admissionv1.ValidatingAdmissionPolicy {
 			[]admissionv1.Validation{{
 				Expression: "variables.plinth && variables.kept && variables.labelled && (" +
 					"(variables.oldSelected == variables.node && variables.newSelected == variables.node) || " +
-					"(request.?subResource.orValue('') == '' && (variables.onlyPlaced || variables.onlyUnplaced)))",
-				MessageExpression: refusal(fmt.Sprintf("may change only claims for %s placed on its node, and not their size, labels, finalizers or owners, nor write a node label that disagrees with their placement; "+
-					"and place an unplaced claim only on itself, or hand back an unbound one placed on it, changing nothing else", names.DriverName)),
+					"(request.?subResource.orValue('') == '' && variables.onlyUnplaced))",
+				MessageExpression: refusal(fmt.Sprintf("may change only claims for %s placed on its node, and not their size, labels, finalizers or owners, nor write a node label that disagrees with their placement, "+
+					"and hand back an unbound one placed on it, changing nothing else; it never places a claim (the admission server's placer does)", names.DriverName)),
 			}, {
 				Expression: fmt.Sprintf("object.spec.?volumeName.orValue('') == oldObject.spec.?volumeName.orValue('') || "+
 					"object.spec.?volumeName.orValue('') == '%s' + object.metadata.uid", volumeID),

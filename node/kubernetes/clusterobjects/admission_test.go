@@ -49,14 +49,14 @@ func TestPolicyTypeChecks(t *testing.T) {
 // TestNodeWritesOwnOnly: the admission policies the control plane has
 // installed (as test/launch and deploy/ install it) let node A's agent
 // write what a node needs on its own objects, and refuse it node B's:
-// claims placed on B, placing a claim on B, handing back B's claim or a
-// bound one, binding a claim to another volume, B's PVs and capacity, and
-// PVs not named for their claim. Each refusal must come from the policy of
-// its resource (named in the error), not from RBAC, which allows all of
-// these calls. What a policy cannot see is the node-writes webhook's to
-// refuse: among it, placing on itself a claim that is not a node's to
-// place (a handed-back claim of a WaitForFirstConsumer class, or one
-// whose class's topology excludes the node).
+// claims placed on B, handing back B's claim or a bound one, binding a
+// claim to another volume, B's PVs and capacity, and PVs not named for
+// their claim. They refuse it any placement too: a node never places a
+// claim, not even an unplaced claim of an Immediate class whose topology
+// admits it, on itself; the admission server's placer does, with the
+// control plane's identity. Each refusal must come from the policy of its
+// resource (named in the error), not from RBAC, which allows all of these
+// calls. What a policy cannot see is the node-writes webhook's to refuse.
 func TestNodeWritesOwnOnly(t *testing.T) {
 	e := controllertest.NewEnv(t, true)
 	ctx := context.Background()
@@ -121,27 +121,20 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 	// provisioner to Plinth's (their class's) before the node writes.
 	otherClass := e.NS + "-disk"
 	e.CreateClassFor(otherDriver, otherClass, corev1.PersistentVolumeReclaimDelete, nil)
-	// The placement webhook reads node A's Node (its labels, for a
-	// class's allowedTopologies), and later the capacity webhook its host.
+	// The capacity webhook reads node A's Node (its host).
 	e.CreateNode(nodeA, nodeA)
-	// An Immediate claim of Plinth's that no node took yet.
+	// An Immediate claim of Plinth's that the placer has not placed yet,
+	// of a class whose topology admits node A: still not node A's to
+	// place.
 	immediate := e.Class + "-now"
-	e.CreateImmediateClass(immediate)
+	e.CreateImmediateClass(immediate, nodeA)
 	unplaced0 := claim("unplaced", func(c *corev1.PersistentVolumeClaim) {
 		delete(c.Annotations, ownership.AnnSelectedNode)
 		c.Spec.StorageClassName = &immediate
 	})
-	// Claims no node may place on itself: one of Plinth's
-	// WaitForFirstConsumer class handed back by its node (the scheduler
-	// places it again), and one of an Immediate class whose topology
-	// admits only another host.
+	// A claim of Plinth's WaitForFirstConsumer class handed back by its
+	// node: the scheduler's to place again.
 	claim("handed-back", func(c *corev1.PersistentVolumeClaim) { delete(c.Annotations, ownership.AnnSelectedNode) })
-	fenced := e.Class + "-elsewhere"
-	e.CreateImmediateClass(fenced, "elsewhere")
-	claim("fenced", func(c *corev1.PersistentVolumeClaim) {
-		delete(c.Annotations, ownership.AnnSelectedNode)
-		c.Spec.StorageClassName = &fenced
-	})
 	// Another driver's claims: one placed on node A by the scheduler, one
 	// bound without placement (an Immediate class).
 	otherPlaced := claim("other-placed", func(c *corev1.PersistentVolumeClaim) {
@@ -177,11 +170,17 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 	refused(clusterobjects.ClaimsPolicyName, "handing back another driver's claim placed on it", patchClaim(otherPlaced.Name, unplace()))
 	allowed("binding its own claim to its volume", patchClaim(mine.Name, bind(ownership.VolumeIDFor(mine.UID))))
 	allowed("its own claim's status", patchClaim(mine.Name, phase, "status"))
-	allowed("placing an unplaced Immediate claim on itself", patchClaim("unplaced", ann(ownership.AnnSelectedNode, nodeA)))
-	placement := `admission webhook "` + clusterobjects.WebhookCheckName + `" denied the request: node agent ` +
-		clusterobjects.NodeAgentUser(nodeA) + " (node " + nodeA + ") may place a claim on itself only"
-	refusedBy(placement, "placing a handed-back WaitForFirstConsumer claim on itself", patchClaim("handed-back", ann(ownership.AnnSelectedNode, nodeA)))
-	refusedBy(placement, "placing a claim whose class's topology excludes it on itself", patchClaim("fenced", ann(ownership.AnnSelectedNode, nodeA)))
+	refused(clusterobjects.ClaimsPolicyName, "placing an unplaced Immediate claim on itself", patchClaim("unplaced", ann(ownership.AnnSelectedNode, nodeA)))
+	refused(clusterobjects.ClaimsPolicyName, "placing a handed-back WaitForFirstConsumer claim on itself", patchClaim("handed-back", ann(ownership.AnnSelectedNode, nodeA)))
+	// The placer's identity, the admission server's, is no node agent's:
+	// the policies leave its placements alone.
+	placement, err := json.Marshal(ann(ownership.AnnSelectedNode, nodeA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = controllertest.ControlPlane(t).AdmissionClient().CoreV1().PersistentVolumeClaims(e.NS).Patch(ctx, "unplaced",
+		types.MergePatchType, placement, metav1.PatchOptions{DryRun: dry})
+	allowed("the admission server placing an unplaced Immediate claim on node A", err)
 	refused(clusterobjects.ClaimsPolicyName, "binding its own claim to another volume", patchClaim(mine.Name, bind(ownership.VolumeIDFor(theirs.UID))))
 	refused(clusterobjects.ClaimsPolicyName, "moving its own claim to node B", patchClaim(mine.Name, ann(ownership.AnnSelectedNode, nodeB)))
 	refused(clusterobjects.ClaimsPolicyName, "binding node B's claim", patchClaim(theirs.Name, bind(ownership.VolumeIDFor(theirs.UID))))

@@ -126,8 +126,9 @@ func ClusterRole() *rbacv1.ClusterRole {
 		ObjectMeta: metav1.ObjectMeta{Name: ClusterRoleName, Labels: map[string]string{labelManagedBy: managedBy}},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
-			// patch: a node takes a claim of an Immediate class by setting
-			// its selected-node annotation (provisioner placement).
+			// patch: a node binds a claim placed on it to its volume
+			// (provisioner bindClaim) and hands back one it cannot
+			// provision (handBack); it never places one.
 			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch", "patch"}},
 			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims/status"}, Verbs: []string{"patch"}},
 			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},

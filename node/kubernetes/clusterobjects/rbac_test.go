@@ -39,7 +39,7 @@ import (
 // through a workload that takes every path that talks to the API server:
 // Ensure with everything installed, provisioning (filesystem, block,
 // Retain, a claim whose class appears late, so its failure Event repeats,
-// a claim of an Immediate class the node takes),
+// a claim of an Immediate class placed on the node for it),
 // the kubelet's part of the CSI plugin (publish, stats, unpublish), a
 // resize, an infeasible resize and its recovery, deletion of Released
 // Delete PVs, a Released Retain PV deleted by an administrator, and the
@@ -88,7 +88,8 @@ func TestNodeRoleIsWhatTheNodeUses(t *testing.T) {
 	blk := e.CreateClaim(controllertest.Claim{Name: "blk", Mode: corev1.PersistentVolumeBlock})
 	keep := e.CreateClaim(controllertest.Claim{Name: "keep", Class: retain})
 	waiting := e.CreateClaim(controllertest.Claim{Name: "waiting", Class: late})
-	// A claim of a class that binds immediately, which the node takes.
+	// A claim of a class that binds immediately, placed on the node as
+	// the admission server's placer places it.
 	immediate := immediateClaim(t, e)
 	// A repeated Event is patched (its count raised), not created again:
 	// wait for the node's patch in the audit log itself. An Event's count
@@ -175,8 +176,11 @@ func TestNodeRoleIsWhatTheNodeUses(t *testing.T) {
 }
 
 // immediateClaim creates a StorageClass of the driver that binds
-// immediately and a claim of it as a user makes one, without annotations:
-// no scheduler places it, so the node takes it by patching the claim.
+// immediately and a claim of it as the admission server's placer leaves
+// one: a user's claim, without annotations, but the selected-node one
+// naming the env's node. The node provisions and binds it as any claim
+// placed on it; it never places a claim itself (the claims policy would
+// refuse that, and checkRole any refused call).
 func immediateClaim(t *testing.T, e *controllertest.Env) *corev1.PersistentVolumeClaim {
 	t.Helper()
 	ctx := context.Background()
@@ -187,7 +191,7 @@ func immediateClaim(t *testing.T, e *controllertest.Env) *corev1.PersistentVolum
 	}
 	t.Cleanup(func() { _ = e.Client.StorageV1().StorageClasses().Delete(ctx, sc.Name, metav1.DeleteOptions{}) })
 	obj := e.ClaimObject(controllertest.Claim{Name: "immediate", Class: sc.Name})
-	obj.Annotations = nil
+	obj.Annotations = map[string]string{ownership.AnnSelectedNode: e.Node}
 	pvc, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Create(ctx, obj, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -290,9 +290,10 @@ func (e *Env) CreateClassFor(provisioner, name string, reclaim corev1.Persistent
 }
 
 // CreateImmediateClass creates a StorageClass of our driver that binds
-// immediately (no scheduler places its claims: a node takes them), removed
-// when the test ends. With hosts, its allowedTopologies admit only the
-// nodes whose hostname label is one of them.
+// immediately (no scheduler places its claims: the admission server's
+// placer does), removed when the test ends. With hosts, its
+// allowedTopologies admit only the nodes whose hostname label is one of
+// them.
 func (e *Env) CreateImmediateClass(name string, hosts ...string) {
 	e.T.Helper()
 	binding := storagev1.VolumeBindingImmediate
