@@ -1,10 +1,9 @@
 // Package admission is the admission webhook that holds what a node agent
-// creates, and where it places claims, to its own node where the
-// admission policies cannot.
+// creates to its own node where the admission policies cannot.
 //
 // The admission policies (clusterobjects.AdmissionPolicies) hold every
 // other write of a node agent to its node, but a policy sees only the
-// object it admits, and three objects a node writes name others:
+// object it admits, and two objects a node creates name others:
 //   - a PV names its claim in spec.claimRef. The PV controller binds a
 //     pending claim to a PV that names it before it looks at the claim's
 //     class or at where the claim was placed, so without this check a
@@ -15,17 +14,14 @@
 //     scheduler sends pods whose claims wait for their first consumer
 //     where the capacity says there is room: a node publishing room for
 //     another host, or for another driver's class, would misplace pods,
-//     or draw another driver's pods to itself (capacity.go);
-//   - a claim a node places on itself (adds the selected-node annotation
-//     naming itself) names a StorageClass, and only a claim of a class
-//     that binds immediately, and whose topology admits the node, is a
-//     node's to place: a claim of a WaitForFirstConsumer class is the
-//     scheduler's, also once its node handed it back, and a node that
-//     took it would draw its pods to itself (placement.go).
+//     or draw another driver's pods to itself (capacity.go).
+//
+// A node agent never places a claim (the claims policy refuses every
+// placement it tries), so its writes of claims need no check here.
 //
 // The webhook reads what the object names live from the API server, once
-// per PV or capacity object created or claim placed, and refuses what the
-// node may not write, with a message that says why.
+// per PV or capacity object created, and refuses what the node may not
+// create, with a message that says why.
 package admission
 
 import (
@@ -49,9 +45,8 @@ import (
 )
 
 const (
-	// maxReview bounds a review's body: a PV, or a claim before and
-	// after, is far smaller, and the API server's own request limit is
-	// 3 MiB.
+	// maxReview bounds a review's body: a PV or a capacity object is far
+	// smaller, and the API server's own request limit is 3 MiB.
 	maxReview = 3 << 20
 	// readTimeout bounds the reads of a review, inside the API server's
 	// 5 s timeout for the webhook (clusterobjects.NodeWritesWebhook).
@@ -72,8 +67,7 @@ func ConfigureClient(cfg *rest.Config) {
 }
 
 // Webhook answers the API server's admission reviews of the PVs and
-// capacity objects node agents create, and of the claims they place on
-// themselves (clusterobjects.NodeWritesWebhook).
+// capacity objects node agents create (clusterobjects.NodeWritesWebhook).
 type Webhook struct {
 	client kubernetes.Interface
 	log    logtree.LeveledLogger
@@ -91,8 +85,8 @@ func New(client kubernetes.Interface, log logtree.LeveledLogger) (*Webhook, erro
 	return &Webhook{client: client, log: log}, nil
 }
 
-// ServeHTTP reads one AdmissionReview of a node agent's creation or
-// placement and answers it.
+// ServeHTTP reads one AdmissionReview of a node agent's creation and
+// answers it.
 func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	serveReview(rw, r, w.admit)
 }
@@ -128,37 +122,24 @@ func serveReview(rw http.ResponseWriter, r *http.Request, decide func(context.Co
 	_, _ = rw.Write(out)
 }
 
-// admit decides one request by the kind of object a node agent creates,
-// or, for a claim, updates.
+// admit decides one request by the kind of object a node agent creates.
 func (w *Webhook) admit(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	id := clusterobjects.IdentityOf(req.UserInfo)
-	claimUpdate := req.Kind == metav1.GroupVersionKind{Version: "v1", Kind: "PersistentVolumeClaim"} &&
-		req.Operation == admissionv1.Update && req.SubResource == ""
-	if !id.Restricted || (req.Operation != admissionv1.Create && !claimUpdate) {
-		// Not a node agent's creation or claim update: the
-		// configuration sends only those, and nothing else is this
-		// webhook's to judge.
+	if !id.Restricted || req.Operation != admissionv1.Create {
+		// Not a node agent's creation: the configuration sends only
+		// those, and nothing else is this webhook's to judge.
 		return allowed()
 	}
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
-	switch {
-	case claimUpdate:
-		var claim, old corev1.PersistentVolumeClaim
-		if err := json.Unmarshal(req.Object.Raw, &claim); err != nil {
-			return refused(metav1.StatusReasonBadRequest, http.StatusBadRequest, fmt.Sprintf("decoding the PersistentVolumeClaim: %v", err))
-		}
-		if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
-			return refused(metav1.StatusReasonBadRequest, http.StatusBadRequest, fmt.Sprintf("decoding the old PersistentVolumeClaim: %v", err))
-		}
-		return w.admitPlacement(ctx, id, &old, &claim)
-	case req.Kind == metav1.GroupVersionKind{Version: "v1", Kind: "PersistentVolume"}:
+	switch req.Kind {
+	case metav1.GroupVersionKind{Version: "v1", Kind: "PersistentVolume"}:
 		var pv corev1.PersistentVolume
 		if err := json.Unmarshal(req.Object.Raw, &pv); err != nil {
 			return refused(metav1.StatusReasonBadRequest, http.StatusBadRequest, fmt.Sprintf("decoding the PersistentVolume: %v", err))
 		}
 		return w.admitVolume(ctx, id, &pv)
-	case req.Kind == metav1.GroupVersionKind{Group: "storage.k8s.io", Version: "v1", Kind: "CSIStorageCapacity"}:
+	case metav1.GroupVersionKind{Group: "storage.k8s.io", Version: "v1", Kind: "CSIStorageCapacity"}:
 		var c storagev1.CSIStorageCapacity
 		if err := json.Unmarshal(req.Object.Raw, &c); err != nil {
 			return refused(metav1.StatusReasonBadRequest, http.StatusBadRequest, fmt.Sprintf("decoding the CSIStorageCapacity: %v", err))

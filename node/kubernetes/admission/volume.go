@@ -43,8 +43,8 @@ func (w *Webhook) admitVolume(ctx context.Context, id clusterobjects.Identity, p
 
 // claimRefusal says why node may not make a PV for claim, or "" if it
 // may: the claim asks Plinth's driver for its volume (its
-// storage-provisioner annotation) and the scheduler, or this node's
-// placement, chose node for it (its selected-node annotation).
+// storage-provisioner annotation) and the scheduler, or the admission
+// server's placer, chose node for it (its selected-node annotation).
 func claimRefusal(node string, claim *corev1.PersistentVolumeClaim) string {
 	selected := claim.Annotations[ownership.AnnSelectedNode]
 	switch provisioner := ownership.ClaimProvisioner(claim); {

@@ -13,10 +13,8 @@ import (
 
 // The admission webhook (package admission) checks the rules of a node
 // agent's writes that AdmissionPolicies cannot, because a policy sees only
-// the object it admits: a new PV's claimRef names a claim, a new capacity
-// object names a host and a StorageClass, and a claim a node places on
-// itself names a StorageClass, whose binding mode and topology decide
-// whether the node may.
+// the object it admits: a new PV's claimRef names a claim, and a new
+// capacity object names a host and a StorageClass.
 const (
 	// WebhookName names the ValidatingWebhookConfiguration.
 	WebhookName = "plinth-node-writes"
@@ -43,19 +41,16 @@ const (
 
 // NodeWritesWebhook registers the webhook served at client: it sees the
 // PVs and CSIStorageCapacity objects node agents create (the policies'
-// match condition), and their updates of claims that place an unplaced
-// claim (add the selected-node annotation: the second match condition),
-// and nothing else, so the cluster's other writes, and a node's other
-// writes of its claims, never wait for it. Creations only for PVs and
-// capacity: a PV's claimRef may not change (the volumes policy), a
-// capacity object's host and class cannot. A placement is an update of
-// the claim itself, never of its status (the claims policy refuses one
-// there).
+// match condition), and nothing else, so the cluster's other writes, and
+// a node's writes of its claims, never wait for it. Creations only: a
+// PV's claimRef may not change (the volumes policy), a capacity object's
+// host and class cannot. A node agent's claim writes need no webhook: the
+// claims policy refuses every placement a node tries (AdmissionPolicies).
 //
 // failurePolicy Fail: an object the webhook could not check is refused,
 // and the node retries it, as it retries any failed write. Only node
-// agents' creations and placements wait for the server while it is down;
-// bound claims and their pods are untouched.
+// agents' creations wait for the server while it is down; bound claims
+// and their pods are untouched.
 func NodeWritesWebhook(client admissionv1.WebhookClientConfig) *admissionv1.ValidatingWebhookConfiguration {
 	// The fields the API server would default are set, so that what is
 	// read back equals this.
@@ -71,9 +66,6 @@ func NodeWritesWebhook(client admissionv1.WebhookClientConfig) *admissionv1.Vali
 			}, {
 				Operations: []admissionv1.OperationType{admissionv1.Create},
 				Rule:       admissionv1.Rule{APIGroups: []string{"storage.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"csistoragecapacities"}, Scope: &d.scope},
-			}, {
-				Operations: []admissionv1.OperationType{admissionv1.Update},
-				Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"persistentvolumeclaims"}, Scope: &d.scope},
 			}},
 			FailurePolicy:           &d.fail,
 			MatchPolicy:             &d.equivalent,
@@ -82,11 +74,7 @@ func NodeWritesWebhook(client admissionv1.WebhookClientConfig) *admissionv1.Vali
 			SideEffects:             &d.none,
 			TimeoutSeconds:          &d.timeout,
 			AdmissionReviewVersions: []string{"v1"},
-			MatchConditions: []admissionv1.MatchCondition{nodeAgents(), {
-				Name: "claim-placements",
-				Expression: fmt.Sprintf("request.resource.resource != 'persistentvolumeclaims' || (%s == '' && %s != '')",
-					selectedNode("oldObject"), selectedNode("object")),
-			}},
+			MatchConditions:         []admissionv1.MatchCondition{nodeAgents()},
 		}},
 	}
 }

@@ -7,14 +7,11 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 )
 
-// Which nodes may place an unplaced claim on themselves. The provisioner
-// places a claim of its driver that no scheduler will place (its class
-// binds immediately) on a node its class's topology admits; the admission
-// webhook refuses any other placement by a node agent, so that a node
-// cannot draw to itself a claim whose pods the scheduler would send
-// elsewhere. The two must agree, or a node would offer itself and be
-// refused, or be let take what its provisioner never would: so the rule
-// is here, once.
+// Which unplaced claims are placed without a scheduler, and where. The
+// admission server's placer (package placement) places a claim of a
+// class that binds immediately, which no scheduler places, on a node its
+// topology admits. No node agent places a claim, on itself or elsewhere:
+// the claims admission policy refuses it (clusterobjects).
 
 // BindsImmediately reports whether claims of class are bound without
 // waiting for a pod, so that no scheduler places them: the mode is
