@@ -225,8 +225,9 @@ func TestDaemonSetPaths(t *testing.T) {
 // TestWebhookMatchesTheCode: webhook.yaml registers the code's webhook
 // (clusterobjects.NodeWritesWebhook) at its Service, whose port reaches
 // the container's; its server runs as a service account bound to the
-// code's roles (the Secret role for the Secret its args name), with a
-// certificate for the name the API server calls it by.
+// code's roles (the Secret role for the Secret its args name, the lease
+// role of the placer in its own namespace), with a certificate for the
+// name the API server calls it by.
 func TestWebhookMatchesTheCode(t *testing.T) {
 	var (
 		config   *admissionv1.ValidatingWebhookConfiguration
@@ -235,6 +236,8 @@ func TestWebhookMatchesTheCode(t *testing.T) {
 		binding  *rbacv1.ClusterRoleBinding
 		secrets  *rbacv1.Role
 		bindingS *rbacv1.RoleBinding
+		lease    *rbacv1.Role
+		bindingL *rbacv1.RoleBinding
 		service  *corev1.Service
 		deploy   *appsv1.Deployment
 	)
@@ -253,18 +256,30 @@ func TestWebhookMatchesTheCode(t *testing.T) {
 				binding = o
 			}
 		case *rbacv1.Role:
-			secrets = o
+			switch o.Name {
+			case clusterobjects.AdmissionRoleName:
+				secrets = o
+			case clusterobjects.AdmissionLeaseRoleName:
+				lease = o
+			}
 		case *rbacv1.RoleBinding:
-			bindingS = o
+			switch o.Name {
+			case clusterobjects.AdmissionRoleName:
+				bindingS = o
+			case clusterobjects.AdmissionLeaseRoleName:
+				bindingL = o
+			}
 		case *corev1.Service:
 			service = o
 		case *appsv1.Deployment:
 			deploy = o
 		}
 	}
-	if config == nil || labels == nil || role == nil || binding == nil || secrets == nil || bindingS == nil || service == nil || deploy == nil {
-		t.Fatalf("webhook.yaml lacks objects: configurations %v %v, roles %v %v, bindings %v %v, service %v, deployment %v",
-			config != nil, labels != nil, role != nil, secrets != nil, binding != nil, bindingS != nil, service != nil, deploy != nil)
+	if config == nil || labels == nil || role == nil || binding == nil || secrets == nil || bindingS == nil || lease == nil || bindingL == nil ||
+		service == nil || deploy == nil {
+		t.Fatalf("webhook.yaml lacks objects: configurations %v %v, roles %v %v %v, bindings %v %v %v, service %v, deployment %v",
+			config != nil, labels != nil, role != nil, secrets != nil, lease != nil, binding != nil, bindingS != nil, bindingL != nil,
+			service != nil, deploy != nil)
 	}
 	if len(config.Webhooks) != 1 || config.Webhooks[0].ClientConfig.Service == nil {
 		t.Fatalf("the configuration has %d webhooks; want one, called at a Service", len(config.Webhooks))
@@ -317,6 +332,15 @@ func TestWebhookMatchesTheCode(t *testing.T) {
 		t.Errorf("Role %s/%s has rules\n%+v\nthe code's for Secret %s/%s are\n%+v", secrets.Namespace, secrets.Name, secrets.Rules, secretNS, secretName, wantS.Rules)
 	}
 	sa := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: pod.ServiceAccountName, Namespace: deploy.Namespace}
+	// The placer elects its leader in the server's own namespace.
+	if wantL := clusterobjects.AdmissionLeaseRole(deploy.Namespace); lease.Namespace != wantL.Namespace || !reflect.DeepEqual(lease.Rules, wantL.Rules) {
+		t.Errorf("Role %s/%s has rules\n%+v\nthe code's in %s are\n%+v", lease.Namespace, lease.Name, lease.Rules, wantL.Namespace, wantL.Rules)
+	}
+	if wantB := clusterobjects.AdmissionLeaseRoleBinding(deploy.Namespace, sa); bindingL.Namespace != wantB.Namespace ||
+		bindingL.RoleRef != wantB.RoleRef || !reflect.DeepEqual(bindingL.Subjects, wantB.Subjects) {
+		t.Errorf("RoleBinding %s/%s grants %+v to %+v; the code's %s/%s grants %+v to %+v",
+			bindingL.Namespace, bindingL.Name, bindingL.RoleRef, bindingL.Subjects, wantB.Namespace, wantB.Name, wantB.RoleRef, wantB.Subjects)
+	}
 	for _, b := range []struct {
 		subjects []rbacv1.Subject
 		ref      rbacv1.RoleRef

@@ -25,6 +25,14 @@ const (
 	WebhookPath = "/validate"
 	// AdmissionRoleName names the ClusterRole of the webhook's server.
 	AdmissionRoleName = "plinth:admission"
+	// AdmissionLeaseRoleName names the Role, and its binding, of the
+	// placer's leader election (AdmissionLeaseRole): not
+	// AdmissionRoleName, which the Secret's Role of the same namespace
+	// has.
+	AdmissionLeaseRoleName = "plinth:admission:lease"
+	// PlacerLeaseName names the Lease by which the admission server's
+	// replicas elect the one whose placer places claims.
+	PlacerLeaseName = "plinth-placer"
 	// AdmissionUser is the user name of the webhook server's client
 	// certificate where the control plane runs it (test/launch).
 	AdmissionUser = "system:plinth-admission"
@@ -139,22 +147,29 @@ func webhookDefaults() webhookSettings {
 		none: admissionv1.SideEffectClassNone, scope: admissionv1.AllScopes, timeout: 5}
 }
 
-// AdmissionRole is what the webhook's server does in the cluster: read
-// the claim a new PV names, the Node and StorageClass a new capacity
-// object names, and the StorageClass and Node of a claim a node places on
-// itself, live (never from a cache, which could be behind the placement
-// the node relies on); list and patch claims, to label those
+// AdmissionRole is what the admission server does in the cluster: read
+// the claim a new PV names, and the Node and StorageClass a new capacity
+// object names, live (never from a cache, which could be behind the
+// placement the node relies on); list and patch claims, to label those
 // written before its claim labels were registered (package admission's
-// KeepClaimsLabelled); and, where it keeps its own certificate
-// (deploy/), put its CA into the caBundle of its two configurations
-// (package admission's SetCABundle), which it may read and update alone.
+// KeepClaimsLabelled); place the claims of Immediate classes (package
+// placement, whose placer the server runs: no node agent places a
+// claim), for which it watches claims, Nodes, StorageClasses and the
+// capacity the nodes publish, patches a claim's selected-node
+// annotation, and says what it did, or why it could not, in Events
+// (created, and patched when they repeat); and, where it keeps its own
+// certificate (deploy/), put its CA into the caBundle of its two
+// configurations (package admission's SetCABundle), which it may read and
+// update alone. The placer's leader election is AdmissionLeaseRole's.
 func AdmissionRole() *rbacv1.ClusterRole {
 	return &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: AdmissionRoleName, Labels: map[string]string{labelManagedBy: managedBy}},
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "patch"}},
-			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
-			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csistoragecapacities"}, Verbs: []string{"list", "watch"}},
 			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"},
 				ResourceNames: []string{WebhookName}, Verbs: []string{"get", "update"}},
 			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"},
@@ -174,6 +189,31 @@ func AdmissionSecretRole(namespace, name string) *rbacv1.Role {
 			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
 			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{name}, Verbs: []string{"get", "update"}},
 		},
+	}
+}
+
+// AdmissionLeaseRole lets the admission server's replicas elect the one
+// whose placer places claims (package placement), by the Lease
+// PlacerLeaseName of namespace: create it (which RBAC cannot limit to a
+// name), read and renew that one. One placer at a time chooses a node
+// for a claim; the others wait to take over.
+func AdmissionLeaseRole(namespace string) *rbacv1.Role {
+	return &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: AdmissionLeaseRoleName, Namespace: namespace, Labels: map[string]string{labelManagedBy: managedBy}},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{PlacerLeaseName}, Verbs: []string{"get", "update"}},
+		},
+	}
+}
+
+// AdmissionLeaseRoleBinding grants AdmissionLeaseRole of namespace to
+// subject.
+func AdmissionLeaseRoleBinding(namespace string, subject rbacv1.Subject) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: AdmissionLeaseRoleName, Namespace: namespace, Labels: map[string]string{labelManagedBy: managedBy}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: AdmissionLeaseRoleName},
+		Subjects:   []rbacv1.Subject{subject},
 	}
 }
 
