@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -18,6 +19,8 @@ import (
 
 	"source.plinth.dev/node/kubernetes/admission"
 	"source.plinth.dev/node/kubernetes/clusterobjects"
+	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/node/kubernetes/placement"
 	"source.plinth.dev/pkg/logtree"
 )
 
@@ -26,8 +29,9 @@ import (
 // its own client identity (clusterobjects.AdmissionUser, bound to
 // clusterobjects.AdmissionRole) and a serving certificate of the cluster's CA. Its log is
 // logs/plinth-admission.log. Beside serving, it labels the claims written
-// without their node label (admission.KeepClaimsLabelled), as
-// admission-serve does.
+// without their node label (admission.KeepClaimsLabelled) and places the
+// claims of Immediate classes (package placement, its Lease in
+// kube-system), as admission-serve does.
 type admissionServer struct {
 	// addr is where it listens; a restart (StartAdmission) listens there
 	// again, so that its registrations stay right.
@@ -69,7 +73,8 @@ func (c *Cluster) serveAdmission() error {
 	if err != nil {
 		return fmt.Errorf("admission webhook log: %w", err)
 	}
-	log := logtree.New(logtree.WithSink(logFile)).LeveledFor("admission")
+	logs := logtree.New(logtree.WithSink(logFile))
+	log := logs.LeveledFor("admission")
 	w, err := admission.New(a.client, log)
 	if err != nil {
 		logFile.Close()
@@ -81,18 +86,29 @@ func (c *Cluster) serveAdmission() error {
 		return fmt.Errorf("admission webhook listener: %w", err)
 	}
 	a.addr = l.Addr().String()
+	placer, err := placement.New(placement.Config{Client: a.client, Driver: names.DriverName,
+		LeaseNamespace: metav1.NamespaceSystem, LeaseName: clusterobjects.PlacerLeaseName, Identity: placement.Identity(),
+		Log: logs.LeveledFor("placement")})
+	if err != nil {
+		l.Close()
+		logFile.Close()
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done, backfilled := make(chan error, 1), make(chan struct{})
-	go func() {
-		defer close(backfilled)
-		admission.KeepClaimsLabelled(ctx, a.client, log, admission.BackfillInterval)
-	}()
+	done := make(chan error, 1)
+	var helpers sync.WaitGroup
+	helpers.Go(func() { admission.KeepClaimsLabelled(ctx, a.client, log, admission.BackfillInterval) })
+	helpers.Go(func() {
+		if err := placer.Run(ctx); err != nil {
+			c.logf("placer stopped: %v", err)
+		}
+	})
 	go func() {
 		err := admission.Serve(ctx, l, func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil }, w)
 		if err != nil && ctx.Err() == nil {
 			c.logf("admission webhook stopped: %v", err)
 		}
-		<-backfilled
+		helpers.Wait()
 		logFile.Close()
 		done <- err
 	}()
@@ -134,6 +150,15 @@ func (c *Cluster) applyAdmission(ctx context.Context) error {
 	binding := clusterobjects.AdmissionRoleBinding(rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: clusterobjects.AdmissionUser})
 	if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating ClusterRoleBinding %s: %w", binding.Name, err)
+	}
+	// The placer's leader election, in kube-system.
+	lease := clusterobjects.AdmissionLeaseRole(metav1.NamespaceSystem)
+	if _, err := c.Client.RbacV1().Roles(lease.Namespace).Create(ctx, lease, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating Role %s: %w", lease.Name, err)
+	}
+	leaseBinding := clusterobjects.AdmissionLeaseRoleBinding(metav1.NamespaceSystem, rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: clusterobjects.AdmissionUser})
+	if _, err := c.Client.RbacV1().RoleBindings(leaseBinding.Namespace).Create(ctx, leaseBinding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating RoleBinding %s: %w", leaseBinding.Name, err)
 	}
 	url := c.admission.base() + clusterobjects.WebhookPath
 	webhook := clusterobjects.NodeWritesWebhook(admissionv1.WebhookClientConfig{URL: &url, CABundle: c.pki.CA.CertPEM()})

@@ -52,19 +52,26 @@ func (e *AuditEvent) Code() int {
 	return e.ResponseStatus.Code
 }
 
-// auditArgs writes the audit policy for groups into the control plane's
-// directory and returns the kube-apiserver flags that apply it.
-func (c *Cluster) auditArgs(groups []string) ([]string, error) {
+// auditArgs writes the audit policy for the members of groups and for
+// users into the control plane's directory and returns the kube-apiserver
+// flags that apply it.
+func (c *Cluster) auditArgs(groups, users []string) ([]string, error) {
+	// A rule without users or groups would match every request.
+	var rules []map[string]any
+	if len(groups) > 0 {
+		rules = append(rules, map[string]any{"level": "Metadata", "userGroups": groups})
+	}
+	if len(users) > 0 {
+		rules = append(rules, map[string]any{"level": "Metadata", "users": users})
+	}
+	rules = append(rules, map[string]any{"level": "None"})
 	policy := map[string]any{
 		"apiVersion": "audit.k8s.io/v1",
 		"kind":       "Policy",
 		// One record when a request is answered, and one when a watch
 		// starts (its answer only ends with the watch).
 		"omitStages": []string{"RequestReceived"},
-		"rules": []map[string]any{
-			{"level": "Metadata", "userGroups": groups},
-			{"level": "None"},
-		},
+		"rules":      rules,
 	}
 	b, err := json.Marshal(policy)
 	if err != nil {

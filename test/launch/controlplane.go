@@ -24,6 +24,8 @@ type ControlPlaneConfig struct {
 	// AuditGroups, if set, makes the API server keep an audit log of the
 	// requests of members of these groups (see AuditEvents).
 	AuditGroups []string
+	// AuditUsers, if set, audits the requests of these users too.
+	AuditUsers []string
 	// Scheduler also starts kube-scheduler, and StorageObjects creates the
 	// CSIDriver and the default StorageClass: what a node joining from
 	// outside this host's process tree (a VM, see RemoteNode) needs for
@@ -80,8 +82,8 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (cp *Control
 	if err := c.initPaths(ctx, false); err != nil {
 		return cp, err
 	}
-	if len(cfg.AuditGroups) > 0 {
-		if c.apiServerArgs, err = c.auditArgs(cfg.AuditGroups); err != nil {
+	if len(cfg.AuditGroups)+len(cfg.AuditUsers) > 0 {
+		if c.apiServerArgs, err = c.auditArgs(cfg.AuditGroups, cfg.AuditUsers); err != nil {
 			return cp, err
 		}
 		c.audited = true

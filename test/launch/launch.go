@@ -96,6 +96,8 @@ type Config struct {
 	// experiments that count which component made which calls; it costs
 	// the API server a line of JSON per request.
 	AuditGroups []string
+	// AuditUsers, if set, audits the requests of these users too.
+	AuditUsers []string
 	// NoAdmissionWebhook leaves out the admission webhook this process
 	// serves (package admission): for a cluster that installs its own, as
 	// deploy/ does (test/deploy).

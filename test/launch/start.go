@@ -89,8 +89,8 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err := c.initPaths(ctx, true); err != nil {
 		return c, err
 	}
-	if len(cfg.AuditGroups) > 0 {
-		if c.apiServerArgs, err = c.auditArgs(cfg.AuditGroups); err != nil {
+	if len(cfg.AuditGroups)+len(cfg.AuditUsers) > 0 {
+		if c.apiServerArgs, err = c.auditArgs(cfg.AuditGroups, cfg.AuditUsers); err != nil {
 			return c, err
 		}
 		c.audited = true

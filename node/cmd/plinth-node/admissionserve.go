@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -11,11 +12,14 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	plinthk8s "source.plinth.dev/node/kubernetes"
 	"source.plinth.dev/node/kubernetes/admission"
 	"source.plinth.dev/node/kubernetes/clusterobjects"
+	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/node/kubernetes/placement"
 	"source.plinth.dev/pkg/logtree"
 )
 
@@ -33,7 +37,10 @@ MutatingWebhookConfiguration ` + clusterobjects.ClaimLabelsWebhookName + `
 (clusterobjects.ClaimLabelsWebhook), and give its identity the ClusterRole
 ` + clusterobjects.AdmissionRoleName + `. It also labels, at start and every ten
 minutes, the claims written while the labels were not registered (an
-upgrade).
+upgrade). And it places the claims of Plinth's StorageClasses that bind
+immediately on a node (package node/kubernetes/placement): one replica
+at a time, elected with the Lease ` + clusterobjects.PlacerLeaseName + ` in
+--lease-namespace.
 
 The serving certificate comes from files (read again whenever they
 change), or, without a certificate manager (deploy/), from a Secret the
@@ -51,6 +58,8 @@ type admissionServeOptions struct {
 	// secretNamespace, secretName and dnsName: the certificate kept in a
 	// Secret (--certificate-secret, --certificate-dns-name).
 	secretNamespace, secretName, dnsName string
+	// leaseNamespace holds the placer's Lease.
+	leaseNamespace string
 }
 
 func parseAdmissionServeOptions(args []string) (*admissionServeOptions, error) {
@@ -62,6 +71,7 @@ func parseAdmissionServeOptions(args []string) (*admissionServeOptions, error) {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the identity that reads claims; empty: the pod's service account")
 	secret := fs.String("certificate-secret", "", "NAMESPACE/NAME of the Secret that keeps the webhook's own CA and certificate, instead of --tls-cert-file")
 	fs.StringVar(&o.dnsName, "certificate-dns-name", "", "the name the API server calls the webhook by, <service>.<namespace>.svc, for --certificate-secret")
+	fs.StringVar(&o.leaseNamespace, "lease-namespace", "", "namespace of the Lease the replicas elect the placer with; empty: the --certificate-secret's, or kube-system")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), admissionServeUsage)
 		fs.PrintDefaults()
@@ -82,9 +92,11 @@ func parseAdmissionServeOptions(args []string) (*admissionServeOptions, error) {
 			return nil, errors.New("--certificate-secret takes NAMESPACE/NAME, and needs --certificate-dns-name")
 		}
 		o.secretNamespace, o.secretName = ns, name
+		o.leaseNamespace = cmp.Or(o.leaseNamespace, ns)
 	case o.certFile == "" || o.keyFile == "":
 		return nil, errors.New("--tls-cert-file and --tls-key-file, or --certificate-secret, are required: the API server calls webhooks over HTTPS only")
 	}
+	o.leaseNamespace = cmp.Or(o.leaseNamespace, metav1.NamespaceSystem)
 	return o, nil
 }
 
@@ -104,7 +116,8 @@ func admissionServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("creating the Kubernetes client: %w", err)
 	}
-	log := logtree.New(logtree.WithSink(os.Stderr)).LeveledFor("admission")
+	logs := logtree.New(logtree.WithSink(os.Stderr))
+	log := logs.LeveledFor("admission")
 	w, err := admission.New(client, log)
 	if err != nil {
 		return err
@@ -130,6 +143,16 @@ func admissionServe(ctx context.Context, args []string) error {
 		go keepCABundle(ctx, client, ca, log)
 	}
 	go admission.KeepClaimsLabelled(ctx, client, log, admission.BackfillInterval)
+	placer, err := placement.New(placement.Config{Client: client, Driver: names.DriverName, LeaseNamespace: o.leaseNamespace,
+		LeaseName: clusterobjects.PlacerLeaseName, Identity: placement.Identity(), Log: logs.LeveledFor("placement")})
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := placer.Run(ctx); err != nil {
+			log.Errorf("the placer stopped: %v", err)
+		}
+	}()
 	log.Infof("serving the admission webhook on https://%[1]s%[2]s, and its claim labels on https://%[1]s%[3]s", l.Addr(), clusterobjects.WebhookPath, clusterobjects.ClaimLabelsPath)
 	return admission.Serve(ctx, l, cert, w)
 }

@@ -115,7 +115,9 @@ func ControlPlane(t testing.TB) *launch.ControlPlane {
 			ControllerManagerArgs: []string{"--kube-api-qps=500", "--kube-api-burst=1000"},
 			// Every API call of a plinth-node process, for the tests that
 			// check what a node did (NodeCalls).
-			AuditGroups:    []string{clusterobjects.NodeAgentGroup},
+			AuditGroups: []string{clusterobjects.NodeAgentGroup},
+			// And the admission server's, for the tests of its placer.
+			AuditUsers:     []string{clusterobjects.AdmissionUser},
 			Scheduler:      controlPlane.scheduler,
 			StorageObjects: controlPlane.scheduler,
 		}
