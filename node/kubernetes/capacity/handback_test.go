@@ -16,6 +16,7 @@ import (
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/node/kubernetes/placement"
 	"source.plinth.dev/node/kubernetes/volume"
 )
 
@@ -26,11 +27,12 @@ import (
 // back: the node removes the selected-node annotation and says so in an
 // Event, and the scheduler places the pod again, on the node with room,
 // though the pod prefers node a. An Immediate claim placed on the full
-// node goes the same way, to the node that has room and takes it. A pod
-// whose claim fits no node, and an Immediate claim that fits no node, wait
-// unplaced until room is freed, and are placed where it was freed at once
-// (the node offers itself again when its room changes, long before the
-// ten-minute resync).
+// node goes the same way: the admission server's placer puts it on the
+// node that has room. A pod whose claim fits no node, and an Immediate
+// claim that fits no node, wait unplaced until room is freed (the placer
+// says why in a NotPlaced Event), and are placed where it was freed at
+// once (the scheduler and the placer look again when a node publishes new
+// figures, long before the ten-minute resync).
 func TestHandedBackFromAFullNode(t *testing.T) {
 	e := controllertest.NewEnv(t, true)
 	ctx := context.Background()
@@ -77,7 +79,7 @@ func TestHandedBackFromAFullNode(t *testing.T) {
 	t.Cleanup(func() { _ = e.Client.StorageV1().StorageClasses().Delete(ctx, class.Name, metav1.DeleteOptions{}) })
 	now := e.CreateClaim(controllertest.Claim{Name: "now", Size: "32Mi", Class: class.Name, Node: full.env.Node})
 	e.WaitEvent(now.UID, "ProvisioningFailed", "another node with room may take it")
-	e.WaitEvent(now.UID, "PlacedOnNode", "node "+roomy.env.Node+" took the claim")
+	e.WaitEvent(now.UID, placement.ReasonPlaced, "chose node "+roomy.env.Node+",")
 	bound, pv = e.WaitBound(now.Name)
 	if n := bound.Annotations[ownership.AnnSelectedNode]; n != roomy.env.Node {
 		t.Errorf("claim now is placed on %q, want %s", n, roomy.env.Node)
@@ -92,15 +94,14 @@ func TestHandedBackFromAFullNode(t *testing.T) {
 	e.WaitBound(filler.Name)
 	waits := createPodWithClaim(t, e, "waits", "64Mi")
 	waitUnschedulable(t, e, "waits", "did not have enough free storage")
-	// So does an Immediate claim: no node takes it (each one's delay is
-	// under a second).
+	// So does an Immediate claim: the placer finds no node with room.
 	laterObj := e.ClaimObject(controllertest.Claim{Name: "later", Size: "32Mi", Class: class.Name})
 	laterObj.Annotations = nil
 	later, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Create(ctx, laterObj, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second)
+	e.WaitEvent(later.UID, placement.ReasonNotPlaced, "no node has room")
 	if got, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Get(ctx, later.Name, metav1.GetOptions{}); err != nil || got.Annotations[ownership.AnnSelectedNode] != "" {
 		t.Fatalf("Immediate claim later, which fits no node, is placed on %q (%v)", got.Annotations[ownership.AnnSelectedNode], err)
 	}

@@ -29,8 +29,9 @@ func fitsElsewhere(err error) bool {
 // (fitsElsewhere's cause), as external provisioners do for the scheduler:
 // it removes the selected-node annotation, so that the scheduler chooses
 // again for a WaitForFirstConsumer claim, now with the capacity this node
-// publishes, and the nodes offer themselves again for an Immediate one
-// (this one no longer does: syncPlacement checks the same room). Kept, the
+// publishes, and the admission server's placer (package placement)
+// chooses again for an Immediate one, passing this node over for a
+// while. Kept, the
 // placement would hold the claim, and its pod, on this node until room is
 // freed here, however much another node has. The patch is conditional on
 // the version the attempt was made from: a claim bound or changed

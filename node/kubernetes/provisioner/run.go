@@ -53,8 +53,7 @@ type run struct {
 	// make no volume. Entries are as rare as such PVs.
 	elsewhere sync.Map
 
-	placing placements // see syncPlacement
-	holds   holds      // see handBack
+	holds holds // see handBack
 }
 
 // Run provisions and deletes volumes until ctx ends.
@@ -102,7 +101,6 @@ func (c *Controller) Run(ctx context.Context) error {
 	for range c.VolumeWorkers {
 		wg.Go(func() { controller.Work(ctx, r.log, r.volumeQ, r.syncVolume) })
 	}
-	wg.Go(func() { r.offerFreedRoomLoop(ctx) })
 	if c.TestOnlyNoOrphanRemoval {
 		r.log.Warningf("orphan removal is off (a test-only setting): volumes without PV and claim stay")
 	} else {
@@ -165,7 +163,7 @@ func (r *run) watch(ctx context.Context, inc *controller.Incarnation) error {
 
 func (r *run) onClaim(obj any) {
 	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
-	if !ok || !r.needsVolume(pvc) && !ownership.ClaimUnplaced(pvc, r.Driver) {
+	if !ok || !r.needsVolume(pvc) {
 		return
 	}
 	if key, err := cache.MetaNamespaceKeyFunc(pvc); err == nil {
@@ -189,7 +187,7 @@ func (r *run) needsVolume(pvc *corev1.PersistentVolumeClaim) bool {
 	return ownership.OwnsClaim(pvc, r.Driver, r.NodeName) && pvc.Spec.VolumeName == "" && pvc.DeletionTimestamp == nil
 }
 
-// onClass requeues our pending claims, and unplaced ones, of a class that
+// onClass requeues our pending claims of a class that
 // appeared or changed, at once: claims created before their StorageClass
 // are provisioned without waiting for a resync or for the backoff their
 // failures (the class was missing) built up.
@@ -199,8 +197,7 @@ func (r *run) onClass(obj any) {
 		return
 	}
 	r.requeueClaims(r.claimQ.Retry, func(pvc *corev1.PersistentVolumeClaim) bool {
-		return (r.needsVolume(pvc) || ownership.ClaimUnplaced(pvc, r.Driver)) &&
-			pvc.Spec.StorageClassName != nil && *pvc.Spec.StorageClassName == sc.Name
+		return r.needsVolume(pvc) && pvc.Spec.StorageClassName != nil && *pvc.Spec.StorageClassName == sc.Name
 	})
 }
 

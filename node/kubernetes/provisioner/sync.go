@@ -17,18 +17,16 @@ import (
 )
 
 // syncClaim provisions the volume and PV for one claim, or confirms an
-// earlier attempt did, and binds the claim to its PV (bindClaim); for a
-// claim no node was chosen for yet, it offers
-// this node (syncPlacement). It is safe to run any number of times, from any
-// point a previous run (or process) stopped at.
+// earlier attempt did, and binds the claim to its PV (bindClaim). It is
+// safe to run any number of times, from any point a previous run (or
+// process) stopped at. Claims no node was chosen for yet never reach it:
+// the scheduler or the admission server's placer (package placement)
+// places them, and the node hears of a claim once it is placed here.
 func (r *run) syncClaim(ctx context.Context, key string) error {
 	pvc, ok := r.claim(key)
 	if !ok {
 		r.claimQ.Forget(key)
 		return nil
-	}
-	if ownership.ClaimUnplaced(pvc, r.Driver) {
-		return r.syncPlacement(ctx, key, pvc)
 	}
 	if !r.needsVolume(pvc) {
 		return nil

@@ -15,9 +15,9 @@ import (
 // lets the admission policy check a node's writes against it.
 const (
 	// LabelUnplaced is LabelNode's value on a claim of Plinth's that no
-	// node was chosen for yet: an Immediate claim every node may offer
-	// itself for, or one handed back. Node names are lower case (DNS
-	// subdomains), so no node's label value can equal it.
+	// node was chosen for yet: one waiting for the scheduler or for the
+	// placer (package placement), or one handed back. Node names are
+	// lower case (DNS subdomains), so no node's label value can equal it.
 	LabelUnplaced = "Unplaced"
 )
 
@@ -36,8 +36,8 @@ func ClaimLabel(pvc *corev1.PersistentVolumeClaim, driver string) (value string,
 }
 
 // ClaimSelector is the label selector of a node's claim informer: the
-// claims placed on nodeName and the unplaced ones, which the node may
-// place on itself (provisioner placement). Nothing else reaches the node.
+// claims placed on nodeName. Nothing else reaches the node, not even the
+// unplaced claims: the scheduler or the placer chooses their node.
 func ClaimSelector(nodeName string) string {
-	return fmt.Sprintf("%s in (%s,%s)", LabelNode, NodeLabelValue(nodeName), LabelUnplaced)
+	return fmt.Sprintf("%s=%s", LabelNode, NodeLabelValue(nodeName))
 }

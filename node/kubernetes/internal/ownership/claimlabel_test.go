@@ -32,10 +32,11 @@ func TestClaimLabel(t *testing.T) {
 	}
 }
 
-// TestClaimSelectorSelectsOwnAndUnplaced: the selector a node watches
-// claims with matches exactly the labels ClaimLabel gives its claims and
-// the unplaced ones, and no other node's, hashed names included.
-func TestClaimSelectorSelectsOwnAndUnplaced(t *testing.T) {
+// TestClaimSelectorSelectsOwnOnly: the selector a node watches claims
+// with matches exactly the label ClaimLabel gives its claims: not the
+// unplaced ones (the scheduler's or the placer's), and no other node's,
+// hashed names included.
+func TestClaimSelectorSelectsOwnOnly(t *testing.T) {
 	long := strings.Repeat("n", 70)
 	for _, node := range []string{testNode, long} {
 		sel, err := labels.Parse(ClaimSelector(node))
@@ -44,7 +45,7 @@ func TestClaimSelectorSelectsOwnAndUnplaced(t *testing.T) {
 		}
 		for value, want := range map[string]bool{
 			NodeLabelValue(node):        true,
-			LabelUnplaced:               true,
+			LabelUnplaced:               false,
 			NodeLabelValue("node-b"):    false,
 			NodeLabelValue(long + "-b"): false,
 			"":                          false,

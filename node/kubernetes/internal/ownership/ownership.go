@@ -76,9 +76,9 @@ func OwnsClaim(pvc *corev1.PersistentVolumeClaim, driver, nodeName string) bool 
 }
 
 // ClaimUnplaced reports whether the claim asks driver for a volume that no
-// node has been chosen for: the claim of a class that binds immediately,
-// which no scheduler places. Every node may offer itself for it (see the
-// provisioner's placement), so each keeps such claims whole.
+// node has been chosen for yet, and is unbound: one waiting for the
+// scheduler, or for the placer if its class binds immediately (package
+// placement).
 func ClaimUnplaced(pvc *corev1.PersistentVolumeClaim, driver string) bool {
 	return pvc != nil && ClaimProvisioner(pvc) == driver && pvc.Annotations[AnnSelectedNode] == "" &&
 		pvc.Spec.VolumeName == "" && pvc.DeletionTimestamp == nil
@@ -217,10 +217,9 @@ func DescribeClaim(pvc *corev1.PersistentVolumeClaim) string {
 }
 
 // A node's claim informer selects, on the API server, only the claims
-// whose node label (LabelNode, ClaimLabel) names it or says they are
-// unplaced. The informer transform below is a second wall behind that
-// selector: a claim that reaches the node all the same without being its
-// own or an unplaced one of its driver (ClaimUnplaced), as a claim whose
+// whose node label (LabelNode, ClaimLabel) names it. The informer
+// transform below is a second wall behind that selector: a claim that
+// reaches the node all the same without being its own, as a claim whose
 // label is stale would, is kept only as a stub: a PartialObjectMetadata
 // with the name and namespace the informer's store needs for its key,
 // nothing else (not even in an index). The claims the node keeps lose
@@ -236,7 +235,7 @@ func ClaimTransform(driver, nodeName string) cache.TransformFunc {
 			// Tombstones and anything unexpected pass through untouched.
 			return obj, nil
 		}
-		if OwnsClaim(pvc, driver, nodeName) || ClaimUnplaced(pvc, driver) {
+		if OwnsClaim(pvc, driver, nodeName) {
 			pvc.ManagedFields = nil
 			return pvc, nil
 		}

@@ -99,12 +99,12 @@ func TestClaimTransform(t *testing.T) {
 	if keys, _ := IndexByUID(g); keys != nil {
 		t.Errorf("stub indexed by UID: %v", keys)
 	}
-	// A claim of our driver that no node was chosen for (an Immediate
-	// class) is every node's candidate, so it stays whole; one of
-	// another driver does not.
+	// A claim of our driver that no node was chosen for is no node's
+	// (the scheduler or the placer chooses), nor is one of another
+	// driver.
 	unplaced := testClaim(func(p *corev1.PersistentVolumeClaim) { delete(p.Annotations, AnnSelectedNode) })
-	if g, ok := mustTransform(tf, unplaced).(*corev1.PersistentVolumeClaim); !ok || g.Spec.Resources.Requests == nil {
-		t.Errorf("unplaced claim of our driver reduced to a stub")
+	if _, ok := mustTransform(tf, unplaced).(*metav1.PartialObjectMetadata); !ok {
+		t.Errorf("unplaced claim of our driver kept whole")
 	}
 	other := testClaim(func(p *corev1.PersistentVolumeClaim) {
 		delete(p.Annotations, AnnSelectedNode)
