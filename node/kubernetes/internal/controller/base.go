@@ -76,7 +76,7 @@ func (b *Base) Complete(what string) error {
 
 // Incarnation is what one run of a controller starts from: its logger,
 // this node's hostname label, an Event recorder, and informers of this
-// node's claims and the unplaced ones (see claimInformer; indexed by UID,
+// node's claims (see claimInformer; indexed by UID,
 // ownership.UIDIndex) and of this node's PVs, both selected by label on
 // the server, so that other nodes' claims and PVs never reach memory. Nothing in it outlives
 // the run but the claim and PV informers when they are Base.Shared's; the

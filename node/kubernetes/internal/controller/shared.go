@@ -61,7 +61,7 @@ func (s *Shared) Run(ctx context.Context) {
 }
 
 // claimInformer is the claim informer of factory: only this node's
-// claims and the unplaced ones, selected on the API server by their node
+// claims, selected on the API server by their node
 // label (ownership.ClaimSelector), so that other nodes' claims never
 // reach this node; kept whole but for their managedFields, and indexed
 // by UID (ownership.UIDIndex). ownership.ClaimTransform stays as a second
