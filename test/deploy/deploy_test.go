@@ -223,6 +223,7 @@ func TestDeployWorkload(t *testing.T) {
 	})
 	t.Logf("kubectl apply -k to the first Bound claim: %.1fs", time.Since(applied).Seconds())
 	testWebhookInForce(t, c)
+	testPlacerInForce(t, c)
 
 	if _, err := workload.WaitMarker(ctx, c.Client, "default", spec.Pod.Name, "[INIT-PASSED]", "[INIT-FAILED]", 3*time.Minute); err != nil {
 		t.Fatalf("%v\n%s", err, kubectl(t, c, "-n", "plinth-system", "logs", "daemonset/plinth-node", "--tail=50"))
