@@ -34,8 +34,8 @@ type run struct {
 	recorder   record.EventRecorder
 	ledger     ledger
 	attempts   attempts
-	// said is the last NotPlaced message per claim, so that it is sent
-	// once, not at each look.
+	// said is the kind of the last NotPlaced Event per claim (verdict's
+	// kind), so that each reason is told once, not at each look.
 	said map[string]string
 }
 
