@@ -17,6 +17,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -372,6 +373,42 @@ func TestWebhookMatchesTheCode(t *testing.T) {
 	for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
 		if p == nil || p.HTTPGet == nil || p.HTTPGet.Port.IntValue() != target || p.HTTPGet.Scheme != corev1.URISchemeHTTPS {
 			t.Errorf("probe %+v does not ask the server's HTTPS port %d", p, target)
+		}
+	}
+}
+
+// TestFlowSchemasMatchTheCode: webhook.yaml gives the admission server's
+// service account the code's FlowSchemas (clusterobjects.
+// AdmissionFlowSchemas), its Lease's in the Deployment's namespace, so
+// that its reads are not queued behind the node agents' writes that wait
+// for them.
+func TestFlowSchemasMatchTheCode(t *testing.T) {
+	var (
+		got    []*flowcontrolv1.FlowSchema
+		deploy *appsv1.Deployment
+	)
+	for _, o := range objects(t) {
+		switch o := o.(type) {
+		case *flowcontrolv1.FlowSchema:
+			got = append(got, o)
+		case *appsv1.Deployment:
+			deploy = o
+		}
+	}
+	if deploy == nil {
+		t.Fatal("webhook.yaml has no Deployment")
+	}
+	sa := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: deploy.Spec.Template.Spec.ServiceAccountName, Namespace: deploy.Namespace}
+	want, err := clusterobjects.AdmissionFlowSchemas(deploy.Namespace, sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("the manifests have %d FlowSchemas; the code has %d", len(got), len(want))
+	}
+	for i, w := range want {
+		if got[i].Name != w.Name || !reflect.DeepEqual(got[i].Labels, w.Labels) || !reflect.DeepEqual(got[i].Spec, w.Spec) {
+			t.Errorf("FlowSchema %d (%s) differs from the code's; the code's is\n%s", i, got[i].Name, manifest(t, w))
 		}
 	}
 }

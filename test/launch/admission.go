@@ -37,6 +37,8 @@ type admissionServer struct {
 	// again, so that its registrations stay right.
 	addr   string
 	client kubernetes.Interface
+	// leaseClient renews the placer's Lease.
+	leaseClient kubernetes.Interface
 	// stop is nil while it is stopped.
 	stop func() error
 }
@@ -57,7 +59,12 @@ func (c *Cluster) startAdmission() error {
 	if err != nil {
 		return fmt.Errorf("admission webhook client: %w", err)
 	}
-	c.admission = &admissionServer{addr: "127.0.0.1:0", client: client}
+	// The placer's Lease has a client of its own, as in admission-serve.
+	leaseClient, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("admission webhook client: %w", err)
+	}
+	c.admission = &admissionServer{addr: "127.0.0.1:0", client: client, leaseClient: leaseClient}
 	return c.serveAdmission()
 }
 
@@ -86,7 +93,7 @@ func (c *Cluster) serveAdmission() error {
 		return fmt.Errorf("admission webhook listener: %w", err)
 	}
 	a.addr = l.Addr().String()
-	placer, err := placement.New(placement.Config{Client: a.client, Driver: names.DriverName,
+	placer, err := placement.New(placement.Config{Client: a.client, LeaseClient: a.leaseClient, Driver: names.DriverName,
 		LeaseNamespace: metav1.NamespaceSystem, LeaseName: clusterobjects.PlacerLeaseName, Identity: placement.Identity(),
 		Log: logs.LeveledFor("placement")})
 	if err != nil {
@@ -140,14 +147,21 @@ func (cp *ControlPlane) StartAdmission() error {
 // AdmissionClient is the admission server's client, with its identity.
 func (cp *ControlPlane) AdmissionClient() kubernetes.Interface { return cp.admission.client }
 
-// applyAdmission lets the webhook's identity read and label claims and
-// registers the webhook and the claim labels with the API server.
+// AdmissionKubeconfig is the kubeconfig file of the admission server's
+// identity, for a test that needs more of its client than AdmissionClient
+// shows (the API server's response headers).
+func (cp *ControlPlane) AdmissionKubeconfig() string { return cp.kubeconfigPath("plinth-admission") }
+
+// applyAdmission lets the webhook's identity read and label claims,
+// gives its requests their FlowSchemas, and registers the webhook and the
+// claim labels with the API server.
 func (c *Cluster) applyAdmission(ctx context.Context) error {
 	role := clusterobjects.AdmissionRole()
 	if _, err := c.Client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating ClusterRole %s: %w", role.Name, err)
 	}
-	binding := clusterobjects.AdmissionRoleBinding(rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: clusterobjects.AdmissionUser})
+	user := rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: clusterobjects.AdmissionUser}
+	binding := clusterobjects.AdmissionRoleBinding(user)
 	if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating ClusterRoleBinding %s: %w", binding.Name, err)
 	}
@@ -156,9 +170,19 @@ func (c *Cluster) applyAdmission(ctx context.Context) error {
 	if _, err := c.Client.RbacV1().Roles(lease.Namespace).Create(ctx, lease, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating Role %s: %w", lease.Name, err)
 	}
-	leaseBinding := clusterobjects.AdmissionLeaseRoleBinding(metav1.NamespaceSystem, rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: clusterobjects.AdmissionUser})
+	leaseBinding := clusterobjects.AdmissionLeaseRoleBinding(metav1.NamespaceSystem, user)
 	if _, err := c.Client.RbacV1().RoleBindings(leaseBinding.Namespace).Create(ctx, leaseBinding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating RoleBinding %s: %w", leaseBinding.Name, err)
+	}
+	// Its requests above the node agents' in the API server's queues.
+	schemas, err := clusterobjects.AdmissionFlowSchemas(metav1.NamespaceSystem, user)
+	if err != nil {
+		return err
+	}
+	for _, fs := range schemas {
+		if _, err := c.Client.FlowcontrolV1().FlowSchemas().Create(ctx, fs, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating FlowSchema %s: %w", fs.Name, err)
+		}
 	}
 	url := c.admission.base() + clusterobjects.WebhookPath
 	webhook := clusterobjects.NodeWritesWebhook(admissionv1.WebhookClientConfig{URL: &url, CABundle: c.pki.CA.CertPEM()})
