@@ -143,7 +143,12 @@ func admissionServe(ctx context.Context, args []string) error {
 		go keepCABundle(ctx, client, ca, log)
 	}
 	go admission.KeepClaimsLabelled(ctx, client, log, admission.BackfillInterval)
-	placer, err := placement.New(placement.Config{Client: client, Driver: names.DriverName, LeaseNamespace: o.leaseNamespace,
+	// The placer's Lease has a client of its own: its own rate limit.
+	leaseClient, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating the Kubernetes client of the placer's Lease: %w", err)
+	}
+	placer, err := placement.New(placement.Config{Client: client, LeaseClient: leaseClient, Driver: names.DriverName, LeaseNamespace: o.leaseNamespace,
 		LeaseName: clusterobjects.PlacerLeaseName, Identity: placement.Identity(), Log: logs.LeveledFor("placement")})
 	if err != nil {
 		return err

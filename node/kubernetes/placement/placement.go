@@ -69,6 +69,10 @@ type Config struct {
 	Client kubernetes.Interface
 	// EventClient sends Events; Client when nil.
 	EventClient kubernetes.Interface
+	// LeaseClient renews the Lease; Client when nil. A client of its own
+	// (its own rate limit) keeps the renewals from queuing behind the
+	// placer's patches and Events when many claims wait.
+	LeaseClient kubernetes.Interface
 	// Driver is the provisioner name of the classes placed.
 	Driver string
 	// LeaseNamespace and LeaseName name the Lease the replicas elect the
@@ -109,6 +113,7 @@ func New(cfg Config) (*Placer, error) {
 		return nil, errors.New("creating the placer: no logger")
 	}
 	cfg.EventClient = controller.OrDefault(cfg.EventClient, cfg.Client)
+	cfg.LeaseClient = controller.OrDefault(cfg.LeaseClient, cfg.Client)
 	cfg.Resync = controller.OrDefault(cfg.Resync, controller.DefaultResync)
 	cfg.Clock = controller.OrDefault[clock.WithTicker](cfg.Clock, clock.RealClock{})
 	return &Placer{cfg: cfg}, nil
@@ -122,7 +127,7 @@ func (p *Placer) Run(ctx context.Context) error {
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 			Lock: &resourcelock.LeaseLock{
 				LeaseMeta:  metav1.ObjectMeta{Namespace: p.cfg.LeaseNamespace, Name: p.cfg.LeaseName},
-				Client:     p.cfg.Client.CoordinationV1(),
+				Client:     p.cfg.LeaseClient.CoordinationV1(),
 				LockConfig: resourcelock.ResourceLockConfig{Identity: p.cfg.Identity},
 			},
 			LeaseDuration:   leaseDuration,
