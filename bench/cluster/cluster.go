@@ -154,6 +154,9 @@ func (p *Process) Exited() bool {
 	}
 }
 
+// Done is closed when the process has ended.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
 // Stop sends SIGTERM to the process group and waits for the process,
 // killing it after 30 s.
 func (p *Process) Stop() {

@@ -1,9 +1,10 @@
-// Command fleet simulates many nodes on one control plane (issue 14,
-// item 5): 10, 50 and 100 plinth-node processes, each with its own node
+// Command fleet simulates many nodes on one control plane (issues 14 and
+// 35): 10, 50, 100 and 200 plinth-node processes, each with its own node
 // name and data directory, against one bare control plane holding 10,000
-// claims spread over 100 node names, all provisioned and Bound first (by
-// instances in batches). Each node watches only the claims labelled for
-// it (storage.plinth.dev/node, written by the admission server), so a
+// claims spread over the largest fleet's node names, all provisioned and
+// Bound first by the whole fleet running at once. Each node watches only
+// the claims labelled for it (storage.plinth.dev/node, written by the
+// admission server), so a
 // claim change should reach one node whatever the fleet's size: at each
 // fleet size it measures kube-apiserver's CPU per claim change and its
 // RSS, the watch bytes and events sent per claim change (the API server's
@@ -21,6 +22,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -34,7 +36,6 @@ import (
 	"source.plinth.dev/bench/cluster"
 	"source.plinth.dev/bench/procstat"
 	"source.plinth.dev/bench/result"
-	"source.plinth.dev/test/launch"
 )
 
 const namespace = "fleet"
@@ -56,7 +57,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "", "results directory (required)")
 	flag.IntVar(&o.runs, "runs", 3, "rounds of claim changes measured at each fleet size")
 	flag.BoolVar(&o.quick, "quick", false, "smoke test: 2 and 4 instances, 200 claims, 100 changes, 1 run")
-	flag.StringVar(&nodes, "instances", "10,50,100", "fleet sizes, comma separated")
+	flag.StringVar(&nodes, "instances", "10,50,100,200", "fleet sizes, comma separated")
 	flag.IntVar(&o.claims, "claims", 10000, "claims, spread over the largest fleet's nodes")
 	flag.IntVar(&o.changes, "changes", 1000, "claim changes per round")
 	flag.Parse()
@@ -89,6 +90,9 @@ type world struct {
 	churner kubernetes.Interface
 	tmp     string
 	round   int
+	// provisioned is how long the whole fleet took to provision every
+	// claim.
+	provisioned time.Duration
 }
 
 // series collects one Result's points by series name.
@@ -161,9 +165,8 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 
-	// Every claim is provisioned and Bound before any round is measured:
-	// binding 10,000 claims while 100 instances watch them would starve
-	// the control plane of the very fan-out the rounds measure.
+	// Every claim is provisioned and Bound, by the whole fleet at once,
+	// before any round is measured.
 	if err := w.provision(ctx, bin); err != nil {
 		return err
 	}
@@ -222,7 +225,7 @@ func run(ctx context.Context, o options) (err error) {
 		var cpus, sent, evs, icpu, arss []float64
 		for r := range o.runs {
 			var f churnFigures
-			idleAPI, idleInst, err := w.idleAround(idleWindow, pids, func() (err error) {
+			idle, err := w.idleAround(ctx, idleWindow, pids, func() (err error) {
 				f, err = w.churn(ctx, max(n, 1), o.changes, pids)
 				return err
 			})
@@ -233,11 +236,12 @@ func run(ctx context.Context, o options) (err error) {
 			if err != nil {
 				return err
 			}
-			apiPer, instPer := f.perChange(f.apiCPU, idleAPI), f.perChange(f.instCPU, idleInst)
-			cpus, sent, evs = append(cpus, ms(apiPer)), append(sent, f.bytesPerChange), append(evs, f.eventsPerChange)
+			apiPer, instPer := f.perChange(f.apiCPU, idle.api), f.perChange(f.instCPU, idle.inst)
+			ev, by := f.watchPerChange(idle)
+			cpus, sent, evs = append(cpus, ms(apiPer)), append(sent, by), append(evs, ev)
 			icpu, arss = append(icpu, ms(instPer)), append(arss, float64(a)/(1<<20))
-			fmt.Printf("fleet: %3d instances round %d: apiserver %.3f ms CPU/change (idle %.1f%%), RSS %.0f MiB; %.0f B and %.1f events sent per change; instances %.3f ms CPU/change (idle %.1f%%), RSS median %.1f MiB\n",
-				n, r+1, ms(apiPer), 100*idleAPI, float64(a)/(1<<20), f.bytesPerChange, f.eventsPerChange, ms(instPer), 100*idleInst, result.Median(rss))
+			fmt.Printf("fleet: %3d instances round %d (%s): apiserver %.3f ms CPU/change (idle %.1f%%), RSS %.0f MiB; %.0f B and %.2f events sent per change (%.2f idle events/s taken off; %.2f before); instances %.3f ms CPU/change (idle %.1f%%), RSS median %.1f MiB\n",
+				n, r+1, f.wall.Round(time.Second), ms(apiPer), 100*idle.api, float64(a)/(1<<20), by, ev, idle.events, f.eventsPerChange, ms(instPer), 100*idle.inst, result.Median(rss))
 		}
 		apiCPU.add(seriesPlinth, x, cpus...)
 		apiRSS.add(seriesPlinth, x, arss...)
@@ -265,7 +269,7 @@ func run(ctx context.Context, o options) (err error) {
 			var cpus, sent []float64
 			for r := range o.runs {
 				var f churnFigures
-				idleAPI, _, err := w.idleAround(idleWindow, nil, func() (err error) {
+				idle, err := w.idleAround(ctx, idleWindow, nil, func() (err error) {
 					f, err = w.churn(ctx, n, o.changes, nil)
 					return err
 				})
@@ -273,9 +277,10 @@ func run(ctx context.Context, o options) (err error) {
 					stop()
 					return err
 				}
-				apiPer := f.perChange(f.apiCPU, idleAPI)
-				cpus, sent = append(cpus, ms(apiPer)), append(sent, f.bytesPerChange)
-				fmt.Printf("fleet: %3d watchers (%s) round %d: apiserver %.3f ms CPU/change (idle %.1f%%), %.0f B sent per change\n", n, name, r+1, ms(apiPer), 100*idleAPI, f.bytesPerChange)
+				apiPer := f.perChange(f.apiCPU, idle.api)
+				_, by := f.watchPerChange(idle)
+				cpus, sent = append(cpus, ms(apiPer)), append(sent, by)
+				fmt.Printf("fleet: %3d watchers (%s) round %d (%s): apiserver %.3f ms CPU/change (idle %.1f%%), %.0f B sent per change\n", n, name, r+1, f.wall.Round(time.Second), ms(apiPer), 100*idle.api, by)
 			}
 			stop()
 			fmt.Printf("fleet: %3d watchers (%s) received %d events for %d changes\n", n, name, received(), o.runs*o.changes)
@@ -283,6 +288,8 @@ func run(ctx context.Context, o options) (err error) {
 			bytes.add(name, float64(n), sent...)
 		}
 	}
+	notes = append(notes, fmt.Sprintf("All %d claims were provisioned and Bound in %s by the whole fleet (%d instances) running at once.",
+		o.claims, w.provisioned.Round(time.Second), maxN))
 	notes = append(notes, extrapolate(bytes, events, apiCPU, instRSS, o)...)
 	return writeResults(o, notes, apiCPU, apiRSS, bytes, events, instRSS, instCPU)
 }
@@ -308,43 +315,46 @@ func (w *world) calm(pids []int) error {
 	return nil
 }
 
-// provisionBatch is how many instances provision at once.
-const provisionBatch = 10
-
-// provision has every node's instance make its volumes and PVs, a batch
-// of instances at a time, each batch until its claims are Bound, then
-// stopped. The measured instances restart on what they made.
+// provision has every node's instance make its volumes and PVs, the
+// whole fleet at once, until every claim is Bound, then stops them. The
+// measured instances restart on what they made. An instance that exits
+// ends the wait at once. (Until each node selected its claims by label
+// and the admission server had FlowSchemas of its own,
+// clusterobjects.AdmissionFlowSchemas, a hundred instances provisioning
+// at once starved binding, and the benchmark provisioned ten instances
+// at a time.)
 func (w *world) provision(ctx context.Context, bin string) error {
-	maxN, perNode := w.o.maxNodes(), w.o.claims/w.o.maxNodes()
-	for first := 0; first < maxN; first += provisionBatch {
-		start := time.Now()
-		last := min(first+provisionBatch, maxN)
-		var batch []*cluster.Process
-		stop := func() {
-			for _, p := range batch {
-				p.Stop()
-			}
+	start := time.Now()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var fleet []*cluster.Process
+	defer func() {
+		for _, p := range fleet {
+			p.Stop()
 		}
-		for i := first; i < last; i++ {
-			p, _, err := w.startInstance(bin, i)
-			if err != nil {
-				stop()
-				return err
-			}
-			batch = append(batch, p)
-		}
-		err := cluster.WaitBound(ctx, w.fast, namespace, perNode*last, 15*time.Minute)
-		for _, p := range batch {
-			if err == nil && p.Exited() {
-				err = fmt.Errorf("%s exited while provisioning (log in %s)", p.Name, w.tmp)
-			}
-		}
-		stop()
+	}()
+	for i := range w.o.maxNodes() {
+		p, _, err := w.startInstance(bin, i)
 		if err != nil {
-			return fmt.Errorf("provisioning for instances %d to %d: %w", first, last-1, err)
+			return err
 		}
-		fmt.Printf("fleet: instances %d to %d provisioned %d claims in %s\n", first, last-1, perNode*(last-first), time.Since(start).Round(time.Second))
+		fleet = append(fleet, p)
+		go func() {
+			select {
+			case <-p.Done():
+				cancel(fmt.Errorf("%s exited while provisioning (log in %s)", p.Name, w.tmp))
+			case <-ctx.Done():
+			}
+		}()
 	}
+	if err := cluster.WaitBound(ctx, w.fast, namespace, w.o.claims, 30*time.Minute); err != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			err = cause
+		}
+		return fmt.Errorf("provisioning with %d instances: %w", len(fleet), err)
+	}
+	w.provisioned = time.Since(start)
+	fmt.Printf("fleet: %d instances, all running, provisioned %d claims in %s\n", len(fleet), w.o.claims, w.provisioned.Round(time.Second))
 	return nil
 }
 
@@ -352,11 +362,10 @@ func (w *world) provision(ctx context.Context, bin string) error {
 // log the same at every start, and returns it with the address of its
 // health endpoint.
 func (w *world) startInstance(bin string, i int) (*cluster.Process, string, error) {
-	ports, err := launch.FreePorts(1)
+	addr, err := metricsAddress(i)
 	if err != nil {
 		return nil, "", err
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	dir := filepath.Join(w.tmp, nodeName(i))
 	args, err := cluster.PlinthNodeArgs(w.cp, nodeName(i), dir)
 	if err != nil {
@@ -365,6 +374,24 @@ func (w *world) startInstance(bin string, i int) (*cluster.Process, string, erro
 	args = append(args, "--metrics-address="+addr)
 	p, err := cluster.StartProcess(nodeName(i), bin, args, nil, dir+".log")
 	return p, addr, err
+}
+
+// metricsPortBase is the first of the instances' metrics ports, one per
+// node, below the kernel's ephemeral ports (32768 and up by default): a
+// port the kernel handed out free could be taken by one of the fleet's
+// own outgoing connections before its instance binds it, which 200
+// instances starting at once did.
+const metricsPortBase = 21000
+
+// metricsAddress is the metrics address of node i's instance, checked
+// free.
+func metricsAddress(i int) (string, error) {
+	addr := "127.0.0.1:" + strconv.Itoa(metricsPortBase+i)
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("metrics address of %s: %w", nodeName(i), err)
+	}
+	return addr, l.Close()
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
