@@ -111,10 +111,10 @@ CLUSTER=(
 	# plinth-node's RSS and CPU against local-path-provisioner's (14.4):
 	# about 7 min with 2 runs measured, 10 with the default 3.
 	"footprint 10"
-	# Many provisioners against one control plane (14.5): 22.7 min
-	# measured (10, 50 and 100 instances, claims provisioned first,
-	# registered nodes, settled RSS).
-	"fleet 40"
+	# Many provisioners against one control plane (14.5, 35): 27.5 min
+	# measured (10, 50, 100 and 200 instances, 3 rounds each, every claim
+	# provisioned first by the whole fleet, registered nodes, settled RSS).
+	"fleet 35"
 )
 
 quick=${BENCH_QUICK:-}
