@@ -97,6 +97,9 @@ func PlinthNodeArgs(p Paths) []string {
 	return args
 }
 
+// policyProbe names the objects waitPolicyInForce probes with.
+const policyProbe = "plinth-policy-probe"
+
 // waitPolicyInForce waits until the API server applies the admission
 // policies and the webhook to node agents, which it does once its
 // informers have compiled them: until then a node's first writes would
@@ -104,7 +107,8 @@ func PlinthNodeArgs(p Paths) []string {
 // a dry run, for something of no node's, and each is refused by one
 // policy or the webhook: a capacity object, a PV, the change of a claim
 // placed on no node, and a PV the policies admit for a claim placed on no
-// node.
+// node. The probe claim, which exists while the probes run, leaves no
+// Event (TestPolicyProbeLeavesNoWarning).
 func (c *Cluster) waitPolicyInForce(ctx context.Context) error {
 	node, err := KubeconfigClient(c.NodeKubeconfig)
 	if err != nil {
@@ -113,12 +117,19 @@ func (c *Cluster) waitPolicyInForce(ctx context.Context) error {
 	dry := []string{metav1.DryRunAll}
 	ns := metav1.NamespaceDefault
 	claim := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "plinth-policy-probe", Namespace: ns},
+		ObjectMeta: metav1.ObjectMeta{Name: policyProbe, Namespace: ns},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}},
-			// A class that does not exist: nothing provisions or binds it.
-			StorageClassName: new("plinth-policy-probe"),
+			// No class, and a volume that never exists: nothing provisions
+			// or binds the claim, and the PV controller waits for the
+			// volume without a word. (A claim of a class that does not
+			// exist would leave a Warning Event, ProvisioningFailed, for
+			// users to find.) Without a class it asks no driver for its
+			// volume: the claims policy refuses a node agent any change of
+			// it, and the webhook any PV for it.
+			StorageClassName: new(""),
+			VolumeName:       policyProbe,
 		},
 	}
 	if _, err := c.Client.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -130,13 +141,13 @@ func (c *Cluster) waitPolicyInForce(ctx context.Context) error {
 	probes := map[string]func(context.Context) error{
 		clusterobjects.CapacityPolicyName: func(ctx context.Context) error {
 			_, err := node.StorageV1().CSIStorageCapacities(ns).Create(ctx, &storagev1.CSIStorageCapacity{
-				ObjectMeta: metav1.ObjectMeta{Name: "plinth-policy-probe"}, StorageClassName: "plinth-policy-probe",
+				ObjectMeta: metav1.ObjectMeta{Name: policyProbe}, StorageClassName: policyProbe,
 			}, metav1.CreateOptions{DryRun: dry})
 			return err
 		},
 		clusterobjects.VolumesPolicyName: func(ctx context.Context) error {
 			_, err := node.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
-				ObjectMeta: metav1.ObjectMeta{Name: "plinth-policy-probe"},
+				ObjectMeta: metav1.ObjectMeta{Name: policyProbe},
 				Spec: corev1.PersistentVolumeSpec{
 					Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")},
 					AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
