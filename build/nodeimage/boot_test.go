@@ -17,7 +17,7 @@ import (
 	"source.plinth.dev/build/microvm"
 	"source.plinth.dev/node/core/imagelayout"
 
-	"source.plinth.dev/build/ktest/initramfs"
+	"source.plinth.dev/test/ktest/initramfs"
 )
 
 // The boot test boots a variant of the node image, the real one with
@@ -80,7 +80,7 @@ func prepareBoot(t *testing.T) bootInputs {
 	}
 	root := repoRoot(t)
 	run(t, root, nil, "build/scripts/apt-install.sh", append([]string{"qemu-system-x86", "lz4"}, DebianPackages...)...)
-	kernel := run(t, root, nil, "build/ktest/kernel.sh")
+	kernel := run(t, root, nil, "test/ktest/kernel.sh")
 	mods, _ := filepath.Glob(filepath.Join(kernel, "lib/modules/*"))
 	if len(mods) != 1 {
 		t.Fatalf("expected one module directory in %s, found %q", kernel, mods)

@@ -31,7 +31,7 @@
 #   count=N        -count for this entry: the report's runs, of which it
 #                  shows median and spread (default $BENCH_COUNT or 5; long
 #                  one-shot measurements run fewer).
-#   vm             run in the kernel test VM (build/ktest), for code that
+#   vm             run in the kernel test VM (test/ktest), for code that
 #                  needs kernel features the host lacks.
 #   controlplane   with vm: the VM also gets the control plane's binaries
 #                  and a static plinth-node, as test-kernel.sh gives the
@@ -216,9 +216,9 @@ cp_args=()
 vm_setup() {
 	[ -n "$vm_ready" ] && return
 	build/scripts/apt-install.sh qemu-system-x86 xfsprogs e2fsprogs lz4
-	kernel=$(build/ktest/kernel.sh)
+	kernel=$(test/ktest/kernel.sh)
 	modules=$(echo "$kernel"/lib/modules/*)
-	CGO_ENABLED=0 go build -o "$work/ktest" ./build/ktest/cmd/ktest
+	CGO_ENABLED=0 go build -o "$work/ktest" ./test/ktest/cmd/ktest
 	vm_ready=1
 }
 for entry in "${ENTRIES[@]}"; do
@@ -332,7 +332,7 @@ for entry in "${ENTRIES[@]}"; do
 		bin="$work/$(echo "${pkg#./}" | tr / _).test"
 		CGO_ENABLED=0 go test -c -o "$bin" "$pkg"
 		# The VM's init runs the binary with -test.v and fails it for a
-		# skip (build/ktest). Strip the console's timestamps.
+		# skip (test/ktest). Strip the console's timestamps.
 		vm_args=()
 		[ -z "$withcp" ] || vm_args=("${cp_args[@]}")
 		"$work/ktest" -kernel "$kernel/vmlinux" -modules "$modules" "${vm_args[@]}" "$bin" -- \

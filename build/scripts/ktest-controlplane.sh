@@ -1,5 +1,5 @@
 # ktest-controlplane.sh — sourced (not run) by the scripts that boot the
-# kernel-test VM (build/ktest) for controller tests or benchmarks:
+# kernel-test VM (test/ktest) for controller tests or benchmarks:
 # test-kernel.sh and bench.sh. One place says what such a VM needs, so the
 # two cannot drift apart.
 #

@@ -3,7 +3,7 @@
 # finds it in the cache) and prints two lines:
 #   1. the image: an initramfs archive (newc cpio, compressed) under
 #      $PLINTH_CACHE/nodeimage/<key>/, the whole root filesystem of the node
-#   2. the kernel directory it boots with (build/ktest/kernel.sh): <dir>/vmlinux
+#   2. the kernel directory it boots with (test/ktest/kernel.sh): <dir>/vmlinux
 # e.g.  { read -r image; read -r kernel; } < <(build/scripts/nodeimage.sh)
 #
 # The layout is node/core/imagelayout's (docs/design.md, "The node image"); the builder is
@@ -28,7 +28,7 @@ cd "$(dirname "$0")/../.."
 export PATH=/usr/local/go/bin:$PATH
 
 build/scripts/apt-install.sh containerd runc containernetworking-plugins busybox-static xfsprogs lz4 >&2
-kernel=$(build/ktest/kernel.sh)
+kernel=$(test/ktest/kernel.sh)
 modules=$(echo "$kernel"/lib/modules/*)
 kubelet=$(third_party/kubernetes/build.sh)/kubelet
 gvisor=$(third_party/gvisor/build.sh)

@@ -2,11 +2,11 @@
 # test-kernel.sh [TEST-ARGS...] — runs every kernel test against a real kernel.
 #
 # A package has kernel tests when a _test.go file calls ktest.Main (see
-# build/ktest). Each such package is tested twice:
+# test/ktest). Each such package is tested twice:
 #   1. on the host, as root (loop devices work on any kernel; tests that need
 #      the VM skip here via ktest.RequireVM), and
 #   2. inside a qemu micro-VM booting the pinned Debian cloud kernel, with
-#      fresh XFS/ext4 disks mounted with prjquota (build/ktest/cmd/ktest).
+#      fresh XFS/ext4 disks mounted with prjquota (test/ktest/cmd/ktest).
 # Any failure, and a VM that does not boot or report, fails the target.
 # TEST-ARGS go to the test binaries in both runs, e.g. -test.run=Quota.
 #
@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 build/scripts/apt-install.sh qemu-system-x86 xfsprogs e2fsprogs lz4 util-linux
-kernel=$(build/ktest/kernel.sh)
+kernel=$(test/ktest/kernel.sh)
 modules=$(echo "$kernel"/lib/modules/*)
 
 mapfile -t pkgs < <(git ls-files --cached --others --exclude-standard '*_test.go' | xargs grep -l 'ktest\.Main(' | xargs -n1 dirname | sort -u | sed 's|^|./|')
@@ -68,7 +68,7 @@ go test -count=1 "${host_pkgs[@]}" -args "$@"
 
 # VM run: static binaries, since the VM has no libc. The runner doubles as
 # the VM's /init, so it is static too.
-CGO_ENABLED=0 go build -o "$work/ktest" ./build/ktest/cmd/ktest
+CGO_ENABLED=0 go build -o "$work/ktest" ./test/ktest/cmd/ktest
 tests=()
 vm_args=()
 for p in "${pkgs[@]}"; do

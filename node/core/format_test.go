@@ -11,9 +11,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/loop"
+	"source.plinth.dev/test/ktest"
 )
 
 func TestIsBlank(t *testing.T) {

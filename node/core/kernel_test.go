@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/test/ktest"
 )
 
 // TestMain lets `make test-kernel` run this package in the kernel VM too,

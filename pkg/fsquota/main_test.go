@@ -3,7 +3,7 @@ package fsquota_test
 import (
 	"testing"
 
-	"source.plinth.dev/build/ktest"
+	"source.plinth.dev/test/ktest"
 )
 
 // TestMain lets `make test-kernel` run these tests in the kernel test VM.

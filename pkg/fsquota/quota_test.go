@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/pkg/fsquota"
+	"source.plinth.dev/test/ktest"
 )
 
 const MiB = 1 << 20

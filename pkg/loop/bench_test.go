@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/pkg/loop"
+	"source.plinth.dev/test/ktest"
 )
 
 // BenchmarkCreateRemove measures attaching and freeing a block volume's

@@ -5,9 +5,9 @@ import (
 	"os"
 	"testing"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/pkg/loop/looptest"
+	"source.plinth.dev/test/ktest"
 )
 
 // TestTenantFreesAnUnheldDevice is the kernel rule behind the reuse of a

@@ -9,9 +9,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/pkg/mountinfo"
 	"source.plinth.dev/pkg/mountinfo/mounttest"
+	"source.plinth.dev/test/ktest"
 )
 
 // The real-mount test also runs in the kernel test VM.

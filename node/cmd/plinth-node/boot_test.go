@@ -15,8 +15,8 @@ import (
 	"source.plinth.dev/build/microvm"
 	"source.plinth.dev/node/core/imagelayout"
 
-	"source.plinth.dev/build/ktest/initramfs"
 	"source.plinth.dev/pkg/kmod"
+	"source.plinth.dev/test/ktest/initramfs"
 )
 
 // The boot tests run plinth-node as what it is on a node: the kernel's
@@ -88,7 +88,7 @@ func setUpBoot() (bootEnv, string, error) {
 	if out, err := exec.Command(filepath.Join(root, "build/scripts/apt-install.sh"), "qemu-system-x86", "xfsprogs", "lz4").CombinedOutput(); err != nil {
 		return e, "", fmt.Errorf("installing qemu and xfsprogs: %v\n%s", err, out)
 	}
-	out, err := exec.Command(filepath.Join(root, "build/ktest/kernel.sh")).Output()
+	out, err := exec.Command(filepath.Join(root, "test/ktest/kernel.sh")).Output()
 	if err != nil {
 		return e, "", fmt.Errorf("getting the test kernel: %v", err)
 	}

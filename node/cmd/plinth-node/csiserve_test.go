@@ -18,9 +18,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/pkg/mountinfo/mounttest"
+	"source.plinth.dev/test/ktest"
 )
 
 // TestCSIServeSurvivesKill runs `plinth-node csi-serve` as a process,

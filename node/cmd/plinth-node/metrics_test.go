@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/node/kubernetes/metrics/metricstest"
+	"source.plinth.dev/test/ktest"
 )
 
 // csiServeWithMetrics starts csi-serve with a metrics endpoint on a free

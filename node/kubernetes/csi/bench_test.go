@@ -12,9 +12,9 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/loop"
+	"source.plinth.dev/test/ktest"
 )
 
 // BenchmarkPublishUnpublishBlock measures one NodePublishVolume plus one

@@ -15,13 +15,13 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/fsquota"
 	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/pkg/mountinfo/mounttest"
+	"source.plinth.dev/test/ktest"
 )
 
 // TestMain lets `make test-kernel` run these tests on the host and in the

@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/node/kubernetes/volume/volumetest"
 	"source.plinth.dev/pkg/fsquota"
 	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/pkg/mountinfo/mounttest"
+	"source.plinth.dev/test/ktest"
 )
 
 // Environment of the kernel VM that names the csi-sanity binary

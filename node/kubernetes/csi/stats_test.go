@@ -9,9 +9,9 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/fsquota"
+	"source.plinth.dev/test/ktest"
 )
 
 func usage(resp *csi.NodeGetVolumeStatsResponse, unit csi.VolumeUsage_Unit) *csi.VolumeUsage {

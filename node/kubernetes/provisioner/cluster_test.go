@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/pkg/supervisor"
+	"source.plinth.dev/test/ktest"
 )
 
 func TestMain(m *testing.M) {

@@ -20,11 +20,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/fsquota"
+	"source.plinth.dev/test/ktest"
 )
 
 // minKills is the fewest SIGKILLs TestCrashSafety accepts during its 250

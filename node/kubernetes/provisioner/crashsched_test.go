@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/test/ktest"
 )
 
 // placeHandedBack stands in for the scheduler, as the crash schedule does

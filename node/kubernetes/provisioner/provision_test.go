@@ -19,12 +19,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/node/kubernetes/volume/volumetest"
+	"source.plinth.dev/test/ktest"
 )
 
 func TestProvisionFilesystemAndBlock(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"source.plinth.dev/build/ktest"
+	"source.plinth.dev/test/ktest"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"

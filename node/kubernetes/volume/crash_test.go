@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/pkg/loop"
+	"source.plinth.dev/test/ktest"
 )
 
 // findUp looks for rel in the working directory and its parents (the

@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/pkg/loop"
+	"source.plinth.dev/test/ktest"
 )
 
 // TestExpandRefreshesPublishedBlockDevice: a block volume served by a loop

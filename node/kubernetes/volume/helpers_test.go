@@ -10,9 +10,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/node/kubernetes/volume/volumetest"
 	"source.plinth.dev/pkg/loop"
+	"source.plinth.dev/test/ktest"
 )
 
 // TestMain lets `make test-kernel` run these tests on the host (as root)

@@ -12,8 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/pkg/fsquota"
+	"source.plinth.dev/test/ktest"
 )
 
 // enforcedBackends are the VM filesystems with project quotas.

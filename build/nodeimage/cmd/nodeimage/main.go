@@ -47,7 +47,7 @@ func main() {
 	}
 	flag.StringVar(&in.Init, "init", "", "static program to run as /init (plinth-node, CGO_ENABLED=0)")
 	flag.StringVar(&in.Kubelet, "kubelet", "", "the patched kubelet (third_party/kubernetes/build.sh)")
-	flag.StringVar(&in.ModDir, "moddir", "", "lib/modules/<version> of the kernel the image boots with (build/ktest/kernel.sh)")
+	flag.StringVar(&in.ModDir, "moddir", "", "lib/modules/<version> of the kernel the image boots with (test/ktest/kernel.sh)")
 	flag.StringVar(&in.Compression, "compression", nodeimage.DefaultCompression, "archive compression: none, gzip or lz4")
 	flag.StringVar(&cache, "cache", defCache, "cache directory of built images")
 	flag.StringVar(&repo, "repo", ".", "the repository root, to build the pause image")

@@ -29,7 +29,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/internal/controller"
@@ -38,6 +37,7 @@ import (
 	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/node/kubernetes/volume/volumetest"
 	"source.plinth.dev/pkg/fsquota"
+	"source.plinth.dev/test/ktest"
 	"source.plinth.dev/test/launch"
 )
 

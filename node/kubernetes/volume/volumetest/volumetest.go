@@ -15,9 +15,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"source.plinth.dev/build/ktest"
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/pkg/fsquota"
+	"source.plinth.dev/test/ktest"
 )
 
 // DataDir places a data directory tree at dir, creates it, and probes its

@@ -24,7 +24,7 @@ import (
 func main() {
 	dir := flag.String("dir", "/tmp/plinth-vm", "work directory: the node's disks and console logs stay, the control plane is started anew")
 	bin := flag.String("k8s-bin", os.Getenv(launch.BinEnv), "directory with the Kubernetes binaries (default: build them)")
-	kernel := flag.String("kernel", "", "vmlinux to boot (build/ktest/kernel.sh prints its directory)")
+	kernel := flag.String("kernel", "", "vmlinux to boot (test/ktest/kernel.sh prints its directory)")
 	image := flag.String("image", "", "the node image (initramfs) from build/scripts/nodeimage.sh")
 	fresh := flag.Bool("fresh", false, "start from a blank data disk (a new machine)")
 	console := flag.Bool("console", false, "print the VM's console on stderr (it is always in <dir>/node/console-N.log)")

@@ -8,7 +8,7 @@
 //
 // `make test-kernel` finds such packages (grep for "ktest.Main("), builds
 // each one's test binary statically, and boots them all in one VM with
-// build/ktest/cmd/ktest, which also serves as the VM's /init. Inside the
+// test/ktest/cmd/ktest, which also serves as the VM's /init. Inside the
 // VM the test binaries run as children of init, so a test that panics
 // still ends in a reported failure rather than a kernel panic.
 //

@@ -18,7 +18,7 @@ if [ -f "$cache/.complete" ]; then
 	echo "$cache"
 	exit 0
 fi
-"$(dirname "$0")/../scripts/apt-install.sh" lz4 >&2
+"$(dirname "$0")/../../build/scripts/apt-install.sh" lz4 >&2
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -31,7 +31,7 @@ if ! download; then
 	if ! download; then
 		echo "ktest: cannot download $PKG=$PKGVER from Debian." >&2
 		echo "ktest: Debian may have replaced it; see 'apt-cache policy linux-image-cloud-amd64'" >&2
-		echo "ktest: and update KVER/PKGVER in build/ktest/kernel.sh." >&2
+		echo "ktest: and update KVER/PKGVER in test/ktest/kernel.sh." >&2
 		exit 1
 	fi
 fi
