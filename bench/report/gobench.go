@@ -15,7 +15,7 @@ const (
 
 var (
 	seconds     = result.Axis{Label: "time", Unit: "s"}
-	vmNote      = "Run in the kernel-test VM (build/ktest: Debian's cloud kernel under qemu, TCG emulation, so absolute times are several times the host's), where project quotas are enforced."
+	vmNote      = "Run in the kernel-test VM (test/ktest: Debian's cloud kernel under qemu, TCG emulation, so absolute times are several times the host's), where project quotas are enforced."
 	countedNote = "Each run is one `go test -bench` result (-count runs): the mean over the iterations of that run."
 )
 
