@@ -93,7 +93,7 @@ func prepareBoot(t *testing.T) bootInputs {
 	}
 	check := filepath.Join(work, "bootcheck")
 	run(t, root, []string{"CGO_ENABLED=0"}, gobin, "build", "-o", check, "./build/nodeimage/bootcheck")
-	imgs, err := TestImages(context.Background(), root, work)
+	imgs, err := NodeImages(context.Background(), root, work)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,37 +5,26 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"source.plinth.dev/test/images"
+	"source.plinth.dev/build/goimage"
+	"source.plinth.dev/node/kubernetes/containerd"
 )
 
-// TestImages writes the container images every node has, pause (the
-// sandbox image), busybox and the e2e test workload (so the same workload
-// runs on a VM node as on the host), as docker-archive tarballs into dir and
-// returns their paths. Their bytes depend only on their sources, so they
-// do not disturb the image's cache key.
-func TestImages(ctx context.Context, repoRoot, dir string) ([]string, error) {
-	pause, err := images.Pause(ctx, repoRoot)
+// NodeImages writes the container images every node has into dir as
+// archives and returns their paths: only the sandbox image (node/cmd/pause,
+// tagged containerd.SandboxImage), without which containerd runs no pod
+// and which a node, pulling nothing, cannot fetch. Images for the pods the
+// tests run go into a test variant of the image (Inputs.Images, the
+// command's -image). repoRoot is the directory of the main module. The
+// image's bytes depend only on its sources, so it does not disturb the
+// node image's cache key.
+func NodeImages(ctx context.Context, repoRoot, dir string) ([]string, error) {
+	pause, err := goimage.Build(ctx, repoRoot, "./node/cmd/pause", containerd.SandboxImage)
 	if err != nil {
 		return nil, err
 	}
-	busybox, err := images.Busybox(ctx, images.DefaultBusybox)
-	if err != nil {
-		return nil, err
+	p := filepath.Join(dir, "pause.tar")
+	if err := pause.WriteFile(p); err != nil {
+		return nil, fmt.Errorf("writing %s: %w", p, err)
 	}
-	workload, err := images.PersistentVolume(ctx, repoRoot)
-	if err != nil {
-		return nil, err
-	}
-	var paths []string
-	for _, img := range []struct {
-		name string
-		img  images.Image
-	}{{"pause.tar", pause}, {"busybox.tar", busybox}, {"persistentvolume.tar", workload}} {
-		p := filepath.Join(dir, img.name)
-		if err := img.img.WriteFile(p); err != nil {
-			return nil, fmt.Errorf("writing %s: %w", p, err)
-		}
-		paths = append(paths, p)
-	}
-	return paths, nil
+	return []string{p}, nil
 }

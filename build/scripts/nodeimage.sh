@@ -11,11 +11,13 @@
 # built static from this checkout, the patched kubelet
 # (third_party/kubernetes/build.sh), gVisor's runsc and its shim
 # (third_party/gvisor/build.sh), Debian's containerd, runc, CNI plugins,
-# xfsprogs and busybox-static, the test kernel's modules, and the pause and
-# busybox images of test/images. Extra container images: -image FILE.tar
-# (repeatable); extra kernel modules: -module NAME. The key hashes every
-# input's content and the builder itself, so a second call with nothing
-# changed is a cache hit (about a second, mostly `go build` finding its cache).
+# xfsprogs and busybox-static, the test kernel's modules, and the one
+# container image a node needs, the pods' sandbox (node/cmd/pause). Extra
+# container images: -image FILE.tar (repeatable; nodeimage-test.sh adds the
+# tests' images that way); extra kernel modules: -module NAME. The key
+# hashes every input's content and the builder itself, so a second call
+# with nothing changed is a cache hit (about a second, mostly `go build`
+# finding its cache).
 #
 # Not a Bazel rule (yet): most inputs live outside Bazel (the kubelet in the
 # third_party build's cache, the kernel in ktest's, Debian's binaries in /usr,

@@ -2,7 +2,9 @@
 # run-vm.sh — `make run-vm`: a Plinth node booted from the node image in a
 # qemu VM (TCG), joined to a control plane on this host, until Ctrl-C. The
 # node's data disk persists in the work directory; the next run boots the
-# same node again. See test/nodevm.
+# same node again. It boots the node image's test variant
+# (nodeimage-test.sh), which has the busybox image of the example pod it
+# prints. See test/nodevm.
 #
 # Environment: PLINTH_VM_DIR (work directory, default /tmp/plinth-vm),
 # PLINTH_CACHE (caches), PLINTH_VM_ARGS (extra plinth-vm flags: -fresh,
@@ -17,7 +19,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 build/scripts/apt-install.sh qemu-system-x86 iproute2
 k8s_bin=$(third_party/kubernetes/build.sh)
-{ read -r image; read -r kernel; } < <(build/scripts/nodeimage.sh)
+{ read -r image; read -r kernel; } < <(build/scripts/nodeimage-test.sh)
 bin=${PLINTH_CACHE:-$HOME/.cache/plinth}/run-bin
 mkdir -p "$bin"
 go build -o "$bin/" ./test/nodevm/cmd/plinth-vm

@@ -6,58 +6,26 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path"
-	"path/filepath"
 	"strings"
+
+	"source.plinth.dev/build/goimage"
 )
 
 // DefaultBusybox is where Debian's busybox-static package installs the binary.
 const DefaultBusybox = "/bin/busybox"
 
-// Pause compiles test/images/pause as a static binary and returns its image.
-// repoRoot is the directory of the main module (source.plinth.dev).
+// Pause builds the pods' sandbox program (node/cmd/pause, the one the
+// node image ships) and returns its image. repoRoot is the directory of
+// the main module (source.plinth.dev).
 func Pause(ctx context.Context, repoRoot string) (Image, error) {
-	return goImage(ctx, repoRoot, "./test/images/pause", PauseRef)
+	return goimage.Build(ctx, repoRoot, "./node/cmd/pause", PauseRef)
 }
 
-// PersistentVolume compiles the e2e test workload
-// (test/e2e/persistentvolume) as a static binary and returns its image,
-// whose entrypoint is the workload: a pod gives it only its flags.
+// PersistentVolume builds the e2e test workload
+// (test/e2e/persistentvolume) and returns its image, whose entrypoint is
+// the workload: a pod gives it only its flags.
 func PersistentVolume(ctx context.Context, repoRoot string) (Image, error) {
-	return goImage(ctx, repoRoot, "./test/e2e/persistentvolume", PersistentVolumeRef)
-}
-
-// goImage builds the main package pkg (relative to repoRoot) as a static
-// binary and returns an image that holds only it, as its entrypoint, named
-// after the package's last element.
-func goImage(ctx context.Context, repoRoot, pkg, ref string) (Image, error) {
-	name := path.Base(pkg)
-	tmp, err := os.MkdirTemp("", "plinth-image-"+name+"-")
-	if err != nil {
-		return Image{}, fmt.Errorf("building image %s: %w", ref, err)
-	}
-	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, name)
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = "/usr/local/go/bin/go" // where the project's machines have it
-	}
-	cmd := exec.CommandContext(ctx, goTool, "build", "-trimpath", "-ldflags=-s -w", "-o", bin, pkg)
-	cmd.Dir = repoRoot
-	// Static, so it runs in an image that has nothing else in it.
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return Image{}, fmt.Errorf("building image %s: go build %s: %w\n%s", ref, pkg, err, out)
-	}
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		return Image{}, fmt.Errorf("building image %s: %w", ref, err)
-	}
-	return Image{
-		Ref:        ref,
-		Entrypoint: []string{"/" + name},
-		Files:      []File{{Path: name, Mode: 0o755, Data: data}},
-	}, nil
+	return goimage.Build(ctx, repoRoot, "./test/e2e/persistentvolume", PersistentVolumeRef)
 }
 
 // Busybox returns an image holding the static busybox binary at

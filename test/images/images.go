@@ -1,11 +1,14 @@
-// Package images builds the container images a Plinth test node needs, as
-// OCI archives (pkg/ociimage) that `ctr images import` loads into containerd.
+// Package images builds the container images the tests' nodes need, as
+// OCI archives (pkg/ociimage) that `ctr images import` loads into
+// containerd: the host's test cluster (test/launch) loads all of them, the
+// node image's test variant the tests' own (WriteNodeTestImages); the
+// node image itself ships only the sandbox image (build/nodeimage).
 //
 // No registry is reachable from CI, so nothing is pulled: every image is a
-// single layer written here from local files (a static Go program, the
-// Debian busybox-static binary) without docker or any image tool; the same
-// inputs give the same image ID. deploy/'s image of plinth-node is written
-// the same way (build/containerimage).
+// single layer written from local files (a static Go program, built by
+// build/goimage; the Debian busybox-static binary) without docker or any
+// image tool; the same inputs give the same image ID. deploy/'s image of
+// plinth-node is written the same way (build/containerimage).
 package images
 
 import "source.plinth.dev/pkg/ociimage"

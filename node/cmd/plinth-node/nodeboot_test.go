@@ -19,6 +19,7 @@ import (
 	"source.plinth.dev/build/nodeimage"
 	"source.plinth.dev/node/core/nodeconfig"
 	"source.plinth.dev/pkg/loop"
+	"source.plinth.dev/test/images"
 )
 
 // The node boot tests boot a whole node: plinth-node as PID 1 with a
@@ -43,8 +44,9 @@ func prepareNodeImage(t *testing.T, e bootEnv) string {
 	return nodeImage
 }
 
-// buildNodeImage builds the node image with the boot tests' plinth-node as
-// /init, into the work directory (its own cache, removed with it).
+// buildNodeImage builds the node image's test variant (the tests' images
+// added) with the boot tests' plinth-node as /init, into the work
+// directory (its own cache, removed with it).
 func buildNodeImage(e bootEnv) (string, int, error) {
 	root, _ := repoRoot()
 	if out, err := exec.Command(filepath.Join(root, "build/scripts/apt-install.sh"), nodeimage.DebianPackages...).CombinedOutput(); err != nil {
@@ -60,10 +62,16 @@ func buildNodeImage(e bootEnv) (string, int, error) {
 	if err := os.MkdirAll(imgDir, 0o755); err != nil {
 		return "", 0, err
 	}
-	imgs, err := nodeimage.TestImages(ctx, root, imgDir)
+	imgs, err := nodeimage.NodeImages(ctx, root, imgDir)
 	if err != nil {
 		return "", 0, err
 	}
+	// The test variant: the pods these tests run need busybox.
+	testImgs, err := images.WriteNodeTestImages(ctx, root, imgDir)
+	if err != nil {
+		return "", 0, err
+	}
+	imgs = append(imgs, testImgs...)
 	img, err := nodeimage.Build(ctx, nodeimage.NodeInputs(filepath.Join(e.workDir, "plinth-node"), kubelet, e.modDir, imgs), filepath.Join(e.workDir, "node-image-cache"))
 	if err != nil {
 		return "", 0, fmt.Errorf("building the node image: %w", err)

@@ -31,7 +31,8 @@ import (
 )
 
 // SandboxImage is the pod sandbox ("pause") image. The node image ships it
-// among its images (test/images builds it as images.PauseRef).
+// (build/nodeimage builds node/cmd/pause under this name), and the host's
+// test cluster loads it (test/images builds it as images.PauseRef).
 const SandboxImage = "plinth.local/pause:1"
 
 // Namespace is containerd's namespace of the CRI plugin, where the

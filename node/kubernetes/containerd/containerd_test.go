@@ -10,10 +10,11 @@ import (
 	"source.plinth.dev/test/images"
 )
 
-// The sandbox image must be the pause image the node image ships.
+// The sandbox image must be the pause image the host's test cluster
+// loads (the node image names its own SandboxImage).
 func TestSandboxImageIsShipped(t *testing.T) {
 	if SandboxImage != images.PauseRef {
-		t.Fatalf("SandboxImage = %s, but the shipped pause image is %s", SandboxImage, images.PauseRef)
+		t.Fatalf("SandboxImage = %s, but the test cluster's pause image is %s", SandboxImage, images.PauseRef)
 	}
 }
 

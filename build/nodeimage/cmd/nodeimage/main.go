@@ -4,7 +4,9 @@
 //	nodeimage -init plinth-node -kubelet .../kubelet -moddir .../lib/modules/<version> [-image extra.tar]...
 //
 // build/scripts/nodeimage.sh supplies all of that from the project's own
-// caches; use it rather than this command directly.
+// caches; use it rather than this command directly. The image carries the
+// node's own container images (nodeimage.NodeImages) and the -image ones:
+// build/scripts/nodeimage-test.sh adds the tests' images that way.
 package main
 
 import (
@@ -90,7 +92,7 @@ func run(ctx context.Context, in nodeimage.Inputs, cache, repo string, extra []s
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	imgs, err := nodeimage.TestImages(ctx, repo, tmp)
+	imgs, err := nodeimage.NodeImages(ctx, repo, tmp)
 	if err != nil {
 		return err
 	}

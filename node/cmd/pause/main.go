@@ -1,10 +1,14 @@
 // Command pause is the sandbox ("infra") container of every pod on a Plinth
-// test node. It holds the pod's namespaces open by doing nothing, reaps
-// orphaned children when it is PID 1 of a shared PID namespace, and exits
-// cleanly on SIGTERM or SIGINT so pod teardown is quick.
+// node: containerd runs no pod without it. It holds the pod's namespaces
+// open by doing nothing, reaps orphaned children when it is PID 1 of a
+// shared PID namespace, and exits cleanly on SIGTERM or SIGINT so pod
+// teardown is quick.
 //
-// It exists because no registry is reachable from CI: the launcher builds it
-// statically (CGO_ENABLED=0) and packs it into an image tarball itself.
+// It exists because a node pulls nothing (and no registry is reachable
+// from CI): the node image ships it (build/nodeimage), and the launcher
+// of the host's test cluster (test/launch) loads it too, each built
+// statically (CGO_ENABLED=0) and packed into an image archive
+// (build/goimage).
 package main
 
 import (
