@@ -46,8 +46,8 @@ const (
 // server's identity, in a priority level above the node agents': its
 // Lease requests in namespace (the placer's, AdmissionLeaseRole) with
 // the cluster's leader elections, and the rest with the control plane's
-// controllers. Each user is a flow of its own, so that one replica
-// cannot crowd out another's reads. The subject is a user, a group or a
+// controllers. Flows are told apart by user, as in the built-in schemas
+// of the control plane's components. The subject is a user, a group or a
 // service account.
 func AdmissionFlowSchemas(namespace string, subject rbacv1.Subject) ([]*flowcontrolv1.FlowSchema, error) {
 	s, err := flowSubject(subject)
