@@ -4,16 +4,15 @@
 // claims spread over the largest fleet's node names, all provisioned and
 // Bound first by the whole fleet running at once. Each node watches only
 // the claims labelled for it (storage.plinth.dev/node, written by the
-// admission server), so a
-// claim change should reach one node whatever the fleet's size: at each
-// fleet size it measures kube-apiserver's CPU per claim change and its
-// RSS, the watch bytes and events sent per claim change (the API server's
-// own metrics), and each instance's RSS. Then, with the instances gone,
-// the same changes against as many plain watches of all claims (what
-// every node did before claims carried their node label), and against as
-// many watches that select a node's claims by label (the floor the
-// instances should match), so the notes can say which part grows with
-// nodes.
+// admission server), so a claim change should reach one node whatever
+// the fleet's size: at each fleet size it measures kube-apiserver's CPU
+// per claim change and its RSS, the watch bytes and events sent per claim
+// change (the API server's own metrics), and each instance's RSS. Then,
+// with the instances gone, the same changes against as many plain watches
+// of all claims (what every node did before claims carried their node
+// label), and against as many watches that select a node's claims by
+// label (the floor the instances should match), so the notes can say
+// which part grows with nodes.
 //
 //	go run ./bench/fleet -out DIR [-runs N] [-quick]
 package main
