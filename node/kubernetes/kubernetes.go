@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/capacity"
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/internal/controller"
@@ -41,7 +42,6 @@ import (
 	"source.plinth.dev/node/kubernetes/noderemoval"
 	"source.plinth.dev/node/kubernetes/provisioner"
 	"source.plinth.dev/node/kubernetes/resizer"
-	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/node/kubernetes/volumehealth"
 	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/supervisor"

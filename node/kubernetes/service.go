@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"source.plinth.dev/node/core"
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/metrics"
-	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/supervisor"
 )
 

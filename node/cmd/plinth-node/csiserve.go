@@ -15,8 +15,8 @@ import (
 
 	"source.plinth.dev/node/core"
 	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/csi"
-	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/supervisor"
 )

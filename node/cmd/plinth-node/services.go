@@ -7,10 +7,10 @@ import (
 
 	"source.plinth.dev/node/core"
 	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes"
 	"source.plinth.dev/node/kubernetes/csi"
 	"source.plinth.dev/node/kubernetes/metrics"
-	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/node/kubernetes/volumehealth"
 	"source.plinth.dev/pkg/supervisor"
 )

@@ -37,8 +37,8 @@ import (
 	"fmt"
 	"time"
 
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/internal/controller"
-	"source.plinth.dev/node/kubernetes/volume"
 )
 
 // Defaults of the Config's optional fields.

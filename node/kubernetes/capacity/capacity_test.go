@@ -7,10 +7,10 @@ import (
 
 	"k8s.io/client-go/kubernetes/fake"
 
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/capacity"
 	"source.plinth.dev/node/kubernetes/internal/controller"
 	"source.plinth.dev/node/kubernetes/names"
-	"source.plinth.dev/node/kubernetes/volume"
 )
 
 // TestNewChecksWiring: a missing dependency fails New, at the node's

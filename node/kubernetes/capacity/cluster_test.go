@@ -24,11 +24,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"source.plinth.dev/node/core/volume"
+	"source.plinth.dev/node/core/volume/volumetest"
 	"source.plinth.dev/node/kubernetes/capacity"
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/names"
-	"source.plinth.dev/node/kubernetes/volume"
-	"source.plinth.dev/node/kubernetes/volume/volumetest"
 	"source.plinth.dev/pkg/supervisor"
 )
 

@@ -19,10 +19,10 @@ import (
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"source.plinth.dev/node/kubernetes/classparams"
 	"source.plinth.dev/node/kubernetes/internal/controller"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
-	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/supervisor"
 )
@@ -192,11 +192,11 @@ func (r *run) publish(ctx context.Context) error {
 		if sc.Provisioner != r.Driver || sc.DeletionTimestamp != nil {
 			continue
 		}
-		// A class whose over-commit the provisioner refuses gets no
+		// A class whose parameters the provisioner refuses gets no
 		// volume here at all: say so with a capacity of zero.
 		var bytes int64
-		if ratio, err := volume.OvercommitParameter(sc.Parameters); err == nil {
-			bytes = space.Available(ratio)
+		if params, err := classparams.Parse(sc.Parameters); err == nil {
+			bytes = space.Available(params.Overcommit)
 		}
 		obj := r.object(node, sc.Name, bytes)
 		want[obj.Name] = obj

@@ -5,15 +5,15 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"source.plinth.dev/node/core/volume"
+	"source.plinth.dev/node/kubernetes/classparams"
 	"source.plinth.dev/node/kubernetes/names"
-	"source.plinth.dev/node/kubernetes/volume"
 )
 
 // controller is the development-only Controller service of `plinth-node
@@ -47,38 +47,21 @@ const parameterPrefix = "csi.storage.k8s.io/"
 
 // checkParameters reads the parameters of a request for a volume of the
 // given mode: what Create is to be given, and the volume context that
-// describes the volume made. Besides the CO's own, it accepts only
-// rootDirMode and overcommit, as a StorageClass does for the provisioner
-// (see there); a block volume, which has no directory, ignores rootDirMode.
+// describes the volume made. Besides the CO's own (parameterPrefix), which
+// are ignored, it reads them as the provisioner reads a StorageClass's
+// (classparams.Parse).
 func checkParameters(params map[string]string, mode volume.Mode) ([]volume.CreateOption, map[string]string, error) {
-	var unknown []string
-	for k := range params {
-		if !strings.HasPrefix(k, parameterPrefix) && k != names.ParameterRootDirMode && k != names.ParameterOvercommit {
-			unknown = append(unknown, k)
+	own := make(map[string]string, len(params))
+	for k, v := range params {
+		if !strings.HasPrefix(k, parameterPrefix) {
+			own[k] = v
 		}
 	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return nil, nil, status.Errorf(codes.InvalidArgument, "unknown parameters %q: this driver takes only %s and %s", unknown, names.ParameterRootDirMode, names.ParameterOvercommit)
-	}
-	perm := volume.DefaultRootDirMode
-	if v, ok := params[names.ParameterRootDirMode]; ok {
-		p, err := volume.ParseRootDirMode(v)
-		if err != nil {
-			return nil, nil, status.Errorf(codes.InvalidArgument, "parameter %s: %v", names.ParameterRootDirMode, err)
-		}
-		perm = p
-	}
-	ratio, err := volume.OvercommitParameter(params)
+	p, err := classparams.Parse(own)
 	if err != nil {
-		return nil, nil, status.Errorf(codes.InvalidArgument, "%v", err)
+		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	opts := []volume.CreateOption{volume.WithOvercommit(ratio)}
-	if mode != volume.Filesystem {
-		return opts, nil, nil
-	}
-	return append(opts, volume.WithRootDirMode(perm)),
-		map[string]string{names.ParameterRootDirMode: volume.FormatRootDirMode(perm)}, nil
+	return p.CreateOptions(mode), p.VolumeAttributes(mode), nil
 }
 
 // sizeFor picks the size for a capacity range: the required bytes (or the

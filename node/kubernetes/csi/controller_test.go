@@ -9,8 +9,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/names"
-	"source.plinth.dev/node/kubernetes/volume"
 )
 
 func TestControllerLifecycle(t *testing.T) {

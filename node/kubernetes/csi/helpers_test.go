@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"source.plinth.dev/node/core/localstorage"
-	"source.plinth.dev/node/kubernetes/volume"
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/pkg/fsquota"
 	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/loop"

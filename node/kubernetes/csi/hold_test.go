@@ -8,7 +8,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
-	"source.plinth.dev/node/kubernetes/volume"
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/pkg/loop/looptest"
 )

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 
-	"source.plinth.dev/node/kubernetes/volume"
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/pkg/mountinfo/mounttest"
 )

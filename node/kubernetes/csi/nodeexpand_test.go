@@ -7,7 +7,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
-	"source.plinth.dev/node/kubernetes/volume"
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/pkg/loop"
 )
 

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"source.plinth.dev/node/kubernetes/volume"
+	"source.plinth.dev/node/core/volume"
 )
 
 // NodeGetVolumeHealth is CSI 1.13's successor of the volume condition: the

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"source.plinth.dev/node/core/localstorage"
-	"source.plinth.dev/node/kubernetes/volume"
-	"source.plinth.dev/node/kubernetes/volume/volumetest"
+	"source.plinth.dev/node/core/volume"
+	"source.plinth.dev/node/core/volume/volumetest"
 	"source.plinth.dev/pkg/fsquota"
 	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/pkg/mountinfo/mounttest"

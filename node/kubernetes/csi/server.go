@@ -33,9 +33,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/metrics"
 	"source.plinth.dev/node/kubernetes/names"
-	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/keymutex"
 	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/supervisor"

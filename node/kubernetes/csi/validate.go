@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"source.plinth.dev/node/core/localstorage"
-	"source.plinth.dev/node/kubernetes/volume"
+	"source.plinth.dev/node/core/volume"
 )
 
 // This file checks requests before anything is touched. Every check returns

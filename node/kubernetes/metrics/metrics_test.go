@@ -18,9 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/util/workqueue"
 
+	"source.plinth.dev/node/core/volume"
+	"source.plinth.dev/node/core/volume/volumetest"
 	"source.plinth.dev/node/kubernetes/metrics/metricstest"
-	"source.plinth.dev/node/kubernetes/volume"
-	"source.plinth.dev/node/kubernetes/volume/volumetest"
 	"source.plinth.dev/pkg/supervisor"
 )
 

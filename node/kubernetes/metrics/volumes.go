@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
-	"source.plinth.dev/node/kubernetes/volume"
+	"source.plinth.dev/node/core/volume"
 )
 
 // scrapeTimeout bounds the volume listing of one scrape.

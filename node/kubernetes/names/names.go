@@ -5,8 +5,8 @@
 // finds the driver, the provisioner never sees a claim), so every user
 // imports it from here instead of repeating the literal.
 //
-// The package imports nothing, so the Kubernetes-free volume layer and the
-// CSI plugin can use it as well as the controllers.
+// The package imports nothing, so the CSI plugin and the class parameters'
+// reader (classparams) can use it as well as the controllers.
 package names
 
 const (
@@ -33,7 +33,7 @@ const (
 	// ParameterOvercommit is the StorageClass parameter that lets volumes
 	// of the class over-commit the room promised to filesystem volumes, as
 	// a ratio ("2"; see volume.Overcommit). Without it nothing is
-	// over-committed. The provisioner's admission of a claim and the
-	// capacity published for the class both use it.
+	// over-committed. classparams reads it for the provisioner and for the
+	// capacity published for the class.
 	ParameterOvercommit = "overcommit"
 )

@@ -3,20 +3,17 @@ package provisioner
 import (
 	"errors"
 	"fmt"
-	"io/fs"
-	"maps"
 	"slices"
-	"sort"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"source.plinth.dev/node/core/volume"
+	"source.plinth.dev/node/kubernetes/classparams"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
-	"source.plinth.dev/node/kubernetes/volume"
 )
 
 // errInvalidClaim marks a request that cannot succeed until a user changes
@@ -31,31 +28,9 @@ type request struct {
 	size    resource.Quantity
 	reclaim corev1.PersistentVolumeReclaimPolicy
 	class   *storagev1.StorageClass
-	// rootDirMode is the mode of a filesystem volume's root directory
-	// (zero for a block volume, which has none).
-	rootDirMode fs.FileMode
-	// overcommit is the class's over-commit ratio (volume.NoOvercommit
-	// unless names.ParameterOvercommit says otherwise).
-	overcommit volume.Overcommit
+	// params are what the class asks of its volumes.
+	params classparams.Params
 }
-
-// supportedParameters lists the StorageClass parameters the driver
-// understands. Unknown ones are refused rather than ignored: a user who
-// asks for, say, a filesystem type must not get a volume that silently
-// lacks it.
-//
-// rootDirMode (names.ParameterRootDirMode, octal such as "0770", see
-// volume.ParseRootDirMode) is the mode of a filesystem volume's root
-// directory; without it the root is volume.DefaultRootDirMode (0777), so
-// that pods running as any user can write. A block claim of such a class
-// is served as usual: a block volume has no directory, and the class
-// speaks of the filesystem volumes made from it.
-//
-// overcommit (names.ParameterOvercommit, a ratio from 1, see
-// volume.Overcommit) lets the class's volumes over-commit the room promised
-// to filesystem volumes; the capacity published for the class uses the
-// same ratio (volume.OvercommitParameter), so the scheduler and the provisioner agree.
-var supportedParameters = map[string]bool{names.ParameterRootDirMode: true, names.ParameterOvercommit: true}
 
 // maxBytes is the largest size a volume can have. It is well below 2^63-1,
 // which matters: resource.Quantity silently clamps larger values (100Ei,
@@ -72,28 +47,9 @@ func validateClaim(pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageCl
 	if class.Provisioner != driver {
 		return bad("StorageClass %q belongs to provisioner %q, not %q", class.Name, class.Provisioner, driver)
 	}
-	var unknown []string
-	for k := range class.Parameters {
-		if !supportedParameters[k] {
-			unknown = append(unknown, k)
-		}
-	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return bad("StorageClass %q has unknown parameters %s; %s supports only %s", class.Name, strings.Join(unknown, ", "), driver,
-			strings.Join(slices.Sorted(maps.Keys(supportedParameters)), ", "))
-	}
-	rootDirMode := volume.DefaultRootDirMode
-	if v, ok := class.Parameters[names.ParameterRootDirMode]; ok {
-		m, err := volume.ParseRootDirMode(v)
-		if err != nil {
-			return bad("StorageClass %q parameter %s: %v", class.Name, names.ParameterRootDirMode, err)
-		}
-		rootDirMode = m
-	}
-	overcommit, err := volume.OvercommitParameter(class.Parameters)
+	params, err := classparams.Parse(class.Parameters)
 	if err != nil {
-		return bad("StorageClass %q %v", class.Name, err)
+		return bad("StorageClass %q: %v", class.Name, err)
 	}
 	if pvc.Spec.Selector != nil {
 		return bad("claims with a selector are not supported (a selector picks existing volumes; this driver only provisions new ones)")
@@ -121,9 +77,6 @@ func validateClaim(pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageCl
 	if mode != corev1.PersistentVolumeFilesystem && mode != corev1.PersistentVolumeBlock {
 		return bad("unknown volume mode %q; use Filesystem or Block", mode)
 	}
-	if mode == corev1.PersistentVolumeBlock {
-		rootDirMode = 0
-	}
 	q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
 	if !ok {
 		return bad("no storage request")
@@ -144,15 +97,22 @@ func validateClaim(pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageCl
 		return bad("StorageClass %q has reclaim policy %q; use Delete or Retain", class.Name, reclaim)
 	}
 	return &request{
-		id:          ownership.VolumeIDFor(pvc.UID),
-		mode:        mode,
-		bytes:       n,
-		size:        *resource.NewQuantity(n, resource.BinarySI),
-		reclaim:     reclaim,
-		class:       class,
-		rootDirMode: rootDirMode,
-		overcommit:  overcommit,
+		id:      ownership.VolumeIDFor(pvc.UID),
+		mode:    mode,
+		bytes:   n,
+		size:    *resource.NewQuantity(n, resource.BinarySI),
+		reclaim: reclaim,
+		class:   class,
+		params:  params,
 	}, nil
+}
+
+// volumeMode is the engine's name of the claim's volume mode.
+func (r *request) volumeMode() volume.Mode {
+	if r.mode == corev1.PersistentVolumeBlock {
+		return volume.Block
+	}
+	return volume.Filesystem
 }
 
 // buildPV is the PV for a provisioned claim. hostname is the value of this
@@ -166,10 +126,7 @@ func validateClaim(pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageCl
 // plugin, which does not need them.)
 func buildPV(pvc *corev1.PersistentVolumeClaim, r *request, driver, hostname, nodeLabel string) *corev1.PersistentVolume {
 	mode := r.mode
-	var attrs map[string]string
-	if r.mode == corev1.PersistentVolumeFilesystem {
-		attrs = map[string]string{names.ParameterRootDirMode: volume.FormatRootDirMode(r.rootDirMode)}
-	}
+	attrs := r.params.VolumeAttributes(r.volumeMode())
 	return &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        r.id,

@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
-	"source.plinth.dev/node/kubernetes/volume"
 )
 
 const (
@@ -69,24 +69,24 @@ func TestValidateClaim(t *testing.T) {
 	}{
 		{name: "filesystem default", claim: testClaim(), class: testClass(), check: func(t *testing.T, r *request) {
 			if r.mode != corev1.PersistentVolumeFilesystem || r.bytes != 1<<30 || r.reclaim != corev1.PersistentVolumeReclaimDelete || r.id != "pvc-"+testUID ||
-				r.rootDirMode != 0o777 {
+				r.params.RootDirMode != 0o777 {
 				t.Errorf("got %+v", r)
 			}
 		}},
 		{name: "rootDirMode 0770", claim: testClaim(), class: rootDirClass("0770"), check: func(t *testing.T, r *request) {
-			if r.rootDirMode != 0o770 {
-				t.Errorf("rootDirMode = %04o, want 0770", r.rootDirMode)
+			if r.params.RootDirMode != 0o770 {
+				t.Errorf("rootDirMode = %04o, want 0770", r.params.RootDirMode)
 			}
 		}},
 		{name: "rootDirMode without leading zero", claim: testClaim(), class: rootDirClass("750"), check: func(t *testing.T, r *request) {
-			if r.rootDirMode != 0o750 {
-				t.Errorf("rootDirMode = %04o, want 0750", r.rootDirMode)
+			if r.params.RootDirMode != 0o750 {
+				t.Errorf("rootDirMode = %04o, want 0750", r.params.RootDirMode)
 			}
 		}},
 		{name: "rootDirMode of a block claim", claim: testClaim(func(p *corev1.PersistentVolumeClaim) { p.Spec.VolumeMode = &block }),
 			class: rootDirClass("0770"), check: func(t *testing.T, r *request) {
-				if r.mode != block || r.rootDirMode != 0 {
-					t.Errorf("got %+v, want a block request without root directory mode", r)
+				if r.mode != block || r.params.VolumeAttributes(r.volumeMode()) != nil {
+					t.Errorf("got %+v, want a block request that records no root directory mode", r)
 				}
 			}},
 		{name: "rootDirMode setgid", claim: testClaim(), class: rootDirClass("2770"), wantErr: `parameter rootDirMode: invalid volume request: root directory mode "2770"`},

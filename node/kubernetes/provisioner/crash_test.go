@@ -20,9 +20,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
-	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/fsquota"
 	"source.plinth.dev/test/ktest"
 )

@@ -16,9 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
-	"source.plinth.dev/node/kubernetes/volume"
 )
 
 // observe records what a kill interrupted, with plinth-node dead and

@@ -11,8 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
-	"source.plinth.dev/node/kubernetes/volume"
 )
 
 // fitsElsewhere reports whether err, from creating a claim's volume here,

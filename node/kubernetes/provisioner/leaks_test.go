@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/node/core/volume"
+	"source.plinth.dev/node/core/volume/volumetest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
-	"source.plinth.dev/node/kubernetes/volume"
-	"source.plinth.dev/node/kubernetes/volume/volumetest"
 	"source.plinth.dev/pkg/fsquota"
 )
 

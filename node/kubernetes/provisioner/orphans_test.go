@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
-	"source.plinth.dev/node/kubernetes/volume"
 )
 
 // TestOrphanedByHandDeletedPV: an administrator deletes PVs by hand. The

@@ -19,11 +19,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"source.plinth.dev/node/core/volume"
+	"source.plinth.dev/node/core/volume/volumetest"
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
-	"source.plinth.dev/node/kubernetes/volume"
-	"source.plinth.dev/node/kubernetes/volume/volumetest"
 	"source.plinth.dev/test/ktest"
 )
 

@@ -28,8 +28,8 @@ import (
 	"errors"
 	"time"
 
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/internal/controller"
-	"source.plinth.dev/node/kubernetes/volume"
 )
 
 // Event reasons. They are part of the user interface (kubectl describe,

@@ -11,9 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/metrics"
-	"source.plinth.dev/node/kubernetes/volume"
 )
 
 // syncClaim provisions the volume and PV for one claim, or confirms an
@@ -132,15 +132,11 @@ func (r *run) resolveRequest(pvc *corev1.PersistentVolumeClaim) (*request, error
 // backoff, except those another node may not have (fitsElsewhere), which
 // the caller reports when it hands the claim back (handBack).
 func (r *run) ensureVolume(ctx context.Context, pvc *corev1.PersistentVolumeClaim, req *request) (volume.Info, error) {
-	mode, opts := volume.Filesystem, []volume.CreateOption{volume.WithRootDirMode(req.rootDirMode)}
-	if req.mode == corev1.PersistentVolumeBlock {
-		mode, opts = volume.Block, nil
-	}
 	// The same accounting as the capacity published for the class: a
 	// claim that does not fit is refused here (ErrNoSpace, no volume),
 	// whatever the scheduler thought.
-	opts = append(opts, volume.WithOvercommit(req.overcommit))
-	info, err := r.Volumes.Create(ctx, req.id, mode, req.bytes, opts...)
+	mode := req.volumeMode()
+	info, err := r.Volumes.Create(ctx, req.id, mode, req.bytes, req.params.CreateOptions(mode)...)
 	if err != nil {
 		switch {
 		case fitsElsewhere(err):

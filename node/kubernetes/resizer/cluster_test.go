@@ -20,9 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/provisioner"
-	"source.plinth.dev/node/kubernetes/volume"
 	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/pkg/supervisor"
 )

@@ -25,8 +25,8 @@ import (
 	"context"
 	"errors"
 
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/internal/controller"
-	"source.plinth.dev/node/kubernetes/volume"
 )
 
 // Event reasons. They are the ones external-resizer uses, so dashboards and

@@ -15,9 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/client-go/tools/cache"
 
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/metrics"
-	"source.plinth.dev/node/kubernetes/volume"
 )
 
 // conflictRetries is how often a resize step that lost a race with another

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"source.plinth.dev/node/core/localstorage"
-	"source.plinth.dev/node/kubernetes/volume"
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/pkg/fsquota"
 	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/pkg/mountinfo"

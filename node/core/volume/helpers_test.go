@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"source.plinth.dev/node/kubernetes/volume/volumetest"
+	"source.plinth.dev/node/core/volume/volumetest"
 	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/test/ktest"
 )

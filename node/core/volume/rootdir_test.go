@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"source.plinth.dev/node/kubernetes/volume/volumetest"
+	"source.plinth.dev/node/core/volume/volumetest"
 )
 
 // A pod's user and its fsGroup, as the kubelet would run a pod with

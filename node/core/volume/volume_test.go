@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"source.plinth.dev/node/core/localstorage"
-	"source.plinth.dev/node/kubernetes/volume/volumetest"
+	"source.plinth.dev/node/core/volume/volumetest"
 	"source.plinth.dev/pkg/fsquota"
 )
 

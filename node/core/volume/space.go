@@ -9,7 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"source.plinth.dev/node/core/localstorage"
-	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/pkg/fsquota"
 )
 
@@ -36,8 +35,8 @@ import (
 //     capacity) promises nothing that can be measured: only what it has
 //     written counts, through the free space.
 //
-// A StorageClass may allow over-commit (Overcommit, the class parameter
-// names.ParameterOvercommit): with ratio r, a new volume of that class
+// A volume may be made with over-commit (Overcommit, WithOvercommit; a
+// StorageClass asks for it with a parameter): with ratio r, a new volume of that class
 // needs only 1/r of the promised room to stay free. Repeated to the end,
 // the unused limits of filesystem volumes then add up to nearly r times the
 // free space: thin provisioning, where a volume may hit ENOSPC before its
@@ -66,23 +65,6 @@ func ParseOvercommit(s string) (Overcommit, error) {
 		return 0, fmt.Errorf("%w: over-commit ratio %q is not a number from 1 (no over-commit) to %g", ErrInvalid, s, float64(MaxOvercommit))
 	}
 	return Overcommit(f), nil
-}
-
-// OvercommitParameter is the over-commit ratio that the parameters of a
-// StorageClass (or of a CSI CreateVolume call) set with
-// names.ParameterOvercommit: NoOvercommit without it. The provisioner's
-// admission of a claim and the capacity published for the class read it
-// here, so they cannot disagree on it.
-func OvercommitParameter(params map[string]string) (Overcommit, error) {
-	v, ok := params[names.ParameterOvercommit]
-	if !ok {
-		return NoOvercommit, nil
-	}
-	r, err := ParseOvercommit(v)
-	if err != nil {
-		return 0, fmt.Errorf("parameter %s: %w", names.ParameterOvercommit, err)
-	}
-	return r, nil
 }
 
 // WithOvercommit lets Create over-commit the room promised to filesystem
