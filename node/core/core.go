@@ -2,17 +2,24 @@
 // supervision tree.
 //
 // The root prepares the node's directory tree (mounting the data partition
-// on a real node), finds out what the data filesystem can do, and then
-// starts the node's services as its children:
+// on a real node), finds out what the data filesystem can do, opens the
+// node's one volume engine, and then starts the node's services as its
+// children:
 //
 //	root
 //	  datadir      format if blank + mount (node mode) + create the data tree + probe quotas
+//	  volumes      the volume.Manager; Recover settles what a crash interrupted
 //	  network      lo, uplink, default route, node IP (booted node with a configuration)
-//	  <service>... e.g. "kubernetes", added by the command from its config
+//	  <service>... e.g. "kubernetes", "csi", added by the command from its config
+//
+// Every service is handed the same Env, and in it the same volume.Manager:
+// there is one per data directory, because its per-volume locks only work
+// within one Manager (the provisioner deleting a volume and the CSI plugin
+// publishing it must serialise on the same lock).
 //
 // Services are a list the caller passes in (Config.Services), so this
 // package knows nothing of Kubernetes: node/cmd/plinth-node composes the
-// node, and node/kubernetes plugs in with one Service entry.
+// node, and node/kubernetes plugs in with its Service entries.
 package core
 
 import (
@@ -24,6 +31,7 @@ import (
 
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/core/network"
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/pkg/dnsname"
 	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/supervisor"
@@ -37,6 +45,9 @@ type Env struct {
 	Root *localstorage.Root
 	// Data is the prepared data directory and its capabilities.
 	Data *DataDir
+	// Volumes is the node's one volume engine over Root.Data, recovered
+	// from any crash before the first service starts.
+	Volumes *volume.Manager
 	// NodeName is this node's Kubernetes node name.
 	NodeName string
 }
@@ -70,7 +81,8 @@ type DataMount struct {
 
 // Config configures the root runnable.
 type Config struct {
-	// Root is the placed node tree (required).
+	// Root is the node tree (required): its data, ephemeral and kubelet
+	// trees placed.
 	Root *localstorage.Root
 	// NodeName is this node's name (required).
 	NodeName string
@@ -78,7 +90,8 @@ type Config struct {
 	// created (node mode).
 	DataMount *DataMount
 	// AllowUnenforcedCapacity accepts filesystem volumes without enforced
-	// size when the data filesystem has no project quotas.
+	// size when the data filesystem has no project quotas (the volume
+	// engine's rule: volume.Config.AllowUnenforced).
 	AllowUnenforcedCapacity bool
 	// ProbeQuota replaces fsquota.Probe (tests).
 	ProbeQuota func(dir string) error
@@ -91,16 +104,17 @@ type Config struct {
 	Services []Service
 }
 
-// dataDirName and networkName are the names of the root's own runnables;
-// services cannot take them.
+// dataDirName, volumesName and networkName are the names of the root's own
+// runnables; services cannot take them.
 const (
 	dataDirName = "datadir"
+	volumesName = "volumes"
 	networkName = "network"
 )
 
 func (c *Config) validate() error {
-	if c.Root == nil || !c.Root.Placed() {
-		return errors.New("node config: Root must be a placed tree")
+	if c.Root == nil || !c.Root.Data.Placed() || !c.Root.Ephemeral.Placed() || !c.Root.Kubelet.Placed() {
+		return errors.New("node config: Root must have its data, ephemeral and kubelet trees placed")
 	}
 	if strings.TrimSpace(c.NodeName) == "" {
 		return errors.New("node config: NodeName is empty")
@@ -108,7 +122,7 @@ func (c *Config) validate() error {
 	if m := c.DataMount; m != nil && (m.Source == "" || m.FSType == "") {
 		return fmt.Errorf("node config: data mount needs a source and a filesystem type, have %q and %q", m.Source, m.FSType)
 	}
-	seen := map[string]bool{dataDirName: true, networkName: true}
+	seen := map[string]bool{dataDirName: true, volumesName: true, networkName: true}
 	for _, s := range c.Services {
 		// The supervisor's rule for runnable names; checking it here
 		// turns a typo into a start-up error instead of a root restart loop.
@@ -127,9 +141,10 @@ func (c *Config) validate() error {
 }
 
 // Root returns the root runnable of the node's supervision tree, after
-// checking cfg. The runnable signals Healthy once the data directory is
-// ready and every service has been started; it then runs until its context
-// ends. cfg is not modified and must not be modified afterwards.
+// checking cfg. The runnable signals Healthy once the data directory and
+// the volume engine are ready and every service has been started; it then
+// runs until its context ends. cfg is not modified and must not be
+// modified afterwards.
 func Root(cfg Config) (supervisor.Runnable, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -142,21 +157,19 @@ func Root(cfg Config) (supervisor.Runnable, error) {
 		if err := cfg.Root.Ephemeral.MkdirAll(); err != nil {
 			return fmt.Errorf("creating ephemeral tree: %w", err)
 		}
-		RemoveStaleTemporaryFiles(log, &cfg.Root.Ephemeral)
+		removeStaleTemporaryFiles(log, &cfg.Root.Ephemeral)
 
-		ready := make(chan *DataDir, 1)
-		if err := supervisor.Run(ctx, dataDirName, dataDirRunnable(cfg, ready)); err != nil {
-			return fmt.Errorf("starting datadir: %w", err)
+		data, err := runStep(ctx, dataDirName, dataDirRunnable(cfg))
+		if err != nil {
+			return err
 		}
-		var data *DataDir
-		select {
-		case data = <-ready:
-		case <-ctx.Done():
-			return ctx.Err()
+		vols, err := runStep(ctx, volumesName, volumesRunnable(cfg, data))
+		if err != nil {
+			return err
 		}
 
 		if cfg.Network != nil {
-			if err := runStep(ctx, networkName, networkRunnable(*cfg.Network)); err != nil {
+			if _, err := runStep(ctx, networkName, networkRunnable(*cfg.Network)); err != nil {
 				return err
 			}
 		}
@@ -167,7 +180,7 @@ func Root(cfg Config) (supervisor.Runnable, error) {
 		if err := cfg.Root.Kubelet.MkdirAll(); err != nil {
 			return fmt.Errorf("creating kubelet tree: %w", err)
 		}
-		env := &Env{Root: cfg.Root, Data: data, NodeName: cfg.NodeName}
+		env := &Env{Root: cfg.Root, Data: data, Volumes: vols, NodeName: cfg.NodeName}
 		group := make(map[string]supervisor.Runnable, len(cfg.Services))
 		for _, s := range cfg.Services {
 			group[s.Name] = s.Runnable(env)
@@ -189,18 +202,18 @@ func Root(cfg Config) (supervisor.Runnable, error) {
 }
 
 // dataDirRunnable mounts (node mode), creates and probes the data
-// directory, hands the result to the root through ready and reports Done.
-// A failure (device not there yet, mount refused) is returned, and the
-// supervisor retries with backoff: on a booting machine the data device may
-// appear a little later than plinth-node starts.
-func dataDirRunnable(cfg Config, ready chan<- *DataDir) supervisor.Runnable {
-	return func(ctx context.Context) error {
+// directory, and hands the result to the root. A failure (device not there
+// yet, mount refused) is returned, and the supervisor retries with
+// backoff: on a booting machine the data device may appear a little later
+// than plinth-node starts.
+func dataDirRunnable(cfg Config) step[*DataDir] {
+	return func(ctx context.Context) (*DataDir, error) {
 		log := supervisor.Logger(ctx)
 		data := &cfg.Root.Data
 		if m := cfg.DataMount; m != nil {
 			mounted, err := ensureMounted(ctx, log, m, data.FullPath())
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if mounted {
 				log.Infof("mounted data partition %s (%s, %q) at %s", m.Source, m.FSType, m.Options, data.FullPath())
@@ -208,41 +221,17 @@ func dataDirRunnable(cfg Config, ready chan<- *DataDir) supervisor.Runnable {
 				log.Infof("data partition already mounted at %s", data.FullPath())
 			}
 		}
-		dd, err := PrepareDataDir(data, DataDirOptions{
-			AllowUnenforcedCapacity: cfg.AllowUnenforcedCapacity,
-			ProbeQuota:              cfg.ProbeQuota,
-		})
+		dd, err := PrepareDataDir(data, DataDirOptions{ProbeQuota: cfg.ProbeQuota})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		RemoveStaleTemporaryFiles(log, data)
-		switch {
-		case dd.QuotaEnforced():
+		removeStaleTemporaryFiles(log, data)
+		if dd.QuotaEnforced() {
 			log.Infof("data directory %s ready; project quotas enforced", data.FullPath())
-		case dd.CapacityUnenforced():
-			// Loud on purpose: every filesystem volume of this node can
-			// outgrow its size, and whoever reads the log must notice.
-			for _, l := range []string{
-				"**********************************************************************",
-				"CAPACITY OF FILESYSTEM VOLUMES IS NOT ENFORCED on this node.",
-				fmt.Sprintf("Reason: %v", dd.QuotaProbeError()),
-				fmt.Sprintf("Filesystem volumes are provisioned anyway because %s is set:", AllowUnenforcedCapacityFlag),
-				"a volume can fill the whole data filesystem. Never run this in production.",
-				"**********************************************************************",
-			} {
-				log.Warning(l)
-			}
-		default:
-			log.Warningf("data directory %s ready, but filesystem volumes will be refused: project quotas are not enforced (%v); block volumes work. Pass %s to accept unenforced capacity.",
-				data.FullPath(), dd.QuotaProbeError(), AllowUnenforcedCapacityFlag)
+		} else {
+			log.Infof("data directory %s ready; project quotas not enforced: %v", data.FullPath(), dd.QuotaProbeError())
 		}
-		select {
-		case ready <- dd:
-		default:
-			// Only the first successful run is read.
-		}
-		supervisor.Signal(ctx, supervisor.SignalDone)
-		return nil
+		return dd, nil
 	}
 }
 
@@ -250,12 +239,11 @@ func dataDirRunnable(cfg Config, ready chan<- *DataDir) supervisor.Runnable {
 // to count as left by a crash (see localstorage.RemoveStaleTemporaryFiles).
 const staleTemporaryAge = time.Minute
 
-// RemoveStaleTemporaryFiles clears what interrupted atomic writes left in
+// removeStaleTemporaryFiles clears what interrupted atomic writes left in
 // n, logging each file. Failing to is only worth a warning: the files waste
-// a few bytes and are never mistaken for records. The node's root runs it
-// on the ephemeral and data trees as it prepares them; csi-serve, which
-// shares those trees, does the same.
-func RemoveStaleTemporaryFiles(log logtree.LeveledLogger, n localstorage.Node) {
+// a few bytes and are never mistaken for records. The root runs it on the
+// ephemeral and data trees as it prepares them.
+func removeStaleTemporaryFiles(log logtree.LeveledLogger, n localstorage.Node) {
 	removed, err := localstorage.RemoveStaleTemporaryFiles(n, staleTemporaryAge)
 	for _, p := range removed {
 		log.Infof("removed temporary file %s left by an interrupted write", p)
@@ -265,34 +253,48 @@ func RemoveStaleTemporaryFiles(log logtree.LeveledLogger, n localstorage.Node) {
 	}
 }
 
-// runStep runs r as the child name and waits until it has signalled Done
-// (it is retried with backoff until it succeeds) or ctx ends.
-func runStep(ctx context.Context, name string, r func(ctx context.Context, done chan<- struct{}) error) error {
-	done := make(chan struct{}, 1)
-	if err := supervisor.Run(ctx, name, func(ctx context.Context) error { return r(ctx, done) }); err != nil {
-		return fmt.Errorf("starting %s: %w", name, err)
+// step is a runnable of the root's that prepares one thing (the data
+// directory, the volume engine, the network) and hands it over.
+type step[T any] func(ctx context.Context) (T, error)
+
+// runStep runs r as the root's child name until it succeeds (the
+// supervisor retries a failure with backoff), and returns what it made.
+// The child then signals Done and ends.
+func runStep[T any](ctx context.Context, name string, r step[T]) (T, error) {
+	made := make(chan T, 1)
+	if err := supervisor.Run(ctx, name, func(ctx context.Context) error {
+		v, err := r(ctx)
+		if err != nil {
+			return err
+		}
+		select {
+		case made <- v:
+		default:
+			// Only the first successful run is read.
+		}
+		supervisor.Signal(ctx, supervisor.SignalDone)
+		return nil
+	}); err != nil {
+		var zero T
+		return zero, fmt.Errorf("starting %s: %w", name, err)
 	}
 	select {
-	case <-done:
-		return nil
+	case v := <-made:
+		return v, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		var zero T
+		return zero, ctx.Err()
 	}
 }
 
 // networkRunnable configures the node's network once. A failure (the
 // uplink's driver not probed yet) is retried by the supervisor.
-func networkRunnable(c network.Config) func(ctx context.Context, done chan<- struct{}) error {
-	return func(ctx context.Context, done chan<- struct{}) error {
+func networkRunnable(c network.Config) step[struct{}] {
+	return func(ctx context.Context) (struct{}, error) {
 		if err := network.Configure(c); err != nil {
-			return err
+			return struct{}{}, err
 		}
 		supervisor.Logger(ctx).Infof("network up: %s %s via %s, node IP %s on lo", c.Uplink, c.Address, c.Gateway, c.NodeIP)
-		select {
-		case done <- struct{}{}:
-		default:
-		}
-		supervisor.Signal(ctx, supervisor.SignalDone)
-		return nil
+		return struct{}{}, nil
 	}
 }

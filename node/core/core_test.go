@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/pkg/fsquota"
 	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/mountinfo/mounttest"
@@ -98,14 +99,21 @@ func TestRootPreparesTreeAndStartsServices(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, lt := supervisor.TestHarness(t, r)
-	for range 2 {
+	var vols *volume.Manager
+	for i := range 2 {
 		env := waitEnv(t, got)
 		if env.NodeName != "node-a" || env.Root != root {
 			t.Errorf("env %+v", env)
 		}
-		if !env.Data.QuotaEnforced() || env.Data.CheckFilesystemProvisioning() != nil {
-			t.Errorf("quota enforced but data dir says otherwise: %v", env.Data.QuotaProbeError())
+		if !env.Data.QuotaEnforced() || env.Volumes == nil || !env.Volumes.CapacityEnforced() {
+			t.Errorf("quota enforced but the data dir or the volume engine says otherwise: %v", env.Data.QuotaProbeError())
 		}
+		// One engine per data directory: its per-volume locks only
+		// work within one Manager.
+		if i == 1 && env.Volumes != vols {
+			t.Error("the two services were given different volume managers")
+		}
+		vols = env.Volumes
 	}
 	// Services start only after the whole tree exists.
 	for _, p := range []string{"data/volumes", "data/state/projects", "ephemeral/csi/publications", "kubelet/plugins_registry"} {
@@ -164,18 +172,18 @@ func TestUnenforcedQuotaRefusesFilesystemVolumes(t *testing.T) {
 	}
 	_, lt := supervisor.TestHarness(t, r)
 	env := waitEnv(t, got)
-	err = env.Data.CheckFilesystemProvisioning()
-	if !errors.Is(err, ErrCapacityNotEnforced) {
-		t.Fatalf("CheckFilesystemProvisioning = %v, want ErrCapacityNotEnforced", err)
+	_, err = env.Volumes.Create(context.Background(), "pvc-refused", volume.Filesystem, 1<<20)
+	if !errors.Is(err, volume.ErrCapacityNotEnforced) {
+		t.Fatalf("Create filesystem volume = %v, want ErrCapacityNotEnforced", err)
 	}
 	// The message says why and what to do.
-	for _, want := range []string{"test filesystem", AllowUnenforcedCapacityFlag} {
+	for _, want := range []string{"test filesystem", volume.AllowUnenforcedCapacityFlag} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
 	}
-	if env.Data.CapacityUnenforced() || env.Data.QuotaEnforced() {
-		t.Error("refusing node claims to provision or to enforce")
+	if reason, allowed := env.Volumes.UnenforcedCapacity(); allowed || !errors.Is(reason, fsquota.ErrUnsupported) || env.Data.QuotaEnforced() {
+		t.Errorf("UnenforcedCapacity = %v, %v; want the probe's error, not allowed", reason, allowed)
 	}
 	if l := logs(t, lt); !strings.Contains(l, "filesystem volumes will be refused") {
 		t.Errorf("no refusal warning in logs:\n%s", l)
@@ -191,11 +199,8 @@ func TestAllowUnenforcedCapacityWarnsLoudly(t *testing.T) {
 	}
 	_, lt := supervisor.TestHarness(t, r)
 	env := waitEnv(t, got)
-	if err := env.Data.CheckFilesystemProvisioning(); err != nil {
-		t.Errorf("provisioning refused although allowed: %v", err)
-	}
-	if !env.Data.CapacityUnenforced() || !env.Data.AllowUnenforcedCapacity() {
-		t.Error("CapacityUnenforced or AllowUnenforcedCapacity is false")
+	if reason, allowed := env.Volumes.UnenforcedCapacity(); !allowed || reason == nil {
+		t.Errorf("UnenforcedCapacity = %v, %v; want the probe's error, allowed", reason, allowed)
 	}
 	rd, err := lt.Read("root", logtree.WithChildren(), logtree.WithBacklog(logtree.BacklogAll), logtree.OnlyAtLeast(logtree.WARNING))
 	if err != nil {
@@ -218,8 +223,36 @@ func TestProbeFailureIsNotEnforcement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dd.QuotaEnforced() || !errors.Is(dd.CheckFilesystemProvisioning(), ErrCapacityNotEnforced) {
+	if dd.QuotaEnforced() || !errors.Is(dd.QuotaProbeError(), odd) {
 		t.Error("a failed probe was taken as enforcement")
+	}
+}
+
+// TestRootRecoversVolumesBeforeServices: what a crash interrupted is
+// settled before any service can look at the volumes directory.
+func TestRootRecoversVolumesBeforeServices(t *testing.T) {
+	root, _ := placed(t)
+	if err := root.Data.MkdirAll(); err != nil {
+		t.Fatal(err)
+	}
+	// A create of a block volume that crashed right after its intent
+	// record was written: nothing else of it exists.
+	ops := root.Data.State.Operations.FullPath()
+	if err := os.WriteFile(filepath.Join(ops, "pvc-crashed"), []byte(`{"op":"create","mode":"block","bytes":1048576}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *Env, 1)
+	r, err := Root(Config{Root: root, NodeName: "n", ProbeQuota: probeResult(nil), Services: []Service{envService("svc", got)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, lt := supervisor.TestHarness(t, r)
+	waitEnv(t, got)
+	if left, err := os.ReadDir(ops); err != nil || len(left) != 0 {
+		t.Errorf("intent records when the service started: %v, %v", left, err)
+	}
+	if l := logs(t, lt); !strings.Contains(l, "recovered volume pvc-crashed") {
+		t.Errorf("recovery not logged:\n%s", l)
 	}
 }
 
@@ -249,12 +282,13 @@ func TestConfigValidation(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{"no root", Config{NodeName: "n"}, "placed tree"},
-		{"unplaced root", Config{Root: &localstorage.Root{}, NodeName: "n"}, "placed tree"},
+		{"no root", Config{NodeName: "n"}, "trees placed"},
+		{"unplaced root", Config{Root: &localstorage.Root{}, NodeName: "n"}, "trees placed"},
 		{"no node name", Config{Root: root, NodeName: " "}, "NodeName"},
 		{"bad service name", Config{Root: root, NodeName: "n", Services: []Service{{Name: "Kube_rnetes", Runnable: ok}}}, "DNS label"},
 		{"duplicate service", Config{Root: root, NodeName: "n", Services: []Service{{Name: "a", Runnable: ok}, {Name: "a", Runnable: ok}}}, "used twice"},
 		{"reserved name", Config{Root: root, NodeName: "n", Services: []Service{{Name: "datadir", Runnable: ok}}}, "reserved"},
+		{"reserved name volumes", Config{Root: root, NodeName: "n", Services: []Service{{Name: "volumes", Runnable: ok}}}, "reserved"},
 		{"nil runnable", Config{Root: root, NodeName: "n", Services: []Service{{Name: "a"}}}, "no Runnable"},
 		{"half a mount", Config{Root: root, NodeName: "n", DataMount: &DataMount{Source: "/dev/x"}}, "filesystem type"},
 	} {

@@ -1,11 +1,13 @@
 package core
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 
 	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/test/ktest"
 )
 
@@ -40,16 +42,20 @@ func TestDataDirOnRealFilesystems(t *testing.T) {
 			if dd.QuotaEnforced() != c.enforced {
 				t.Fatalf("QuotaEnforced = %v, want %v (probe: %v)", dd.QuotaEnforced(), c.enforced, dd.QuotaProbeError())
 			}
-			err = dd.CheckFilesystemProvisioning()
+			vols, err := volume.New(volume.Config{Data: &d, QuotaError: dd.QuotaProbeError()})
+			if err != nil {
+				t.Fatal(err)
+			}
 			if c.enforced {
-				if err != nil {
-					t.Errorf("provisioning refused on %s: %v", c.disk, err)
+				if !vols.CapacityEnforced() {
+					t.Errorf("the volume engine does not enforce capacity on %s", c.disk)
 				}
 				return
 			}
 			// The refusal names the cause (the missing mount option, the
 			// filesystem's 16-bit project IDs) and the way out.
-			if !errors.Is(err, ErrCapacityNotEnforced) || !strings.Contains(err.Error(), c.cause) || !strings.Contains(err.Error(), AllowUnenforcedCapacityFlag) {
+			_, err = vols.Create(context.Background(), "pvc-refused", volume.Filesystem, 1<<20)
+			if !errors.Is(err, volume.ErrCapacityNotEnforced) || !strings.Contains(err.Error(), c.cause) || !strings.Contains(err.Error(), volume.AllowUnenforcedCapacityFlag) {
 				t.Errorf("refusal on %s: %v", c.disk, err)
 			}
 		})

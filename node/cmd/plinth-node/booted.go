@@ -60,27 +60,27 @@ func loadBootedNode(ctx context.Context, log logtree.LeveledLogger, o *options, 
 	if err != nil {
 		return nil, err
 	}
-	if o.nodeName != "" && o.nodeName != cfg.Node.NodeName {
-		log.Warningf("node name %q from the command line is replaced by %q from the configuration disk", o.nodeName, cfg.Node.NodeName)
+	if o.node.NodeName != "" && o.node.NodeName != cfg.Node.NodeName {
+		log.Warningf("node name %q from the command line is replaced by %q from the configuration disk", o.node.NodeName, cfg.Node.NodeName)
 	}
-	o.nodeName = cfg.Node.NodeName
+	o.node.NodeName = cfg.Node.NodeName
 	if err := unix.Sethostname([]byte(cfg.Node.NodeName)); err != nil {
 		return nil, fmt.Errorf("setting host name %q: %w", cfg.Node.NodeName, err)
 	}
-	if cfg.PlinthKubeconfig != nil && o.kubeconfig == "" {
+	if cfg.PlinthKubeconfig != nil && o.kube.Kubeconfig == "" {
 		p := filepath.Join(tree.Ephemeral.FullPath(), "plinth-kubeconfig")
 		if err := os.WriteFile(p, cfg.PlinthKubeconfig, 0o600); err != nil {
 			return nil, fmt.Errorf("writing plinth-node's kubeconfig: %w", err)
 		}
-		o.kubeconfig = p
+		o.kube.Kubeconfig = p
 	}
 	mode := "kubelet standalone"
 	if cfg.Kubeconfig != nil {
 		mode = "kubelet with kubeconfig"
 	}
 	storage := "no storage services (no plinth-kubeconfig)"
-	if o.kubeconfig != "" {
-		storage = "storage services with " + o.kubeconfig
+	if o.kube.Kubeconfig != "" {
+		storage = "storage services with " + o.kube.Kubeconfig
 	}
 	log.Infof("configuration disk %s: node %s, %s on %s via %s, node IP %s, pods %s; %s; %s",
 		o.configDevice, cfg.Node.NodeName, cfg.Node.Address, uplink, cfg.Node.Gateway, cfg.Node.NodeIP, cfg.Node.PodCIDR, mode, storage)

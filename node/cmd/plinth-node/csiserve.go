@@ -4,21 +4,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
-
-	"google.golang.org/grpc"
 
 	"source.plinth.dev/node/core"
 	"source.plinth.dev/node/core/localstorage"
-	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/csi"
 	"source.plinth.dev/pkg/logtree"
-	"source.plinth.dev/pkg/supervisor"
 )
 
 const csiServeUsage = `Usage: plinth-node csi-serve --endpoint unix://PATH --data-dir DIR --kubelet-dir DIR [flags]
@@ -91,53 +85,36 @@ func parseCSIServeOptions(args []string) (*csiServeOptions, error) {
 }
 
 // csiServe runs the standalone CSI plugin (`plinth-node csi-serve`) until
-// ctx ends.
+// ctx ends: the node's root (data directory, volume engine) with the CSI
+// plugin as its one service, on the endpoints the flags name.
 func csiServe(ctx context.Context, args []string) error {
 	o, err := parseCSIServeOptions(args)
 	if err != nil {
 		return err
 	}
-	node, err := csi.ParseEndpoint(o.endpoint)
-	if err != nil {
+	plugin := csi.Options{Register: o.register}
+	if plugin.Endpoint, err = csi.ParseEndpoint(o.endpoint); err != nil {
 		return fmt.Errorf("--endpoint: %w", err)
 	}
-	var ctrl string
 	if o.controllerEndpoint != "" {
-		if ctrl, err = csi.ParseEndpoint(o.controllerEndpoint); err != nil {
+		if plugin.ControllerEndpoint, err = csi.ParseEndpoint(o.controllerEndpoint); err != nil {
 			return fmt.Errorf("--controller-endpoint: %w", err)
 		}
 	}
-
-	var root localstorage.Root
-	for _, p := range []struct {
-		place func(string) error
-		dir   string
-	}{{root.Data.Place, o.dataDir}, {root.Kubelet.Place, o.kubeletDir}, {root.Ephemeral.Place, o.ephemeralDir}} {
-		if err := p.place(p.dir); err != nil {
-			return err
-		}
+	tree, err := o.tree()
+	if err != nil {
+		return err
 	}
-	if err := root.Ephemeral.MkdirAll(); err != nil {
+	if err := tree.Ephemeral.MkdirAll(); err != nil {
 		return err
 	}
 	// One server per data directory: two would each think they own
 	// the same publications and loop devices.
-	unlock, err := lockTree(root.Ephemeral.Lock.FullPath())
+	unlock, err := lockTree(tree.Ephemeral.Lock.FullPath())
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if err := root.Kubelet.MkdirAll(); err != nil {
-		return err
-	}
-	dd, err := core.PrepareDataDir(&root.Data, core.DataDirOptions{AllowUnenforcedCapacity: o.allowUnenforcedCapacity})
-	if err != nil {
-		return err
-	}
-	vols, err := volume.New(volume.Config{Data: &root.Data, QuotaError: dd.QuotaProbeError(), AllowUnenforced: o.allowUnenforcedCapacity})
-	if err != nil {
-		return err
-	}
 
 	lt := logtree.New(logtree.WithSink(os.Stderr))
 	lt.SetVerbosity("", o.verbosity)
@@ -145,107 +122,35 @@ func csiServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	unwatch, err := ep.Metrics().WatchVolumes(vols)
+	plugin.Metrics = ep.Metrics()
+	svc, err := csi.NodeService(plugin, &tree.Kubelet)
 	if err != nil {
 		return err
 	}
-	defer unwatch()
-	// Built before the tree starts: a wiring mistake ends csi-serve here
-	// instead of failing every restart of the runnables.
-	srv, err := csi.NewServer(csi.Config{
-		Volumes:    vols,
-		Kubelet:    &root.Kubelet,
-		State:      &root.Ephemeral.CSI,
-		NodeName:   o.nodeName,
-		Controller: ctrl != "",
-		Metrics:    ep.Metrics(),
-	})
+	cfg := o.node
+	cfg.Root = tree
+	cfg.Services = []core.Service{svc}
+	if m := ep.Metrics(); m != nil {
+		cfg.Services = append(cfg.Services, volumeMetricsService(m))
+	}
+	root, err := core.Root(cfg)
 	if err != nil {
 		return err
 	}
-	var registrar *csi.Registrar
-	if o.register {
-		if registrar, err = csi.NewRegistrar(&root.Kubelet); err != nil {
-			return err
-		}
-	}
-	serve := func(ctx context.Context) error {
-		log := supervisor.Logger(ctx)
-		if dd.QuotaEnforced() {
-			log.Infof("project quotas enforced on %s", root.Data.Volumes.FullPath())
-		} else {
-			log.Warningf("project quotas not enforced (%v); filesystem volumes %s", dd.QuotaProbeError(),
-				map[bool]string{true: "are created WITHOUT size enforcement (--allow-unenforced-capacity)", false: "are refused"}[o.allowUnenforcedCapacity])
-		}
-		core.RemoveStaleTemporaryFiles(log, &root.Ephemeral)
-		core.RemoveStaleTemporaryFiles(log, &root.Data)
-		recs, err := vols.Recover(ctx)
-		for _, r := range recs {
-			if r.Err != nil {
-				log.Warningf("volume %s: %s: %v", r.ID, r.Action, r.Err)
-			} else {
-				log.Infof("volume %s: %s", r.ID, r.Action)
-			}
-		}
-		if err != nil {
-			return err
-		}
-		if err := srv.Start(ctx, log); err != nil {
-			return err
-		}
-		group := map[string]supervisor.Runnable{"node": endpointRunnable(srv, node, srv.Register)}
-		if ctrl != "" {
-			group["controller"] = endpointRunnable(srv, ctrl, srv.RegisterController)
-		}
-		if registrar != nil {
-			group["registration"] = registrar.Run
-		}
-		if err := supervisor.RunGroup(ctx, group); err != nil {
-			return err
-		}
-		supervisor.Signal(ctx, supervisor.SignalHealthy)
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	sup := supervisor.New(ctx, func(ctx context.Context) error {
-		if err := supervisor.Run(ctx, "csi", serve); err != nil {
-			return err
-		}
-		supervisor.Signal(ctx, supervisor.SignalHealthy)
-		<-ctx.Done()
-		return ctx.Err()
-	}, append(ep.supervisorOptions(), supervisor.WithLogTree(lt))...)
-	// The endpoint stops with the process, also when the tree ends by
-	// itself (ctx still live).
-	serveCtx, stopServing := context.WithCancel(ctx)
-	served := ep.serve(serveCtx, sup, lt.LeveledFor("main"))
-	defer func() { stopServing(); <-served }()
-	<-ctx.Done()
-	// The supervisor stops the tree when ctx ends; give it time to finish
-	// in-flight calls (a half-done mount is never left behind).
-	select {
-	case <-sup.Done():
-	case <-time.After(shutdownTimeout):
-		return errors.New("csi-serve: shutdown timed out")
-	}
-	return nil
+	return supervise(ctx, root, ep, lt)
 }
 
-// endpointRunnable serves the services that register adds on a unix socket
-// at path until ctx ends.
-func endpointRunnable(srv *csi.Server, path string, register func(*grpc.Server)) supervisor.Runnable {
-	return func(ctx context.Context) error {
-		l, err := csi.Listen(path)
-		if err != nil {
-			return err
+// tree places the three trees csi-serve uses at the directories its flags
+// name; it has no root of its own.
+func (o *csiServeOptions) tree() (*localstorage.Root, error) {
+	var root localstorage.Root
+	for _, p := range []struct {
+		place func(string) error
+		dir   string
+	}{{root.Data.Place, o.dataDir}, {root.Kubelet.Place, o.kubeletDir}, {root.Ephemeral.Place, o.ephemeralDir}} {
+		if err := p.place(p.dir); err != nil {
+			return nil, err
 		}
-		g := srv.NewGRPCServer()
-		register(g)
-		supervisor.Logger(ctx).Infof("serving on %s", path)
-		err = supervisor.ServeGRPC(ctx, g, l)
-		if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-			err = errors.Join(err, rerr)
-		}
-		return err
 	}
+	return &root, nil
 }

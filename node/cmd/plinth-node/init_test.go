@@ -341,8 +341,8 @@ func TestChildArgsWithConfigDisk(t *testing.T) {
 	if err != nil {
 		t.Fatalf("child args do not parse: %v", err)
 	}
-	if o.nodeName != "" {
-		t.Errorf("node name %q chosen before the configuration disk is read", o.nodeName)
+	if o.node.NodeName != "" {
+		t.Errorf("node name %q chosen before the configuration disk is read", o.node.NodeName)
 	}
 	// plinth.kubeletdir= still wins.
 	args = childArgs(parseCmdline("plinth.config=/dev/vdb plinth.kubeletdir=/data/k"), nil)

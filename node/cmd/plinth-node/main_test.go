@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
 	"source.plinth.dev/node/kubernetes"
 )
 
@@ -254,8 +255,8 @@ func TestOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, _ := os.Hostname()
-	if o.nodeName != strings.ToLower(h) {
-		t.Errorf("default node name %q, want lower-cased host name %q", o.nodeName, h)
+	if o.node.NodeName != strings.ToLower(h) {
+		t.Errorf("default node name %q, want lower-cased host name %q", o.node.NodeName, h)
 	}
 	tree, err := o.tree()
 	if err != nil {
@@ -333,15 +334,15 @@ func TestCSIServeOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.dataDir != "/d" || o.kubeletDir != "/k" || o.ephemeralDir != "/e" || o.nodeName != "n1" || !o.allowUnenforcedCapacity || o.verbosity != 2 {
+	if o.dataDir != "/d" || o.kubeletDir != "/k" || o.ephemeralDir != "/e" || o.node.NodeName != "n1" || !o.node.AllowUnenforcedCapacity || o.verbosity != 2 {
 		t.Errorf("options %+v", o.commonOptions)
 	}
 	o, err = parseCSIServeOptions([]string{"--endpoint", "unix:///csi.sock", "--data-dir", "/d", "--kubelet-dir", "/k"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h, _ := os.Hostname(); o.nodeName != strings.ToLower(h) || !strings.HasPrefix(o.ephemeralDir, "/run/plinth/csi-serve-") {
-		t.Errorf("defaults: node name %q, ephemeral dir %q", o.nodeName, o.ephemeralDir)
+	if h, _ := os.Hostname(); o.node.NodeName != strings.ToLower(h) || !strings.HasPrefix(o.ephemeralDir, "/run/plinth/csi-serve-") {
+		t.Errorf("defaults: node name %q, ephemeral dir %q", o.node.NodeName, o.ephemeralDir)
 	}
 	for _, bad := range [][]string{
 		{"--data-dir", "/d", "--kubelet-dir", "/k"},

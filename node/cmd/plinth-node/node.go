@@ -49,35 +49,38 @@ func runNode(ctx context.Context, o *options, out io.Writer) error {
 	}
 	defer tree.Ephemeral.PID.Remove()
 
-	coreCfg := core.Config{
-		Root:                    tree,
-		NodeName:                o.nodeName,
-		DataMount:               o.dataMount(),
-		AllowUnenforcedCapacity: o.allowUnenforcedCapacity,
-	}
+	cfg := o.node
+	cfg.Root = tree
+	cfg.DataMount = o.dataMount()
 	var booted *bootedNode
 	if o.configDevice != "" {
 		if booted, err = loadBootedNode(ctx, log, o, tree); err != nil {
 			return err
 		}
-		booted.apply(&coreCfg)
+		booted.apply(&cfg)
 	}
 	ep, err := openEndpoint(o.metricsAddress)
 	if err != nil {
 		return err
 	}
-	svcs, err := services(o, tree, booted, ep.Metrics())
-	if err != nil {
+	if cfg.Services, err = services(o, tree, booted, ep.Metrics()); err != nil {
 		return err
 	}
-	coreCfg.Services = svcs
-	root, err := core.Root(coreCfg)
+	root, err := core.Root(cfg)
 	if err != nil {
 		return err
 	}
 	log.Infof("plinth-node starting: node %s, root %s, data %s, ephemeral %s, kubelet %s",
-		coreCfg.NodeName, tree.FullPath(), tree.Data.FullPath(), tree.Ephemeral.FullPath(), tree.Kubelet.FullPath())
+		cfg.NodeName, tree.FullPath(), tree.Data.FullPath(), tree.Ephemeral.FullPath(), tree.Kubelet.FullPath())
+	return supervise(ctx, root, ep, lt)
+}
 
+// supervise runs root as the root of a supervision tree logging to lt,
+// serves the metrics endpoint ep (if any) on it, and stops the tree when
+// ctx ends, waiting at most shutdownTimeout for its runnables. plinth-node
+// and csi-serve both end here.
+func supervise(ctx context.Context, root supervisor.Runnable, ep *endpoint, lt *logtree.LogTree) error {
+	log := lt.LeveledFor("main")
 	s := supervisor.New(ctx, root, append(ep.supervisorOptions(), supervisor.WithLogTree(lt))...)
 	// The endpoint stops with the process, also when the tree ends by
 	// itself (ctx still live).
@@ -92,6 +95,8 @@ func runNode(ctx context.Context, o *options, out io.Writer) error {
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
+	// The supervisor stops the tree when ctx ends; give it time to finish
+	// in-flight calls (a half-done mount is never left behind).
 	select {
 	case <-s.Done():
 		log.Info("stopped cleanly")

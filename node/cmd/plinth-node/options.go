@@ -9,10 +9,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"time"
 
 	"source.plinth.dev/node/core"
 	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes"
 	"source.plinth.dev/node/kubernetes/capacity"
 	"source.plinth.dev/node/kubernetes/noderemoval"
@@ -29,31 +29,15 @@ type options struct {
 	dataFSType       string
 	dataMountOptions string
 
-	kubeconfig string
-	// inCluster uses the pod's service account instead of a kubeconfig:
+	// kube are the Kubernetes services' settings, passed down whole. An
+	// empty Kubeconfig with inCluster uses the pod's service account:
 	// plinth-node deployed as a DaemonSet (deploy/).
+	kube      kubernetes.Options
 	inCluster bool
 
 	// configDevice is the configuration disk of a booted node (see
 	// node/core/nodeconfig); booted.go says what it changes.
 	configDevice string
-
-	// Kubernetes client and provisioner settings (node/kubernetes).
-	kubeAPIQPS        float64
-	kubeAPIBurst      int
-	orphanGracePeriod time.Duration
-	// volumeHealthInterval is how often the volumes' health is checked.
-	volumeHealthInterval time.Duration
-	// volumeAuditInterval is how often every filesystem volume is walked
-	// for files moved out of its project quota.
-	volumeAuditInterval time.Duration
-	// removedNodeGracePeriod is how long a node's Node object must be gone
-	// before its claims are told the node was removed.
-	removedNodeGracePeriod time.Duration
-	capacityNamespace      string
-
-	// Test-only settings (testOnlyFlagPrefix): hidden from --help.
-	testOnlyNoOrphanRemoval bool
 }
 
 // testOnlyFlagPrefix begins the names of flags that exist only for tests.
@@ -116,20 +100,20 @@ func (o *options) flagSet(out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.dataDevice, "data-device", "", "block device to mount at the data directory before starting (empty: use the directory as it is)")
 	fs.StringVar(&o.dataFSType, "data-fstype", "xfs", "filesystem type of --data-device")
 	fs.StringVar(&o.dataMountOptions, "data-mount-options", "prjquota", "mount options of --data-device (prjquota makes XFS enforce volume sizes)")
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for the Kubernetes API (optional; without it and --in-cluster, no Kubernetes services run)")
+	fs.StringVar(&o.kube.Kubeconfig, "kubeconfig", "", "kubeconfig for the Kubernetes API (optional; without it and --in-cluster, no Kubernetes services run)")
 	fs.BoolVar(&o.inCluster, "in-cluster", false, "reach the Kubernetes API with the pod's service account (plinth-node run as a DaemonSet, see deploy/); excludes --kubeconfig")
 	fs.StringVar(&o.configDevice, "config-device", "", "configuration disk of a booted node (plinth.config=): a tar of node.json and kubeconfigs; the node then formats a blank data disk, configures the network and runs containerd and the kubelet")
-	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", kubernetes.DefaultQPS, "queries per second to the Kubernetes API (client-side rate limit; Events have their own smaller budget)")
-	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", kubernetes.DefaultBurst, "burst of queries to the Kubernetes API above --kube-api-qps")
-	fs.DurationVar(&o.orphanGracePeriod, "orphan-grace-period", provisioner.DefaultOrphanGracePeriod,
+	fs.Float64Var(&o.kube.QPS, "kube-api-qps", kubernetes.DefaultQPS, "queries per second to the Kubernetes API (client-side rate limit; Events have their own smaller budget)")
+	fs.IntVar(&o.kube.Burst, "kube-api-burst", kubernetes.DefaultBurst, "burst of queries to the Kubernetes API above --kube-api-qps")
+	fs.DurationVar(&o.kube.OrphanGracePeriod, "orphan-grace-period", provisioner.DefaultOrphanGracePeriod,
 		"how long a volume must have had no PV and no claim before the provisioner removes it")
-	fs.DurationVar(&o.removedNodeGracePeriod, "removed-node-grace-period", noderemoval.DefaultGracePeriod,
+	fs.DurationVar(&o.kube.RemovedNodeGracePeriod, "removed-node-grace-period", noderemoval.DefaultGracePeriod,
 		"how long a node with Plinth volumes must have no Node object before its claims get a NodeRemoved Event and its released PVs are deleted (one surviving node acts)")
-	fs.DurationVar(&o.volumeHealthInterval, "volume-health-interval", volumehealth.DefaultInterval,
+	fs.DurationVar(&o.kube.VolumeHealthInterval, "volume-health-interval", volumehealth.DefaultInterval,
 		"how often the node checks its bound volumes (data present, quota in place, publications intact) and reports a change as an Event on the claim")
-	fs.DurationVar(&o.volumeAuditInterval, "volume-audit-interval", volumehealth.DefaultAuditInterval,
+	fs.DurationVar(&o.kube.VolumeAuditInterval, "volume-audit-interval", volumehealth.DefaultAuditInterval,
 		"how often the node walks every filesystem volume for files its users moved out of its project quota (chattr -p), puts them back and says so in an Event on the claim")
-	fs.StringVar(&o.capacityNamespace, "capacity-namespace", capacity.DefaultNamespace,
+	fs.StringVar(&o.kube.CapacityNamespace, "capacity-namespace", capacity.DefaultNamespace,
 		"namespace of the CSIStorageCapacity objects that tell the scheduler how much this node can still hold")
 	// The help shows the flags declared so far: the test-only ones follow.
 	help := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
@@ -137,7 +121,7 @@ func (o *options) flagSet(out io.Writer) *flag.FlagSet {
 		help.Var(f.Value, f.Name, f.Usage)
 		help.Lookup(f.Name).DefValue = f.DefValue
 	})
-	fs.BoolVar(&o.testOnlyNoOrphanRemoval, testOnlyFlagPrefix+"no-orphan-removal", false,
+	fs.BoolVar(&o.kube.TestOnlyNoOrphanRemoval, testOnlyFlagPrefix+"no-orphan-removal", false,
 		"never remove orphaned volumes, so that the crash test's negative control can show its leak check finds what a crash leaves")
 	fs.Usage = func() {
 		fmt.Fprint(out, usageHeader)
@@ -182,18 +166,18 @@ func (o *options) complete() error {
 	}
 	// A configuration disk names the node; it is read once the node
 	// runs (booted.go).
-	if o.configDevice == "" || o.nodeName != "" {
+	if o.configDevice == "" || o.node.NodeName != "" {
 		if err := o.completeNodeName(); err != nil {
 			return err
 		}
 	}
-	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst <= 0 || o.orphanGracePeriod <= 0 || o.volumeHealthInterval <= 0 || o.volumeAuditInterval <= 0 || o.removedNodeGracePeriod <= 0 {
+	if o.kube.QPS <= 0 || o.kube.Burst <= 0 || o.kube.OrphanGracePeriod <= 0 || o.kube.VolumeHealthInterval <= 0 || o.kube.VolumeAuditInterval <= 0 || o.kube.RemovedNodeGracePeriod <= 0 {
 		return errors.New("--kube-api-qps, --kube-api-burst, --orphan-grace-period, --removed-node-grace-period, --volume-health-interval and --volume-audit-interval must be positive")
 	}
 	if o.verbosity < 0 {
 		return fmt.Errorf("-v %d: verbosity cannot be negative", o.verbosity)
 	}
-	if o.inCluster && o.kubeconfig != "" {
+	if o.inCluster && o.kube.Kubeconfig != "" {
 		return errors.New("--in-cluster and --kubeconfig exclude each other")
 	}
 	if o.dataDevice != "" && o.dataFSType == "" {
@@ -212,10 +196,12 @@ type commonOptions struct {
 	ephemeralDir string
 	kubeletDir   string
 
-	nodeName                string
-	allowUnenforcedCapacity bool
-	verbosity               int
-	metricsAddress          string
+	// node is the root's configuration: the flags set its NodeName and
+	// AllowUnenforcedCapacity; each mode adds the rest and passes it to
+	// core.Root whole.
+	node           core.Config
+	verbosity      int
+	metricsAddress string
 }
 
 // dirDefaults complete the help of the directory flags for one mode: what
@@ -230,8 +216,8 @@ func (c *commonOptions) declare(fs *flag.FlagSet, d dirDefaults) {
 	fs.StringVar(&c.dataDir, "data-dir", "", "data directory (the data partition's mount point; volumes live in its volumes/ subdirectory) "+d.data)
 	fs.StringVar(&c.ephemeralDir, "ephemeral-dir", "", "directory for runtime state that ends with the boot (such as CSI publication records), ideally on tmpfs "+d.ephemeral)
 	fs.StringVar(&c.kubeletDir, "kubelet-dir", "", "the kubelet's root directory (its --root-dir); CSI target paths must lie below it "+d.kubelet)
-	fs.StringVar(&c.nodeName, "node-name", "", "this node's Kubernetes node name, also its CSI node ID and topology value (default: the host name, lower-cased)")
-	fs.BoolVar(&c.allowUnenforcedCapacity, strings.TrimPrefix(core.AllowUnenforcedCapacityFlag, "--"), false,
+	fs.StringVar(&c.node.NodeName, "node-name", "", "this node's Kubernetes node name, also its CSI node ID and topology value (default: the host name, lower-cased)")
+	fs.BoolVar(&c.node.AllowUnenforcedCapacity, strings.TrimPrefix(volume.AllowUnenforcedCapacityFlag, "--"), false,
 		"provision filesystem volumes even if the data filesystem cannot enforce their size (development hosts without project quotas; logs a loud warning)")
 	fs.StringVar(&c.metricsAddress, "metrics-address", "", "serve Prometheus metrics (/metrics) and health (/healthz, /readyz) over HTTP on this host:port (empty: no endpoint)")
 	fs.IntVar(&c.verbosity, "v", 0, "log verbosity: V(n) debug messages with n <= this level are logged (1 logs every successful CSI call)")
@@ -240,14 +226,14 @@ func (c *commonOptions) declare(fs *flag.FlagSet, d dirDefaults) {
 // completeNodeName defaults the node name to the host name, lower-cased,
 // and checks it.
 func (c *commonOptions) completeNodeName() error {
-	if c.nodeName == "" {
+	if c.node.NodeName == "" {
 		h, err := os.Hostname()
 		if err != nil {
 			return fmt.Errorf("finding the node name (pass --node-name): %w", err)
 		}
-		c.nodeName = strings.ToLower(h)
+		c.node.NodeName = strings.ToLower(h)
 	}
-	return validateNodeName(c.nodeName)
+	return validateNodeName(c.node.NodeName)
 }
 
 // tree places the node tree: everything below --root, except the subtrees

@@ -22,13 +22,13 @@ func TestFlagsFromEnvFillOnlyWhatTheCommandLineLeft(t *testing.T) {
 	if err := flagsFromEnv(fs, lookup); err != nil {
 		t.Fatal(err)
 	}
-	if o.kubeAPIQPS != 7 || !o.allowUnenforcedCapacity {
-		t.Errorf("from the environment: qps %v, allow-unenforced %v; want 7, true", o.kubeAPIQPS, o.allowUnenforcedCapacity)
+	if o.kube.QPS != 7 || !o.node.AllowUnenforcedCapacity {
+		t.Errorf("from the environment: qps %v, allow-unenforced %v; want 7, true", o.kube.QPS, o.node.AllowUnenforcedCapacity)
 	}
-	if o.kubeAPIBurst != 11 {
-		t.Errorf("burst %d: the command line's 11 must win over the environment's 9", o.kubeAPIBurst)
+	if o.kube.Burst != 11 {
+		t.Errorf("burst %d: the command line's 11 must win over the environment's 9", o.kube.Burst)
 	}
-	if o.testOnlyNoOrphanRemoval {
+	if o.kube.TestOnlyNoOrphanRemoval {
 		t.Error("a test-only flag was taken from the environment")
 	}
 	env["PLINTH_KUBE_API_QPS"] = "lots"

@@ -239,14 +239,19 @@ func (m *Manager) UnenforcedCapacity() (reason error, allowed bool) {
 	return m.QuotaError, m.AllowUnenforced
 }
 
+// AllowUnenforcedCapacityFlag is plinth-node's flag that accepts
+// filesystem volumes without an enforced size (Config.AllowUnenforced).
+// The refusal names it, so that whoever reads it knows what to change.
+const AllowUnenforcedCapacityFlag = "--allow-unenforced-capacity"
+
 // checkFilesystemAllowed refuses filesystem volumes whose size could not be
 // enforced, unless the operator accepted that.
 func (m *Manager) checkFilesystemAllowed() error {
 	if m.QuotaError == nil || m.AllowUnenforced {
 		return nil
 	}
-	return fmt.Errorf("%w: %v; fix the data filesystem, or pass --allow-unenforced-capacity to provision without size enforcement",
-		ErrCapacityNotEnforced, m.QuotaError)
+	return fmt.Errorf("%w: %v; fix the data filesystem, or pass %s to provision without size enforcement",
+		ErrCapacityNotEnforced, m.QuotaError, AllowUnenforcedCapacityFlag)
 }
 
 // alignSize validates a requested size and rounds it up to Alignment.

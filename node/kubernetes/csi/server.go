@@ -3,8 +3,8 @@
 // registration server, and a development-only Controller service for the
 // standalone `plinth-node csi-serve`.
 //
-// Everything about a volume's on-disk shape comes from node/kubernetes/
-// volume; this package only knows how to present a volume at a target path
+// Everything about a volume's on-disk shape comes from node/core/volume;
+// this package only knows how to present a volume at a target path
 // (a bind mount for filesystem volumes, a loop device and a device node for
 // block volumes) and how to remember that across restarts: each published
 // target has a record in the ephemeral CSI state directory, written before
@@ -57,9 +57,15 @@ type Config struct {
 	// NodeName is the node ID reported to the CO and the value of the
 	// hostname topology key.
 	NodeName string
+	// Endpoint is the unix socket Run serves Identity and Node on; empty
+	// means the driver's socket in the kubelet's plugins directory, where
+	// the kubelet looks.
+	Endpoint string
 	// Controller enables the development Controller service (csi-serve
-	// --controller-endpoint) and advertises it in the plugin capabilities.
-	Controller bool
+	// --controller-endpoint) and advertises it in the plugin capabilities;
+	// with ControllerEndpoint set, Run serves it there too.
+	Controller         bool
+	ControllerEndpoint string
 	// Registrar, if set, makes Run also serve the kubelet plugin
 	// registration socket (as its child "registration"), started once the
 	// CSI socket listens, so the kubelet never learns of a socket that
@@ -277,35 +283,63 @@ func ParseEndpoint(ep string) (string, error) {
 	return filepath.Clean(p), nil
 }
 
-// Run is the supervisor runnable of the node plugin: it starts the server
-// and serves Identity and Node on the driver's socket in the kubelet's
-// plugins directory (and, with a Registrar, the registration socket)
-// until ctx ends. plinth-node wires it in as
-//
-//	srv, err := csi.NewServer(csi.Config{Volumes: vols,
-//		Kubelet: &env.Root.Kubelet, State: &env.Root.Ephemeral.CSI,
-//		NodeName: env.NodeName, Registrar: registrar})
-//	... srv.Run
-//
-// with the node's one volume.Manager.
+// Run is the supervisor runnable of the plugin: it starts the server and
+// serves Identity and Node on its endpoint (Config.Endpoint, by default the
+// driver's socket in the kubelet's plugins directory) until ctx ends; with
+// a ControllerEndpoint, Identity and Controller there as its child
+// "controller"; with a Registrar, the kubelet's registration socket as its
+// child "registration", started once the plugin's socket listens, so the
+// kubelet never learns of a socket that does not answer yet. Each socket
+// is removed when its server stops.
 func (s *Server) Run(ctx context.Context) error {
 	if err := s.Start(ctx, supervisor.Logger(ctx)); err != nil {
 		return err
 	}
-	l, err := Listen(s.socket)
+	endpoint := s.cfg.Endpoint
+	if endpoint == "" {
+		endpoint = s.socket
+	}
+	l, err := Listen(endpoint)
 	if err != nil {
 		return err
 	}
-	g := s.NewGRPCServer()
-	s.Register(g)
-	s.log.Infof("serving CSI %s on %s", names.DriverName, s.socket)
-	if s.cfg.Registrar != nil {
-		if err := supervisor.Run(ctx, "registration", s.cfg.Registrar.Run); err != nil {
+	s.log.Infof("CSI %s Identity and Node: serving on %s", names.DriverName, endpoint)
+	children := map[string]supervisor.Runnable{}
+	if s.cfg.ControllerEndpoint != "" {
+		children["controller"] = s.serveController
+	}
+	if r := s.cfg.Registrar; r != nil {
+		children["registration"] = r.Run
+	}
+	for name, run := range children {
+		if err := supervisor.Run(ctx, name, run); err != nil {
 			l.Close()
 			return err
 		}
 	}
-	return supervisor.ServeGRPC(ctx, g, l)
+	return s.serve(ctx, l, endpoint, s.Register)
+}
+
+// serveController serves Identity and Controller on ControllerEndpoint.
+func (s *Server) serveController(ctx context.Context) error {
+	l, err := Listen(s.cfg.ControllerEndpoint)
+	if err != nil {
+		return err
+	}
+	s.log.Infof("CSI %s Identity and development Controller: serving on %s", names.DriverName, s.cfg.ControllerEndpoint)
+	return s.serve(ctx, l, s.cfg.ControllerEndpoint, s.RegisterController)
+}
+
+// serve serves the services register adds on l, the socket at path, until
+// ctx ends, and then removes the socket.
+func (s *Server) serve(ctx context.Context, l net.Listener, path string, register func(*grpc.Server)) error {
+	g := s.NewGRPCServer()
+	register(g)
+	err := supervisor.ServeGRPC(ctx, g, l)
+	if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
+	return err
 }
 
 func volumeKey(id string) string     { return "1-volume/" + id }

@@ -41,7 +41,7 @@ func clientWith(tb testing.TB, qps float32, burst int) kubernetes.Interface {
 	tb.Helper()
 	cfg := rest.CopyConfig(controllertest.ControlPlane(tb).RESTConfig)
 	cfg.QPS, cfg.Burst = qps, burst
-	// As plinth-node's client (node/kubernetes.Service.RESTConfig).
+	// As plinth-node's client (node/kubernetes.Options.RESTConfig).
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	c, err := kubernetes.NewForConfig(cfg)
@@ -435,7 +435,7 @@ func runInformerBaseline(kubeconfig string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	// The wire format plinth-node uses (node/kubernetes.Service.RESTConfig),
+	// The wire format plinth-node uses (node/kubernetes.Options.RESTConfig),
 	// so both decode the same bytes.
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/internal/controller"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/pkg/keymutex"
@@ -124,9 +125,9 @@ func (r *run) reportUnenforcedCapacity() {
 	if reason == nil {
 		return
 	}
-	consequence := "filesystem claims are refused (block claims work); prepare an XFS data directory mounted with prjquota, or pass --allow-unenforced-capacity to accept volumes that can outgrow their size"
+	consequence := "filesystem claims are refused (block claims work); prepare an XFS data directory mounted with prjquota, or pass " + volume.AllowUnenforcedCapacityFlag + " to accept volumes that can outgrow their size"
 	if allowed {
-		consequence = "filesystem volumes are provisioned anyway (--allow-unenforced-capacity) and can fill the data filesystem"
+		consequence = "filesystem volumes are provisioned anyway (" + volume.AllowUnenforcedCapacityFlag + ") and can fill the data filesystem"
 	}
 	r.recorder.Eventf(r.nodeRef(), corev1.EventTypeWarning, ReasonCapacityNotEnforced,
 		"The data directory of Plinth storage on this node cannot enforce volume sizes (%v): %s", reason, consequence)

@@ -60,15 +60,17 @@ type Checker interface {
 }
 
 // CSI is a Checker that asks a CSI node plugin (NodeGetVolumeHealth, all
-// publications of the volume). A volume the plugin does not find is
-// abnormal: the monitor only asks about bound PVs, whose volume must
-// exist.
-func CSI(s csi.NodeServer) Checker { return csiChecker{s} }
+// publications of the volume) through its socket, as the kubelet does: the
+// monitor and the plugin are separate runnables of the node, and the
+// plugin's own locks keep a check from mistaking a publication being made
+// for a broken one. A volume the plugin does not find is abnormal: the
+// monitor only asks about bound PVs, whose volume must exist.
+func CSI(c csi.NodeClient) Checker { return csiChecker{c} }
 
-type csiChecker struct{ s csi.NodeServer }
+type csiChecker struct{ c csi.NodeClient }
 
 func (c csiChecker) Check(ctx context.Context, id string) (Condition, error) {
-	resp, err := c.s.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: id})
+	resp, err := c.c.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: id})
 	if status.Code(err) == codes.NotFound {
 		return Condition{Abnormal: true, Message: "the volume's data is gone: " + status.Convert(err).Message()}, nil
 	}
