@@ -122,7 +122,7 @@ func LogTree(ctx context.Context) *logtree.LogTree {
 	return mustRef(ctx, "LogTree").n.s.lt
 }
 
-// DN returns the DN of the runnable owning ctx, e.g. "root.kubernetes.csi".
+// DN returns the DN of the runnable owning ctx, e.g. "root.csi.registration".
 // It panics if ctx does not come from a supervisor.
 func DN(ctx context.Context) logtree.DN {
 	return mustRef(ctx, "DN").n.dn
