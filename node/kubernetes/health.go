@@ -48,11 +48,7 @@ func (o *Options) runHealth(ctx context.Context, env *core.Env) error {
 		return fmt.Errorf("volume health: connecting to the CSI plugin: %w", err)
 	}
 	defer conn.Close()
-	cfg, err := o.RESTConfig(env.NodeName)
-	if err != nil {
-		return err
-	}
-	clients, err := NewClients(cfg)
+	clients, _, err := o.connect(env.NodeName)
 	if err != nil {
 		return err
 	}

@@ -144,6 +144,20 @@ func NewClients(cfg *rest.Config) (Clients, error) {
 	return Clients{Client: client, Events: events}, nil
 }
 
+// connect builds the clients of one start of a service of node nodeName,
+// and returns the configuration they were built from.
+func (o *Options) connect(nodeName string) (Clients, *rest.Config, error) {
+	cfg, err := o.RESTConfig(nodeName)
+	if err != nil {
+		return Clients{}, nil, err
+	}
+	clients, err := NewClients(cfg)
+	if err != nil {
+		return Clients{}, nil, err
+	}
+	return clients, cfg, nil
+}
+
 // base is what every controller of the node is built from: the clients,
 // this node's name and o's metrics.
 func (o *Options) base(clients Clients, nodeName string) controller.Base {

@@ -38,11 +38,7 @@ type service struct {
 // run connects to the API server, starts the controllers and runs until
 // ctx ends.
 func (s *service) run(ctx context.Context) error {
-	cfg, err := s.o.RESTConfig(s.env.NodeName)
-	if err != nil {
-		return err
-	}
-	clients, err := NewClients(cfg)
+	clients, cfg, err := s.o.connect(s.env.NodeName)
 	if err != nil {
 		return err
 	}
