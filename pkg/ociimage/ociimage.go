@@ -208,14 +208,35 @@ type blob struct {
 
 // writeLayout writes oci as the only image of an OCI layout tarball.
 func writeLayout(w io.Writer, ref string, oci v1.Image) (v1.Hash, error) {
-	fail := func(what string, err error) (v1.Hash, error) {
-		return v1.Hash{}, fmt.Errorf("image %s: %s: %w", ref, what, err)
+	digest, manifestSize, blobs, err := imageBlobs(oci)
+	if err != nil {
+		return v1.Hash{}, fmt.Errorf("image %s: %w", ref, err)
+	}
+	index, err := layoutIndex(ref, digest, manifestSize)
+	if err != nil {
+		return v1.Hash{}, fmt.Errorf("image %s: %w", ref, err)
+	}
+	files := append([]blob{
+		{"oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)},
+		{"index.json", index},
+	}, blobs...)
+	if err := writeTar(w, files); err != nil {
+		return v1.Hash{}, fmt.Errorf("image %s: %w", ref, err)
+	}
+	return digest, nil
+}
+
+// imageBlobs reads oci's config, manifest and compressed layers into the
+// blobs of its layout, and returns the manifest's digest and size too.
+func imageBlobs(oci v1.Image) (digest v1.Hash, manifestSize int64, blobs []blob, err error) {
+	fail := func(what string, err error) (v1.Hash, int64, []blob, error) {
+		return v1.Hash{}, 0, nil, fmt.Errorf("%s: %w", what, err)
 	}
 	manifest, err := oci.RawManifest()
 	if err != nil {
 		return fail("manifest", err)
 	}
-	digest, err := oci.Digest()
+	digest, err = oci.Digest()
 	if err != nil {
 		return fail("manifest digest", err)
 	}
@@ -227,7 +248,7 @@ func writeLayout(w io.Writer, ref string, oci v1.Image) (v1.Hash, error) {
 	if err != nil {
 		return fail("config digest", err)
 	}
-	blobs := []blob{
+	blobs = []blob{
 		{"blobs/sha256/" + configName.Hex, config},
 		{"blobs/sha256/" + digest.Hex, manifest},
 	}
@@ -251,7 +272,13 @@ func writeLayout(w io.Writer, ref string, oci v1.Image) (v1.Hash, error) {
 		}
 		blobs = append(blobs, blob{"blobs/sha256/" + d.Hex, b})
 	}
+	return digest, int64(len(manifest)), blobs, nil
+}
 
+// layoutIndex is the layout's index.json: the one manifest (digest, of
+// manifestSize bytes), named ref for containerd and by ref's tag for
+// other readers of the layout.
+func layoutIndex(ref string, digest v1.Hash, manifestSize int64) ([]byte, error) {
 	tag := ref
 	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
 		tag = ref[i+1:]
@@ -261,7 +288,7 @@ func writeLayout(w io.Writer, ref string, oci v1.Image) (v1.Hash, error) {
 		MediaType:     types.OCIImageIndex,
 		Manifests: []v1.Descriptor{{
 			MediaType: types.OCIManifestSchema1,
-			Size:      int64(len(manifest)),
+			Size:      manifestSize,
 			Digest:    digest,
 			Annotations: map[string]string{
 				containerdNameAnnotation: ref,
@@ -271,30 +298,32 @@ func writeLayout(w io.Writer, ref string, oci v1.Image) (v1.Hash, error) {
 	}
 	indexJSON, err := json.Marshal(index)
 	if err != nil {
-		return fail("index", err)
+		return nil, fmt.Errorf("index: %w", err)
 	}
+	return indexJSON, nil
+}
 
+// writeTar writes files to w as a tar archive below the directories
+// blobs/ and blobs/sha256/, with fixed modes and times so that the same
+// image always makes the same bytes.
+func writeTar(w io.Writer, files []blob) error {
 	tw := tar.NewWriter(w)
-	files := append([]blob{
-		{"oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)},
-		{"index.json", indexJSON},
-	}, blobs...)
 	for _, dir := range []string{"blobs/", "blobs/sha256/"} {
 		if err := tw.WriteHeader(&tar.Header{Name: dir, Typeflag: tar.TypeDir, Mode: 0o755, ModTime: time.Unix(0, 0), Format: tar.FormatPAX}); err != nil {
-			return fail("writing archive", err)
+			return fmt.Errorf("writing archive: %w", err)
 		}
 	}
 	for _, f := range files {
 		h := &tar.Header{Name: f.name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(f.data)), ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
 		if err := tw.WriteHeader(h); err != nil {
-			return fail("writing archive", err)
+			return fmt.Errorf("writing archive: %w", err)
 		}
 		if _, err := tw.Write(f.data); err != nil {
-			return fail("writing archive", err)
+			return fmt.Errorf("writing archive: %w", err)
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return fail("closing archive", err)
+		return fmt.Errorf("closing archive: %w", err)
 	}
-	return digest, nil
+	return nil
 }
