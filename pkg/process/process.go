@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os/exec"
 	"strings"
@@ -104,6 +105,9 @@ func Run(ctx context.Context, log logtree.LeveledLogger, spec Spec) error {
 	return run(ctx, log, spec, false)
 }
 
+// run is Runnable (daemon: healthy once Ready, and any exit an error) and
+// Run: it starts the child, and returns once the child has ended, or has
+// been stopped because ctx ended, and its group is killed.
 func run(ctx context.Context, log logtree.LeveledLogger, spec Spec, daemon bool) error {
 	if spec.StopGrace <= 0 {
 		spec.StopGrace = DefaultStopGrace
@@ -113,6 +117,41 @@ func run(ctx context.Context, log logtree.LeveledLogger, spec Spec, daemon bool)
 	}
 	out := logtree.KLogParser(log)
 	defer out.Close()
+	c, err := start(log, spec, daemon, out)
+	if err != nil {
+		return err
+	}
+	if daemon {
+		if err := c.untilReady(ctx); err != nil {
+			return err
+		}
+		log.Infof("%s is ready", spec.Path)
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+	}
+	select {
+	case err := <-c.exited:
+		return c.ended(err)
+	case <-ctx.Done():
+		c.stop("context ended")
+		<-c.exited
+		return ctx.Err()
+	}
+}
+
+// child is a child process that run started.
+type child struct {
+	spec   Spec
+	log    logtree.LeveledLogger
+	daemon bool
+	cmd    *exec.Cmd
+	pid    int
+	// exited receives the child's exit (see tether.Start).
+	exited chan error
+}
+
+// start starts spec's program in a process group of its own, its output
+// going to out.
+func start(log logtree.LeveledLogger, spec Spec, daemon bool, out io.Writer) (*child, error) {
 	cmd := exec.Command(spec.Path, spec.Args...)
 	cmd.Env = spec.Env
 	cmd.Dir = spec.Dir
@@ -127,73 +166,72 @@ func run(ctx context.Context, log logtree.LeveledLogger, spec Spec, daemon bool)
 	// process (not to a thread the runtime may end).
 	exited, err := tether.Start(cmd)
 	if err != nil {
-		return fmt.Errorf("starting %s: %w", spec.name(), err)
+		return nil, fmt.Errorf("starting %s: %w", spec.name(), err)
 	}
-	pid := cmd.Process.Pid
-	log.Infof("started %s (pid %d)", spec.name(), pid)
+	c := &child{spec: spec, log: log, daemon: daemon, cmd: cmd, pid: cmd.Process.Pid, exited: exited}
+	log.Infof("started %s (pid %d)", spec.name(), c.pid)
+	return c, nil
+}
 
-	// killGroup kills what is left of the child's group (its helpers that
-	// stayed in it), once the child itself has ended or is being stopped.
-	// The child itself is killed by PID too: should its group ever be
-	// gone (a child that moved itself to another group), the runnable
-	// must still not wait for ever on a child that ignored SIGTERM.
-	killGroup := func() {
-		if err := unix.Kill(-pid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
-			log.Warningf("killing process group %d: %v", pid, err)
-		}
-		_ = cmd.Process.Kill()
-	}
-	// stop ends the child: SIGTERM to the group, SIGKILL after the grace.
-	stop := func(why string) {
-		log.Infof("stopping %s (pid %d): %s", spec.Path, pid, why)
-		if err := unix.Kill(-pid, unix.SIGTERM); err != nil && !errors.Is(err, unix.ESRCH) {
-			log.Warningf("signalling process group %d: %v", pid, err)
-		}
-		timer := time.NewTimer(spec.StopGrace)
-		defer timer.Stop()
-		select {
-		case err := <-exited:
-			exited <- err
-		case <-timer.C:
-			log.Warningf("%s (pid %d) still running %s after SIGTERM; killing its group", spec.Path, pid, spec.StopGrace)
-		}
-		killGroup()
-	}
-	// ended reports the child's end as an error, after killing its group.
-	ended := func(err error) error {
-		killGroup()
-		if err == nil {
-			if daemon {
-				return fmt.Errorf("%s (pid %d) exited with status 0", spec.Path, pid)
-			}
-			log.Infof("%s (pid %d) finished", spec.Path, pid)
-			return nil
-		}
-		return fmt.Errorf("%s (pid %d) failed: %w", spec.Path, pid, err)
-	}
-
-	if daemon {
-		if err := awaitReady(ctx, spec, exited); err != nil {
-			select {
-			case werr := <-exited:
-				return fmt.Errorf("%w (%w)", err, ended(werr))
-			default:
-			}
-			stop(err.Error())
-			<-exited
-			return err
-		}
-		log.Infof("%s is ready", spec.Path)
-		supervisor.Signal(ctx, supervisor.SignalHealthy)
+// untilReady waits until the child serves (awaitReady). If it does not,
+// the child is ended: stopped if it still runs, and reaped.
+func (c *child) untilReady(ctx context.Context) error {
+	err := awaitReady(ctx, c.spec, c.exited)
+	if err == nil {
+		return nil
 	}
 	select {
-	case err := <-exited:
-		return ended(err)
-	case <-ctx.Done():
-		stop("context ended")
-		<-exited
-		return ctx.Err()
+	case werr := <-c.exited:
+		return fmt.Errorf("%w (%w)", err, c.ended(werr))
+	default:
 	}
+	c.stop(err.Error())
+	<-c.exited
+	return err
+}
+
+// killGroup kills what is left of the child's group (its helpers that
+// stayed in it), once the child itself has ended or is being stopped.
+// The child itself is killed by PID too: should its group ever be gone (a
+// child that moved itself to another group), the runnable must still not
+// wait for ever on a child that ignored SIGTERM.
+func (c *child) killGroup() {
+	if err := unix.Kill(-c.pid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
+		c.log.Warningf("killing process group %d: %v", c.pid, err)
+	}
+	_ = c.cmd.Process.Kill()
+}
+
+// stop ends the child: SIGTERM to the group, SIGKILL after the grace.
+// The child's exit is left in exited for the caller.
+func (c *child) stop(why string) {
+	c.log.Infof("stopping %s (pid %d): %s", c.spec.Path, c.pid, why)
+	if err := unix.Kill(-c.pid, unix.SIGTERM); err != nil && !errors.Is(err, unix.ESRCH) {
+		c.log.Warningf("signalling process group %d: %v", c.pid, err)
+	}
+	timer := time.NewTimer(c.spec.StopGrace)
+	defer timer.Stop()
+	select {
+	case err := <-c.exited:
+		c.exited <- err
+	case <-timer.C:
+		c.log.Warningf("%s (pid %d) still running %s after SIGTERM; killing its group", c.spec.Path, c.pid, c.spec.StopGrace)
+	}
+	c.killGroup()
+}
+
+// ended reports the child's end, err from exited, as an error (any end
+// of a daemon is one), after killing its group.
+func (c *child) ended(err error) error {
+	c.killGroup()
+	if err == nil {
+		if c.daemon {
+			return fmt.Errorf("%s (pid %d) exited with status 0", c.spec.Path, c.pid)
+		}
+		c.log.Infof("%s (pid %d) finished", c.spec.Path, c.pid)
+		return nil
+	}
+	return fmt.Errorf("%s (pid %d) failed: %w", c.spec.Path, c.pid, err)
 }
 
 // awaitReady polls spec.Ready until it succeeds. It fails if the child
