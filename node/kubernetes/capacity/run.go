@@ -64,11 +64,35 @@ func (p *Publisher) Run(ctx context.Context) error {
 		published: map[string]int64{},
 	}
 	defer r.queue.ShutDown()
-	cluster := informers.NewSharedInformerFactoryWithOptions(p.Client, p.Resync,
+	factories, err := r.watch()
+	if err != nil {
+		return err
+	}
+	stopInformers, err := controller.StartInformers(ctx, factories...)
+	defer stopInformers()
+	if err != nil {
+		return err
+	}
+	r.removeElsewhere(ctx)
+	r.log.Infof("publishing the capacity of node %s in namespace %s (at most every %s, and every %s)", p.NodeName, p.Namespace, p.MinInterval, p.Poll)
+	return controller.Loops{
+		Workers: []controller.Workers{{Queue: r.queue, Sync: r.sync, Count: 1}},
+		Tasks: []func(context.Context){
+			r.followVolumes,
+			controller.Every(p.Clock, p.Poll, func(context.Context) { r.queue.Add(key) }),
+		},
+	}.Run(ctx)
+}
+
+// watch builds the publisher's informers, the cluster's StorageClasses
+// and this node's capacity objects, and connects its handlers; the caller
+// starts them.
+func (r *run) watch() ([]informers.SharedInformerFactory, error) {
+	cluster := informers.NewSharedInformerFactoryWithOptions(r.Client, r.Resync,
 		informers.WithTransform(ownership.StripManagedFields))
 	// This node's capacity objects, selected on the server.
-	node := informers.NewSharedInformerFactoryWithOptions(p.Client, p.Resync,
-		informers.WithNamespace(p.Namespace),
+	node := informers.NewSharedInformerFactoryWithOptions(r.Client, r.Resync,
+		informers.WithNamespace(r.Namespace),
 		informers.WithTransform(ownership.StripManagedFields),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = labels.Set{ownership.LabelNode: r.label}.String()
@@ -77,7 +101,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 	objInf := node.Storage().V1().CSIStorageCapacities()
 	r.classes = classInf.Lister()
 	r.store = objInf.Informer().GetStore()
-	r.objects = controller.NewOwnWrites[*storagev1.CSIStorageCapacity](r.store, p.Clock, time.Minute)
+	r.objects = controller.NewOwnWrites[*storagev1.CSIStorageCapacity](r.store, r.Clock, time.Minute)
 	stale := func(any) { r.queue.Add(key) }
 	changed := cache.ResourceEventHandlerFuncs{AddFunc: stale, UpdateFunc: func(_, o any) { stale(o) }, DeleteFunc: stale}
 	// Classes change what each class's figure is; our own objects only
@@ -93,25 +117,10 @@ func (p *Publisher) Run(ctx context.Context) error {
 		"CSIStorageCapacities": {objInf.Informer(), cache.ResourceEventHandlerFuncs{DeleteFunc: stale}},
 	} {
 		if _, err := h.inf.AddEventHandler(h.h); err != nil {
-			return fmt.Errorf("watching %s: %w", what, err)
+			return nil, fmt.Errorf("watching %s: %w", what, err)
 		}
 	}
-	stopInformers, err := controller.StartInformers(ctx, cluster, node)
-	defer stopInformers()
-	if err != nil {
-		return err
-	}
-	r.removeElsewhere(ctx)
-	r.log.Infof("publishing the capacity of node %s in namespace %s (at most every %s, and every %s)", p.NodeName, p.Namespace, p.MinInterval, p.Poll)
-	supervisor.Signal(ctx, supervisor.SignalHealthy)
-	var wg sync.WaitGroup
-	wg.Go(func() { controller.Work(ctx, r.log, r.queue, r.sync) })
-	wg.Go(func() { r.followVolumes(ctx) })
-	wg.Go(func() { _ = controller.Every(ctx, p.Clock, p.Poll, func(context.Context) { r.queue.Add(key) }) })
-	<-ctx.Done()
-	r.queue.ShutDown()
-	wg.Wait()
-	return ctx.Err()
+	return []informers.SharedInformerFactory{cluster, node}, nil
 }
 
 // removeElsewhere deletes this node's capacity objects outside the

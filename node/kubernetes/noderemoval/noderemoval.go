@@ -113,12 +113,12 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	supervisor.Signal(ctx, supervisor.SignalHealthy)
-	return controller.Every(ctx, c.Clock, c.Interval, func(ctx context.Context) {
+	looks := controller.Every(c.Clock, c.Interval, func(ctx context.Context) {
 		if err := s.run(ctx); err != nil && ctx.Err() == nil {
 			log.Warningf("looking for removed nodes: %v", err)
 		}
 	})
+	return controller.Loops{Tasks: []func(context.Context){looks}}.Run(ctx)
 }
 
 // sweep is the state of one Run.

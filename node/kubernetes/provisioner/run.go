@@ -20,7 +20,6 @@ import (
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/pkg/keymutex"
 	"source.plinth.dev/pkg/logtree"
-	"source.plinth.dev/pkg/supervisor"
 )
 
 // run is the state of one incarnation of the controller. Its queues and
@@ -64,19 +63,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return err
 	}
 	defer inc.Stop()
-	r := &run{
-		Controller: c,
-		log:        inc.Log,
-		clock:      c.Clock,
-		hostname:   inc.Hostname,
-		label:      ownership.NodeLabelValue(c.NodeName),
-		recorder:   inc.Recorder,
-		claimQ:     controller.NewBackoffQueue("plinth-provisioner-claims", c.Clock, c.RetryBase, c.RetryMax, c.Metrics.WorkqueueProvider()),
-		volumeQ:    controller.NewBackoffQueue("plinth-provisioner-volumes", c.Clock, c.RetryBase, c.RetryMax, c.Metrics.WorkqueueProvider()),
-		firstSeen:  map[string]time.Time{},
-		reported:   map[string]bool{},
-		kept:       map[string]bool{},
-	}
+	r := c.newRun(inc)
 	defer r.claimQ.ShutDown()
 	defer r.volumeQ.ShutDown()
 	if err := r.watch(ctx, inc); err != nil {
@@ -93,25 +80,37 @@ func (c *Controller) Run(ctx context.Context) error {
 	debug.FreeOSMemory()
 	r.log.Infof("provisioner for driver %s on node %s (hostname %s) started", c.Driver, c.NodeName, r.hostname)
 	r.reportUnenforcedCapacity()
-	supervisor.Signal(ctx, supervisor.SignalHealthy)
-
-	var wg sync.WaitGroup
-	for range c.ClaimWorkers {
-		wg.Go(func() { controller.Work(ctx, r.log, r.claimQ, r.syncClaim) })
-	}
-	for range c.VolumeWorkers {
-		wg.Go(func() { controller.Work(ctx, r.log, r.volumeQ, r.syncVolume) })
-	}
+	var tasks []func(context.Context)
 	if c.TestOnlyNoOrphanRemoval {
 		r.log.Warningf("orphan removal is off (a test-only setting): volumes without PV and claim stay")
 	} else {
-		wg.Go(func() { r.reconcileOrphansLoop(ctx) })
+		tasks = append(tasks, r.reconcileOrphansLoop)
 	}
-	<-ctx.Done()
-	r.claimQ.ShutDown()
-	r.volumeQ.ShutDown()
-	wg.Wait()
-	return ctx.Err()
+	return controller.Loops{
+		Workers: []controller.Workers{
+			{Queue: r.claimQ, Sync: r.syncClaim, Count: c.ClaimWorkers},
+			{Queue: r.volumeQ, Sync: r.syncVolume, Count: c.VolumeWorkers},
+		},
+		Tasks: tasks,
+	}.Run(ctx)
+}
+
+// newRun starts the state of the incarnation inc, with queues of its own;
+// watch connects it to inc's informers.
+func (c *Controller) newRun(inc *controller.Incarnation) *run {
+	return &run{
+		Controller: c,
+		log:        inc.Log,
+		clock:      c.Clock,
+		hostname:   inc.Hostname,
+		label:      ownership.NodeLabelValue(c.NodeName),
+		recorder:   inc.Recorder,
+		claimQ:     controller.NewBackoffQueue("plinth-provisioner-claims", c.Clock, c.RetryBase, c.RetryMax, c.Metrics.WorkqueueProvider()),
+		volumeQ:    controller.NewBackoffQueue("plinth-provisioner-volumes", c.Clock, c.RetryBase, c.RetryMax, c.Metrics.WorkqueueProvider()),
+		firstSeen:  map[string]time.Time{},
+		reported:   map[string]bool{},
+		kept:       map[string]bool{},
+	}
 }
 
 // reportUnenforcedCapacity tells the cluster, with a Warning Event on this

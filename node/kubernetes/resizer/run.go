@@ -3,7 +3,6 @@ package resizer
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,7 +13,6 @@ import (
 	"source.plinth.dev/node/kubernetes/internal/controller"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/pkg/logtree"
-	"source.plinth.dev/pkg/supervisor"
 )
 
 // run is the state of one incarnation of the controller. Its queue and
@@ -54,6 +52,22 @@ func (c *Controller) Run(ctx context.Context) error {
 		volumes:    controller.NewOwnWrites[*corev1.PersistentVolume](inc.Volumes.GetStore(), c.Clock, ownWritesTTL),
 	}
 	defer r.queue.ShutDown()
+	if err := r.watch(inc); err != nil {
+		return err
+	}
+	if err := inc.Sync(ctx); err != nil {
+		return err
+	}
+	r.log.Infof("resizer for driver %s on node %s (hostname %s) started", c.Driver, c.NodeName, r.hostname)
+	return controller.Loops{
+		Workers: []controller.Workers{{Queue: r.queue, Sync: r.syncClaim, Count: c.Workers}},
+		Tasks:   []func(context.Context){func(ctx context.Context) { r.followRoom(ctx, inc.Claims.GetStore()) }},
+	}.Run(ctx)
+}
+
+// watch connects the resizer's handlers to the incarnation's claim and PV
+// informers.
+func (r *run) watch(inc *controller.Incarnation) error {
 	if _, err := inc.Claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    r.onClaim,
 		UpdateFunc: func(_, o any) { r.onClaim(o) },
@@ -66,21 +80,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("watching PVs: %w", err)
 	}
-	if err := inc.Sync(ctx); err != nil {
-		return err
-	}
-	r.log.Infof("resizer for driver %s on node %s (hostname %s) started", c.Driver, c.NodeName, r.hostname)
-	supervisor.Signal(ctx, supervisor.SignalHealthy)
-
-	var wg sync.WaitGroup
-	for range c.Workers {
-		wg.Go(func() { controller.Work(ctx, r.log, r.queue, r.syncClaim) })
-	}
-	wg.Go(func() { r.followRoom(ctx, inc.Claims.GetStore()) })
-	<-ctx.Done()
-	r.queue.ShutDown()
-	wg.Wait()
-	return ctx.Err()
+	return nil
 }
 
 // onClaim queues a bound claim of ours that has a resize to do. The check

@@ -141,18 +141,13 @@ func (m *Monitor) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	r := &round{Monitor: m, log: log, recorder: recorder, lister: volumes.Lister(), last: map[string]Condition{}}
+	tasks := []func(context.Context){controller.Every(m.Clock, m.Interval, r.checkAll)}
 	if m.Auditor != nil {
 		a := &audit{round: r, limiter: rate.NewLimiter(rate.Limit(m.AuditRate), max(m.AuditRate/10, 1)), incomplete: map[string]string{}}
-		done := make(chan struct{})
-		defer func() { <-done }()
-		go func() {
-			defer close(done)
-			_ = controller.Every(ctx, m.Clock, m.AuditInterval, a.auditAll)
-		}()
+		tasks = append(tasks, controller.Every(m.Clock, m.AuditInterval, a.auditAll))
 	}
-	return controller.Every(ctx, m.Clock, m.Interval, r.checkAll)
+	return controller.Loops{Tasks: tasks}.Run(ctx)
 }
 
 // round is the state of one run of the monitor.

@@ -35,18 +35,21 @@ func StartInformers(ctx context.Context, factories ...informers.SharedInformerFa
 	return stop, nil
 }
 
-// Every calls f at once and then every interval of clk until ctx ends,
-// and returns ctx's error. The controllers that look at the world on a
-// schedule rather than per event (volume health, node removal) run on it.
-func Every(ctx context.Context, clk clock.WithTicker, interval time.Duration, f func(context.Context)) error {
-	tick := clk.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		f(ctx)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C():
+// Every is a task (Loops.Tasks) that calls f at once and then every
+// interval of clk until its context ends. The controllers that look at the
+// world on a schedule rather than per event (volume health, node removal,
+// the capacity publisher's poll) run on it.
+func Every(clk clock.WithTicker, interval time.Duration, f func(context.Context)) func(context.Context) {
+	return func(ctx context.Context) {
+		tick := clk.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			f(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C():
+			}
 		}
 	}
 }
