@@ -106,35 +106,14 @@ func (m *Manager) Create(ctx context.Context, id string, mode Mode, bytes int64,
 	if err != nil {
 		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
 	}
-	o := createOptions{rootDirMode: DefaultRootDirMode, overcommit: NoOvercommit}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	switch mode {
-	case Filesystem:
-		if err := m.checkFilesystemAllowed(); err != nil {
-			return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
-		}
-		if o.rootDirMode&^fs.ModePerm != 0 {
-			return Info{}, fmt.Errorf("creating volume %s: %w: root directory mode %v has more than permission bits", id, ErrInvalid, o.rootDirMode)
-		}
-	case Block:
-		if o.rootDirMode != DefaultRootDirMode {
-			return Info{}, fmt.Errorf("creating volume %s: %w: a block volume has no root directory to give mode %s", id, ErrInvalid, FormatRootDirMode(o.rootDirMode))
-		}
-	default:
-		return Info{}, fmt.Errorf("creating volume %s: %w: unknown mode %v", id, ErrInvalid, mode)
+	o, err := m.createOptionsFor(mode, opts)
+	if err != nil {
+		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
 	}
 
 	unlock := m.locks.Lock(id)
 	defer unlock()
-	if err := m.settleDebt(); err != nil {
-		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
-	}
-	if err := m.settle(id); err != nil {
-		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
-	}
-	cur, err := m.describe(id)
+	cur, err := m.current(id)
 	switch {
 	case err == nil:
 		if cur.Mode == mode && cur.CapacityBytes == size {
@@ -145,38 +124,83 @@ func (m *Manager) Create(ctx context.Context, id string, mode Mode, bytes int64,
 	case !errors.Is(err, ErrNotFound):
 		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
 	}
-
-	if err := m.writeIntent(id, intent{Op: OpCreate, Mode: mode.String(), Bytes: size}); err != nil {
+	if err := m.build(id, mode, size, o); err != nil {
 		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
+	}
+	return Info{ID: id, Mode: mode, CapacityBytes: size}, nil
+}
+
+// createOptionsFor applies opts to the defaults and checks them against
+// mode, and that the data directory takes volumes of that mode; errors
+// wrap ErrInvalid, or say why filesystem volumes are refused.
+func (m *Manager) createOptionsFor(mode Mode, opts []CreateOption) (createOptions, error) {
+	o := createOptions{rootDirMode: DefaultRootDirMode, overcommit: NoOvercommit}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	switch mode {
+	case Filesystem:
+		if err := m.checkFilesystemAllowed(); err != nil {
+			return o, err
+		}
+		if o.rootDirMode&^fs.ModePerm != 0 {
+			return o, fmt.Errorf("%w: root directory mode %v has more than permission bits", ErrInvalid, o.rootDirMode)
+		}
+	case Block:
+		if o.rootDirMode != DefaultRootDirMode {
+			return o, fmt.Errorf("%w: a block volume has no root directory to give mode %s", ErrInvalid, FormatRootDirMode(o.rootDirMode))
+		}
+	default:
+		return o, fmt.Errorf("%w: unknown mode %v", ErrInvalid, mode)
+	}
+	return o, nil
+}
+
+// build makes volume id, which does not exist, between an intent record
+// and its removal. A failure is undone at once rather than at the next
+// start: the caller will report the error and may never ask again. If
+// undoing fails too, the intent record stays and Recover finishes the
+// job. Callers hold id's lock.
+func (m *Manager) build(id string, mode Mode, size int64, o createOptions) error {
+	if err := m.writeIntent(id, intent{Op: OpCreate, Mode: mode.String(), Bytes: size}); err != nil {
+		return err
 	}
 	m.crashPoint("create:intent")
 	// A record left by an earlier volume of this ID (removed by hand) does
 	// not describe the new one.
 	if err := m.removeRecord(id); err != nil {
-		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
+		return err
 	}
+	var err error
 	if mode == Filesystem {
 		err = m.createFilesystem(id, size, o.rootDirMode, o.overcommit)
 	} else {
 		err = m.createBlock(id, size, o.overcommit)
 	}
 	if err != nil {
-		// Undo now rather than at the next start: the caller will report
-		// the error and may never ask again. If undoing fails too, the
-		// intent record stays and Recover finishes the job.
 		if uerr := m.remove(id, 0, true); uerr != nil {
-			return Info{}, fmt.Errorf("creating volume %s: %w (and removing the partial volume failed: %v; it will be retried)", id, err, uerr)
+			return fmt.Errorf("%w (and removing the partial volume failed: %v; it will be retried)", err, uerr)
 		}
 		if cerr := m.clearIntent(id); cerr != nil {
-			return Info{}, fmt.Errorf("creating volume %s: %w (and %v)", id, err, cerr)
+			return fmt.Errorf("%w (and %v)", err, cerr)
 		}
-		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
+		return err
 	}
 	m.crashPoint("create:done")
-	if err := m.clearIntent(id); err != nil {
-		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
+	return m.clearIntent(id)
+}
+
+// current returns volume id as it is once the data filesystem owes no
+// sync (settleDebt) and any operation on id a crash interrupted is
+// finished (settle): complete, or ErrNotFound. Callers hold id's lock.
+func (m *Manager) current(id string) (Info, error) {
+	if err := m.settleDebt(); err != nil {
+		return Info{}, err
 	}
-	return Info{ID: id, Mode: mode, CapacityBytes: size}, nil
+	if err := m.settle(id); err != nil {
+		return Info{}, err
+	}
+	return m.describe(id)
 }
 
 // settle finishes an operation on id that a crash interrupted, if any.

@@ -112,40 +112,8 @@ func (m *Manager) paths(id string) (fsPath, imgPath string) {
 func (m *Manager) remove(id string, pid uint32, lookupPID bool) error {
 	fsPath, imgPath := m.paths(id)
 	if isDir(fsPath) {
-		if err := refuseNestedMounts(fsPath); err != nil {
-			return err
-		}
-		if pid == 0 {
-			if q, err := fsquota.GetQuota(fsPath); err == nil {
-				pid = q.ProjectID
-			}
-		}
-		if err := removeContents(fsPath); err != nil {
-			return err
-		}
-		m.crashPoint("delete:contents")
-		if pid != 0 && m.CapacityEnforced() {
-			ours, err := m.projectIDOf(id, pid)
-			if err != nil {
-				return err
-			}
-			if ours {
-				if err := fsquota.ClearQuota(fsPath); err != nil {
-					return err
-				}
-			} else {
-				// The directory was moved to another volume's ID (by
-				// hand): it goes, that volume's limits stay, and this
-				// volume's own claim, if any, is found by name below.
-				pid, lookupPID = 0, true
-			}
-		}
-		m.crashPoint("delete:quota")
-		if err := os.Remove(fsPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("removing volume directory: %w", err)
-		}
-		m.crashPoint("delete:rmdir")
-		if err := m.durable("delete:volumes-dir", m.Data.Volumes.Sync()); err != nil {
+		var err error
+		if pid, lookupPID, err = m.removeDirectory(id, fsPath, pid, lookupPID); err != nil {
 			return err
 		}
 	}
@@ -164,6 +132,58 @@ func (m *Manager) remove(id string, pid uint32, lookupPID bool) error {
 		return err
 	}
 	m.crashPoint("delete:record")
+	return m.releaseProjectID(id, pid, lookupPID)
+}
+
+// removeDirectory deletes the directory fsPath of filesystem volume id:
+// its files, its quota when the quota's project ID is the volume's, and
+// the directory itself. It returns the project ID left to release and
+// whether to look it up by the volume's name (remove's pid and
+// lookupPID), changed when the directory carried an ID or another
+// volume's.
+func (m *Manager) removeDirectory(id, fsPath string, pid uint32, lookupPID bool) (uint32, bool, error) {
+	if err := refuseNestedMounts(fsPath); err != nil {
+		return pid, lookupPID, err
+	}
+	if pid == 0 {
+		if q, err := fsquota.GetQuota(fsPath); err == nil {
+			pid = q.ProjectID
+		}
+	}
+	if err := removeContents(fsPath); err != nil {
+		return pid, lookupPID, err
+	}
+	m.crashPoint("delete:contents")
+	if pid != 0 && m.CapacityEnforced() {
+		ours, err := m.projectIDOf(id, pid)
+		if err != nil {
+			return pid, lookupPID, err
+		}
+		if ours {
+			if err := fsquota.ClearQuota(fsPath); err != nil {
+				return pid, lookupPID, err
+			}
+		} else {
+			// The directory was moved to another volume's ID (by
+			// hand): it goes, that volume's limits stay, and this
+			// volume's own claim, if any, is found by name
+			// (releaseProjectID).
+			pid, lookupPID = 0, true
+		}
+	}
+	m.crashPoint("delete:quota")
+	if err := os.Remove(fsPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return pid, lookupPID, fmt.Errorf("removing volume directory: %w", err)
+	}
+	m.crashPoint("delete:rmdir")
+	return pid, lookupPID, m.durable("delete:volumes-dir", m.Data.Volumes.Sync())
+}
+
+// releaseProjectID gives up volume id's project ID once its files are
+// gone: pid, or with lookupPID the one claimed in the volume's name. It
+// clears the ID's limits when the ID is the volume's or nobody's, and
+// releases the volume's claim on it.
+func (m *Manager) releaseProjectID(id string, pid uint32, lookupPID bool) error {
 	if m.ProjectIDs == nil {
 		return nil
 	}
@@ -179,9 +199,10 @@ func (m *Manager) remove(id string, pid uint32, lookupPID bool) error {
 	if pid != 0 && m.CapacityEnforced() {
 		// SetQuota sets the limits before it puts the ID on the
 		// directory; a crash in between leaves limits that no directory
-		// names, which ClearQuota above could not see. Clearing by ID is
-		// idempotent, so it is done whenever the ID is this volume's (or
-		// nobody's): another owner's limits are never touched.
+		// names, which ClearQuota in removeDirectory could not see.
+		// Clearing by ID is idempotent, so it is done whenever the ID is
+		// this volume's (or nobody's): another owner's limits are never
+		// touched.
 		if ours, err := m.projectIDOf(id, pid); err != nil {
 			return err
 		} else if ours {

@@ -49,13 +49,7 @@ func (m *Manager) Expand(ctx context.Context, id string, bytes int64) (Info, err
 	}
 	unlock := m.locks.Lock(id)
 	defer unlock()
-	if err := m.settleDebt(); err != nil {
-		return Info{}, fmt.Errorf("expanding volume %s: %w", id, err)
-	}
-	if err := m.settle(id); err != nil {
-		return Info{}, fmt.Errorf("expanding volume %s: %w", id, err)
-	}
-	cur, err := m.describe(id)
+	cur, err := m.current(id)
 	if err != nil {
 		return Info{}, fmt.Errorf("expanding volume %s: %w", id, err)
 	}
