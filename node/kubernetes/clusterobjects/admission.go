@@ -22,6 +22,7 @@ const (
 	ClaimsPolicyName   = "plinth-node-claims"
 	VolumesPolicyName  = "plinth-node-volumes"
 	CapacityPolicyName = "plinth-node-capacity"
+	EventsPolicyName   = "plinth-node-events"
 )
 
 const (
@@ -54,7 +55,7 @@ func DaemonSetUser() string {
 // AdmissionPolicyNames names the policies of AdmissionPolicies, and their
 // bindings, which have the same names.
 func AdmissionPolicyNames() []string {
-	return []string{ClaimsPolicyName, VolumesPolicyName, CapacityPolicyName}
+	return []string{ClaimsPolicyName, VolumesPolicyName, CapacityPolicyName, EventsPolicyName}
 }
 
 // AdmissionPolicies narrow what RBAC grants a node agent to its own node.
@@ -87,7 +88,13 @@ func AdmissionPolicyNames() []string {
 //   - CSIStorageCapacity (CapacityPolicyName): create, update and delete
 //     only objects labelled as its node's, owned by its Node, whose
 //     topology is one host (a kubernetes.io/hostname label and nothing
-//     else).
+//     else);
+//   - Events (EventsPolicyName): create and update only Events that say
+//     they come from its node (source.host, which controller.NewRecorder
+//     sets) and are about a claim, a PV or its own Node. A node could
+//     otherwise speak for another (a forged NodeRemoved telling users to
+//     delete their claims) or about anything in the cluster; what it may
+//     still say about any claim, it says under its own name.
 //
 // The node is the user name after NodeAgentUserPrefix (a client
 // certificate), or the node the service account token of a DaemonSet pod
@@ -117,92 +124,135 @@ func AdmissionPolicyNames() []string {
 // policies) those of an Immediate class. A node that could place a claim
 // could draw it, and its pods with their secrets, to itself.
 func AdmissionPolicies() []*admissionv1.ValidatingAdmissionPolicy {
+	return []*admissionv1.ValidatingAdmissionPolicy{claimsPolicy(), volumesPolicy(), capacityPolicy(), eventsPolicy()}
+}
+
+// writeOps are the operations the PV and capacity policies judge.
+func writeOps() []admissionv1.OperationType {
+	return []admissionv1.OperationType{admissionv1.Create, admissionv1.Update, admissionv1.Delete}
+}
+
+// annotations is a CEL expression: the annotations of obj, {} if none.
+func annotations(obj string) string { return obj + ".metadata.?annotations.orValue({})" }
+
+// same is a CEL expression: each of fields (CEL paths below object and
+// oldObject) is as it was.
+func same(fields ...string) string {
+	var eq []string
+	for _, f := range fields {
+		eq = append(eq, fmt.Sprintf("object.%[1]s == oldObject.%[1]s", f))
+	}
+	return strings.Join(eq, " && ")
+}
+
+// ours is a CEL expression: the PV obj is of Plinth's CSI driver.
+func ours(obj string) string {
+	return fmt.Sprintf("%s.spec.?csi.driver.orValue('') == '%s'", obj, names.DriverName)
+}
+
+// claimsPolicy is ClaimsPolicyName (see AdmissionPolicies).
+func claimsPolicy() *admissionv1.ValidatingAdmissionPolicy {
 	volumeID := ownership.VolumeIDFor("")
-	write := []admissionv1.OperationType{admissionv1.Create, admissionv1.Update, admissionv1.Delete}
-	annotations := func(obj string) string { return obj + ".metadata.?annotations.orValue({})" }
-	// same lists fields (CEL paths below object and oldObject) a write
-	// must leave as they were.
-	same := func(fields ...string) string {
-		var eq []string
-		for _, f := range fields {
-			eq = append(eq, fmt.Sprintf("object.%[1]s == oldObject.%[1]s", f))
-		}
-		return strings.Join(eq, " && ")
-	}
-	ours := func(obj string) string {
-		return fmt.Sprintf("%s.spec.?csi.driver.orValue('') == '%s'", obj, names.DriverName)
-	}
-	return []*admissionv1.ValidatingAdmissionPolicy{
-		policy(ClaimsPolicyName, admissionv1.Rule{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims", "persistentvolumeclaims/status"}},
-			[]admissionv1.OperationType{admissionv1.Update},
-			[]admissionv1.Variable{
-				{Name: "oldSelected", Expression: selectedNode("oldObject")},
-				{Name: "newSelected", Expression: selectedNode("object")},
-				// The claim asks Plinth for its volume, before and after:
-				// a node never writes another driver's claims.
-				{Name: "plinth", Expression: fmt.Sprintf("%s == '%s' && %s == '%s'",
-					claimProvisioner("oldObject"), names.DriverName, claimProvisioner("object"), names.DriverName)},
-				// What the node never writes on a claim, placed or not.
-				// The node label is the claim-labels webhook's, which runs
-				// before this policy and changes it with the placement.
-				{Name: "kept", Expression: same("spec.?resources", "spec.?volumeAttributesClassName",
-					"metadata.?finalizers", "metadata.?ownerReferences") + " && " + sameLabelsBut("oldObject", "object", ownership.LabelNode) +
-					" && " + sameLabelsBut("object", "oldObject", ownership.LabelNode)},
-				// The node label says where the claim is placed, as
-				// ownership.ClaimLabel derives it (a hashed name only by
-				// its form).
-				{Name: "labelled", Expression: fmt.Sprintf("object.metadata.?labels[?'%[1]s'].orValue('') == "+
-					"(variables.newSelected == '' ? '%[2]s' : variables.newSelected) || "+
-					"size(variables.newSelected) > 63 && object.metadata.?labels[?'%[1]s'].orValue('').matches('^h-[0-9a-f]{40}$')",
-					ownership.LabelNode, ownership.LabelUnplaced)},
-				// An unbound claim placed on the node handed back (the
-				// selected-node annotation removed) and nothing else
-				// changed. Its reverse, a placement, is never a node's.
-				{Name: "onlyUnplaced", Expression: "variables.oldSelected == variables.node && variables.newSelected == '' && " +
-					"oldObject.spec.?volumeName.orValue('') == '' && " + same("spec", "?status") + " && " +
-					fmt.Sprintf("size(%s) + 1 == size(%s) && %s.all(k, k in %s && %s[k] == %s[k])",
-						annotations("object"), annotations("oldObject"), annotations("object"), annotations("oldObject"), annotations("object"), annotations("oldObject"))},
-			},
-			[]admissionv1.Validation{{
-				Expression: "variables.plinth && variables.kept && variables.labelled && (" +
-					"(variables.oldSelected == variables.node && variables.newSelected == variables.node) || " +
-					"(request.?subResource.orValue('') == '' && variables.onlyUnplaced))",
-				MessageExpression: refusal(fmt.Sprintf("may change only claims for %s placed on its node, and not their size, labels, finalizers or owners, nor write a node label that disagrees with their placement, "+
-					"and hand back an unbound one placed on it, changing nothing else; it never places a claim (the admission server's placer does)", names.DriverName)),
-			}, {
-				Expression: fmt.Sprintf("object.spec.?volumeName.orValue('') == oldObject.spec.?volumeName.orValue('') || "+
-					"object.spec.?volumeName.orValue('') == '%s' + object.metadata.uid", volumeID),
-				MessageExpression: refusal(fmt.Sprintf("may bind a claim only to the volume made for it, %s<claim UID>", volumeID)),
-			}}),
-		policy(VolumesPolicyName, admissionv1.Rule{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}}, write, nil,
-			[]admissionv1.Validation{{
-				Expression: "request.operation != 'CREATE' || " + ownLabel("object") + " && " + ours("object") + " && " +
-					fmt.Sprintf("object.metadata.name == '%s' + object.spec.?claimRef.uid.orValue('') && ", volumeID) +
-					"object.spec.csi.volumeHandle == object.metadata.name",
-				MessageExpression: refusal(fmt.Sprintf("may create only PVs of driver %s labelled %s=<its node>, named %s<UID of the claim they refer to> and with that name as volume handle",
-					names.DriverName, ownership.LabelNode, volumeID)),
-			}, {
-				Expression: "request.operation != 'UPDATE' || " + ownLabel("oldObject") + " && " +
-					fmt.Sprintf("object.metadata.?labels[?'%[1]s'] == oldObject.metadata.?labels[?'%[1]s'] && ", ownership.LabelNode) +
-					same("spec.?claimRef", "spec.?nodeAffinity"),
-				MessageExpression: refusal("may change only its node's PVs, and not their node label, claim or node affinity"),
-			}, {
-				Expression: "request.operation != 'DELETE' || " + ownLabel("oldObject") + " || " +
-					fmt.Sprintf("(%s && oldObject.metadata.?labels[?'%s'].orValue('') != '' && ", ours("oldObject"), ownership.LabelNode) +
-					"oldObject.status.?phase.orValue('') == 'Released' && oldObject.spec.?persistentVolumeReclaimPolicy.orValue('') == 'Delete')",
-				MessageExpression: refusal(fmt.Sprintf("may delete only its node's PVs, or a Released PV of driver %s labelled with a node whose reclaim policy is Delete", names.DriverName)),
-			}}),
-		policy(CapacityPolicyName, admissionv1.Rule{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csistoragecapacities"}}, write, nil,
-			[]admissionv1.Validation{{
-				Expression: "(request.operation == 'CREATE' || " + ownLabel("oldObject") + ") && " +
-					"(request.operation == 'DELETE' || " + ownLabel("object") + " && " +
-					"object.metadata.?ownerReferences.orValue([]).exists(r, r.kind == 'Node' && r.name == variables.node) && " +
-					"size(object.?nodeTopology.matchExpressions.orValue([])) == 0 && " +
-					fmt.Sprintf("object.?nodeTopology.matchLabels.orValue({}).size() == 1 && '%s' in object.?nodeTopology.matchLabels.orValue({}))", names.TopologyKeyHostname),
-				MessageExpression: refusal(fmt.Sprintf("may write only CSIStorageCapacity objects labelled %s=<its node>, owned by its Node and for one host (%s, nothing else)",
-					ownership.LabelNode, names.TopologyKeyHostname)),
-			}}),
-	}
+	return policy(ClaimsPolicyName, admissionv1.Rule{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims", "persistentvolumeclaims/status"}},
+		[]admissionv1.OperationType{admissionv1.Update},
+		[]admissionv1.Variable{
+			{Name: "oldSelected", Expression: selectedNode("oldObject")},
+			{Name: "newSelected", Expression: selectedNode("object")},
+			// The claim asks Plinth for its volume, before and after:
+			// a node never writes another driver's claims.
+			{Name: "plinth", Expression: fmt.Sprintf("%s == '%s' && %s == '%s'",
+				claimProvisioner("oldObject"), names.DriverName, claimProvisioner("object"), names.DriverName)},
+			// What the node never writes on a claim, placed or not.
+			// The node label is the claim-labels webhook's, which runs
+			// before this policy and changes it with the placement.
+			{Name: "kept", Expression: same("spec.?resources", "spec.?volumeAttributesClassName",
+				"metadata.?finalizers", "metadata.?ownerReferences") + " && " + sameLabelsBut("oldObject", "object", ownership.LabelNode) +
+				" && " + sameLabelsBut("object", "oldObject", ownership.LabelNode)},
+			// The node label says where the claim is placed, as
+			// ownership.ClaimLabel derives it (a hashed name only by
+			// its form).
+			{Name: "labelled", Expression: fmt.Sprintf("object.metadata.?labels[?'%[1]s'].orValue('') == "+
+				"(variables.newSelected == '' ? '%[2]s' : variables.newSelected) || "+
+				"size(variables.newSelected) > 63 && object.metadata.?labels[?'%[1]s'].orValue('').matches('^h-[0-9a-f]{40}$')",
+				ownership.LabelNode, ownership.LabelUnplaced)},
+			// An unbound claim placed on the node handed back (the
+			// selected-node annotation removed) and nothing else
+			// changed. Its reverse, a placement, is never a node's.
+			{Name: "onlyUnplaced", Expression: "variables.oldSelected == variables.node && variables.newSelected == '' && " +
+				"oldObject.spec.?volumeName.orValue('') == '' && " + same("spec", "?status") + " && " +
+				fmt.Sprintf("size(%s) + 1 == size(%s) && %s.all(k, k in %s && %s[k] == %s[k])",
+					annotations("object"), annotations("oldObject"), annotations("object"), annotations("oldObject"), annotations("object"), annotations("oldObject"))},
+		},
+		[]admissionv1.Validation{{
+			Expression: "variables.plinth && variables.kept && variables.labelled && (" +
+				"(variables.oldSelected == variables.node && variables.newSelected == variables.node) || " +
+				"(request.?subResource.orValue('') == '' && variables.onlyUnplaced))",
+			MessageExpression: refusal(fmt.Sprintf("may change only claims for %s placed on its node, and not their size, labels, finalizers or owners, nor write a node label that disagrees with their placement, "+
+				"and hand back an unbound one placed on it, changing nothing else; it never places a claim (the admission server's placer does)", names.DriverName)),
+		}, {
+			Expression: fmt.Sprintf("object.spec.?volumeName.orValue('') == oldObject.spec.?volumeName.orValue('') || "+
+				"object.spec.?volumeName.orValue('') == '%s' + object.metadata.uid", volumeID),
+			MessageExpression: refusal(fmt.Sprintf("may bind a claim only to the volume made for it, %s<claim UID>", volumeID)),
+		}})
+}
+
+// volumesPolicy is VolumesPolicyName (see AdmissionPolicies).
+func volumesPolicy() *admissionv1.ValidatingAdmissionPolicy {
+	volumeID := ownership.VolumeIDFor("")
+	return policy(VolumesPolicyName, admissionv1.Rule{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}}, writeOps(), nil,
+		[]admissionv1.Validation{{
+			Expression: "request.operation != 'CREATE' || " + ownLabel("object") + " && " + ours("object") + " && " +
+				fmt.Sprintf("object.metadata.name == '%s' + object.spec.?claimRef.uid.orValue('') && ", volumeID) +
+				"object.spec.csi.volumeHandle == object.metadata.name",
+			MessageExpression: refusal(fmt.Sprintf("may create only PVs of driver %s labelled %s=<its node>, named %s<UID of the claim they refer to> and with that name as volume handle",
+				names.DriverName, ownership.LabelNode, volumeID)),
+		}, {
+			Expression: "request.operation != 'UPDATE' || " + ownLabel("oldObject") + " && " +
+				fmt.Sprintf("object.metadata.?labels[?'%[1]s'] == oldObject.metadata.?labels[?'%[1]s'] && ", ownership.LabelNode) +
+				same("spec.?claimRef", "spec.?nodeAffinity"),
+			MessageExpression: refusal("may change only its node's PVs, and not their node label, claim or node affinity"),
+		}, {
+			Expression: "request.operation != 'DELETE' || " + ownLabel("oldObject") + " || " +
+				fmt.Sprintf("(%s && oldObject.metadata.?labels[?'%s'].orValue('') != '' && ", ours("oldObject"), ownership.LabelNode) +
+				"oldObject.status.?phase.orValue('') == 'Released' && oldObject.spec.?persistentVolumeReclaimPolicy.orValue('') == 'Delete')",
+			MessageExpression: refusal(fmt.Sprintf("may delete only its node's PVs, or a Released PV of driver %s labelled with a node whose reclaim policy is Delete", names.DriverName)),
+		}})
+}
+
+// capacityPolicy is CapacityPolicyName (see AdmissionPolicies).
+func capacityPolicy() *admissionv1.ValidatingAdmissionPolicy {
+	return policy(CapacityPolicyName, admissionv1.Rule{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csistoragecapacities"}}, writeOps(), nil,
+		[]admissionv1.Validation{{
+			Expression: "(request.operation == 'CREATE' || " + ownLabel("oldObject") + ") && " +
+				"(request.operation == 'DELETE' || " + ownLabel("object") + " && " +
+				"object.metadata.?ownerReferences.orValue([]).exists(r, r.kind == 'Node' && r.name == variables.node) && " +
+				"size(object.?nodeTopology.matchExpressions.orValue([])) == 0 && " +
+				fmt.Sprintf("object.?nodeTopology.matchLabels.orValue({}).size() == 1 && '%s' in object.?nodeTopology.matchLabels.orValue({}))", names.TopologyKeyHostname),
+			MessageExpression: refusal(fmt.Sprintf("may write only CSIStorageCapacity objects labelled %s=<its node>, owned by its Node and for one host (%s, nothing else)",
+				ownership.LabelNode, names.TopologyKeyHostname)),
+		}})
+}
+
+// eventsPolicy is EventsPolicyName (see AdmissionPolicies). The kinds are
+// what the controllers write Events on; a Node's must be the node's own.
+//
+// It matches core/v1 Events exactly, not their equivalent in
+// events.k8s.io/v1, whose schema names these fields differently (so the
+// API server's type check refuses the expression there). The node agents'
+// ClusterRole grants no rights on events.k8s.io, so no Event reaches the
+// API server that way (TestNodeEventsOwnOnly checks).
+func eventsPolicy() *admissionv1.ValidatingAdmissionPolicy {
+	p := policy(EventsPolicyName, admissionv1.Rule{APIGroups: []string{""}, Resources: []string{"events"}},
+		[]admissionv1.OperationType{admissionv1.Create, admissionv1.Update}, nil,
+		[]admissionv1.Validation{{
+			Expression: "object.?source.host.orValue('') == variables.node && (" +
+				"object.involvedObject.?kind.orValue('') in ['PersistentVolumeClaim', 'PersistentVolume'] || " +
+				"object.involvedObject.?kind.orValue('') == 'Node' && object.involvedObject.?name.orValue('') == variables.node)",
+			MessageExpression: refusal("may write only Events whose source host is its node, about a claim, a PV or its own Node"),
+		}})
+	exact := admissionv1.Exact
+	p.Spec.MatchConstraints.MatchPolicy = &exact
+	return p
 }
 
 // policy is one of AdmissionPolicies: rule and ops for node agents, the
@@ -221,7 +271,7 @@ func policy(name string, rule admissionv1.Rule, ops []admissionv1.OperationType,
 		NodeAgentUserPrefix, len(NodeAgentUserPrefix), nodeNameExtra)}
 	checks = append([]admissionv1.Validation{{
 		Expression:        "variables.node != ''",
-		MessageExpression: "'node agent ' + request.userInfo.username + ' names no node: it may not write claims, PVs or capacity'",
+		MessageExpression: "'node agent ' + request.userInfo.username + ' names no node: it may not write claims, PVs, capacity or Events'",
 	}}, checks...)
 	for i := range checks {
 		checks[i].Reason = &forbidden
