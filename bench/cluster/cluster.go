@@ -3,8 +3,7 @@
 // plinth-node and its peers as processes the benchmark can measure and
 // stop, and claims made as the scheduler and the PV controller leave them
 // for a node's provisioner. It copies the idea of the controllers' test
-// world (node/kubernetes/internal/controllertest), which bench/ cannot
-// import.
+// world (test/controllertest).
 package cluster
 
 import (

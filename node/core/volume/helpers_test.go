@@ -10,9 +10,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"source.plinth.dev/node/core/volume/volumetest"
 	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/test/ktest"
+	"source.plinth.dev/test/volumetest"
 )
 
 // TestMain lets `make test-kernel` run these tests on the host (as root)

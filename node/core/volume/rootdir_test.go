@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"source.plinth.dev/node/core/volume/volumetest"
+	"source.plinth.dev/test/volumetest"
 )
 
 // A pod's user and its fsGroup, as the kubelet would run a pod with

@@ -12,8 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"source.plinth.dev/node/core/localstorage"
-	"source.plinth.dev/node/core/volume/volumetest"
 	"source.plinth.dev/pkg/fsquota"
+	"source.plinth.dev/test/volumetest"
 )
 
 func TestCreateIsIdempotentAndDetectsConflicts(t *testing.T) {

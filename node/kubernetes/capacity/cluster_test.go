@@ -25,11 +25,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"source.plinth.dev/node/core/volume"
-	"source.plinth.dev/node/core/volume/volumetest"
 	"source.plinth.dev/node/kubernetes/capacity"
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
+	"source.plinth.dev/node/kubernetes/internal/controller"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/pkg/supervisor"
+	"source.plinth.dev/test/controllertest"
+	"source.plinth.dev/test/volumetest"
 )
 
 // TestMain is not ktest.Main: nothing here needs the kernel VM's quotas
@@ -407,7 +408,9 @@ func TestMovedNamespaceLeavesNothingBehind(t *testing.T) {
 	}
 	publish := func(node, ns string) (stop func()) {
 		t.Helper()
-		p, err := capacity.New(capacity.Config{Base: e.Base(node), Volumes: e.Vols, Namespace: ns})
+		base := controller.Base{Client: e.Client, Driver: names.DriverName, NodeName: node,
+			RetryBase: controllertest.RetryBase, RetryMax: controllertest.RetryMax}
+		p, err := capacity.New(capacity.Config{Base: base, Volumes: e.Vols, Namespace: ns})
 		if err != nil {
 			t.Fatal(err)
 		}

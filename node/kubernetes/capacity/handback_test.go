@@ -14,10 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"source.plinth.dev/node/core/volume"
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/placement"
+	"source.plinth.dev/test/controllertest"
 )
 
 // TestHandedBackFromAFullNode: the scheduler places claims by the

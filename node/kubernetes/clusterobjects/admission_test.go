@@ -18,9 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 
 	"source.plinth.dev/node/kubernetes/clusterobjects"
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/test/controllertest"
 )
 
 // dry asks the API server to admit a request without storing it: the

@@ -13,9 +13,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"source.plinth.dev/node/kubernetes/clusterobjects"
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/pkg/logtree"
+	"source.plinth.dev/test/controllertest"
 )
 
 // TestMain runs the tests against the controller tests' control plane

@@ -15,7 +15,7 @@ import (
 
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/internal/controller"
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
+	"source.plinth.dev/test/controllertest"
 	"source.plinth.dev/node/kubernetes/names"
 )
 

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"source.plinth.dev/node/kubernetes/clusterobjects"
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
+	"source.plinth.dev/test/controllertest"
 	"source.plinth.dev/test/launch"
 )
 

@@ -14,11 +14,11 @@ import (
 
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/core/volume"
-	"source.plinth.dev/node/core/volume/volumetest"
 	"source.plinth.dev/pkg/fsquota"
 	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/pkg/mountinfo/mounttest"
 	"source.plinth.dev/test/ktest"
+	"source.plinth.dev/test/volumetest"
 )
 
 // Environment of the kernel VM that names the csi-sanity binary

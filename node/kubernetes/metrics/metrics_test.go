@@ -19,9 +19,9 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"source.plinth.dev/node/core/volume"
-	"source.plinth.dev/node/core/volume/volumetest"
 	"source.plinth.dev/node/kubernetes/metrics/metricstest"
 	"source.plinth.dev/pkg/supervisor"
+	"source.plinth.dev/test/volumetest"
 )
 
 func newMetrics(t *testing.T) (*Metrics, *prometheus.Registry) {

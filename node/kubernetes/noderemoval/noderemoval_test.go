@@ -22,11 +22,12 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/util/retry"
 
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
+	"source.plinth.dev/node/kubernetes/internal/controller"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/provisioner"
 	"source.plinth.dev/pkg/supervisor"
+	"source.plinth.dev/test/controllertest"
 )
 
 func TestMain(m *testing.M) { controllertest.Main(m) }
@@ -78,7 +79,7 @@ func TestRemovedNodeClaims(t *testing.T) {
 		return true, nil
 	})
 
-	base := e.Base(e.Node)
+	base := testBase(e, e.Node)
 	base.Client = controllertest.NodeAgentClient(t, e.Node)
 	c, err := New(Config{Base: base, GracePeriod: 2 * time.Second, Interval: 200 * time.Millisecond})
 	if err != nil {
@@ -214,7 +215,7 @@ func TestActorsAreFew(t *testing.T) {
 	}
 	candidate := lower[len(lower)-1]
 	for _, node := range []string{e.Node, candidate} {
-		base := e.Base(node)
+		base := testBase(e, node)
 		base.Client = controllertest.NodeAgentClient(t, node)
 		c, err := New(Config{Base: base, GracePeriod: time.Hour, Interval: 200 * time.Millisecond})
 		if err != nil {
@@ -302,11 +303,17 @@ func createCSINode(t *testing.T, e *controllertest.Env, node *corev1.Node) {
 	})
 }
 
+// testBase is the controller configuration of these tests for node.
+func testBase(e *controllertest.Env, node string) controller.Base {
+	return controller.Base{Client: e.Client, Driver: names.DriverName, NodeName: node,
+		RetryBase: controllertest.RetryBase, RetryMax: controllertest.RetryMax}
+}
+
 // startProvisioner runs a provisioner for node over the data directory dir
 // until the test ends or stop is called.
 func startProvisioner(t *testing.T, e *controllertest.Env, node, dir string) (stop func()) {
 	t.Helper()
-	p, err := provisioner.New(provisioner.Config{Base: e.Base(node), Volumes: controllertest.NewVolumes(t, dir, true), OrphanGracePeriod: time.Hour})
+	p, err := provisioner.New(provisioner.Config{Base: testBase(e, node), Volumes: controllertest.NewVolumes(t, dir, true), OrphanGracePeriod: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

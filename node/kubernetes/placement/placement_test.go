@@ -14,10 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"source.plinth.dev/node/kubernetes/clusterobjects"
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/placement"
+	"source.plinth.dev/test/controllertest"
 )
 
 func TestMain(m *testing.M) { controllertest.Main(m) }

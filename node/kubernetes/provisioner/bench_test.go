@@ -23,10 +23,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"source.plinth.dev/node/kubernetes/internal/controller"
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/pkg/supervisor"
+	"source.plinth.dev/test/controllertest"
 )
 
 // Client budget of both sides of BenchmarkProvision500: plinth-node's

@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"source.plinth.dev/node/kubernetes/clusterobjects"
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/test/controllertest"
 )
 
 // A cluster that forbids nodes to bind claims (here an admission policy

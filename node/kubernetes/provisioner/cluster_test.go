@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
+	"source.plinth.dev/node/kubernetes/internal/controller"
+	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/pkg/supervisor"
+	"source.plinth.dev/test/controllertest"
 	"source.plinth.dev/test/ktest"
 )
 
@@ -37,7 +39,9 @@ func newEnv(t *testing.T, allowUnenforced bool) *env {
 
 // controller returns the configuration of a controller for this env's node.
 func (e *env) controller() *Config {
-	return &Config{Base: e.Base(e.Node), Volumes: e.Vols, OrphanGracePeriod: time.Hour}
+	base := controller.Base{Client: e.Client, Driver: names.DriverName, NodeName: e.Node,
+		RetryBase: controllertest.RetryBase, RetryMax: controllertest.RetryMax}
+	return &Config{Base: base, Volumes: e.Vols, OrphanGracePeriod: time.Hour}
 }
 
 // start runs a controller of cfg under a supervisor until the test ends

@@ -21,9 +21,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"source.plinth.dev/node/core/volume"
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/pkg/fsquota"
+	"source.plinth.dev/test/controllertest"
 	"source.plinth.dev/test/ktest"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
+	"source.plinth.dev/test/controllertest"
 )
 
 // startTimeout bounds how long a crash test waits for a start.

@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"source.plinth.dev/node/core/volume"
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/test/controllertest"
 )
 
 // observe records what a kill interrupted, with plinth-node dead and

@@ -11,8 +11,8 @@ import (
 
 	"source.plinth.dev/node/kubernetes/admission"
 	"source.plinth.dev/node/kubernetes/clusterobjects"
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/test/controllertest"
 )
 
 // userClaim creates a claim of e's class as a user does (no annotations)

@@ -11,9 +11,9 @@ import (
 
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/core/volume"
-	"source.plinth.dev/node/core/volume/volumetest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/pkg/fsquota"
+	"source.plinth.dev/test/volumetest"
 )
 
 // Besides its volumes, the volume layer keeps state about them: a claim on

@@ -21,10 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 
 	"source.plinth.dev/node/core/volume"
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/pkg/supervisor"
+	"source.plinth.dev/test/controllertest"
 )
 
 // TestTwoNodes: two plinth-node processes (two node names, two data

@@ -11,10 +11,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/metrics"
 	"source.plinth.dev/node/kubernetes/metrics/metricstest"
+	"source.plinth.dev/test/controllertest"
 )
 
 // TestMetricsCountProvisioning runs the provisioner against the real API

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"source.plinth.dev/node/core/volume"
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
+	"source.plinth.dev/test/controllertest"
 )
 
 // TestOrphanedByHandDeletedPV: an administrator deletes PVs by hand. The

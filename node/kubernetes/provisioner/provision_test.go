@@ -20,11 +20,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"source.plinth.dev/node/core/volume"
-	"source.plinth.dev/node/core/volume/volumetest"
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/test/controllertest"
 	"source.plinth.dev/test/ktest"
+	"source.plinth.dev/test/volumetest"
 )
 
 func TestProvisionFilesystemAndBlock(t *testing.T) {

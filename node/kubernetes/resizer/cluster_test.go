@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"source.plinth.dev/test/ktest"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,10 +19,13 @@ import (
 	"k8s.io/utils/clock"
 
 	"source.plinth.dev/node/core/volume"
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
+	"source.plinth.dev/node/kubernetes/internal/controller"
+	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/provisioner"
 	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/pkg/supervisor"
+	"source.plinth.dev/test/controllertest"
+	"source.plinth.dev/test/ktest"
 )
 
 // TestMain runs the tests and stops the control plane; through ktest.Main
@@ -41,11 +42,17 @@ func newEnv(t *testing.T) *env {
 	return &env{controllertest.NewEnv(t, true)}
 }
 
+// base is the controller configuration of these tests for node.
+func (e *env) base(node string) controller.Base {
+	return controller.Base{Client: e.Client, Driver: names.DriverName, NodeName: node,
+		RetryBase: controllertest.RetryBase, RetryMax: controllertest.RetryMax}
+}
+
 // startProvisioner runs a provisioner for node with vols until the test
 // ends.
 func (e *env) startProvisioner(node string, vols *volume.Manager) {
 	e.T.Helper()
-	p, err := provisioner.New(provisioner.Config{Base: e.Base(node), Volumes: vols, OrphanGracePeriod: time.Hour})
+	p, err := provisioner.New(provisioner.Config{Base: e.base(node), Volumes: vols, OrphanGracePeriod: time.Hour})
 	if err != nil {
 		e.T.Fatal(err)
 	}
@@ -63,7 +70,7 @@ func (e *env) startResizer() (stop func()) {
 // clock when nil).
 func (e *env) startResizerWith(clk clock.WithTicker) (stop func()) {
 	e.T.Helper()
-	base := e.Base(e.Node)
+	base := e.base(e.Node)
 	if clk != nil {
 		base.Clock = clk
 	}

@@ -19,10 +19,10 @@ import (
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"source.plinth.dev/node/core/volume/volumetest"
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/test/controllertest"
+	"source.plinth.dev/test/volumetest"
 )
 
 // TestGrowWhileInUse grows a filesystem and a block claim while a process

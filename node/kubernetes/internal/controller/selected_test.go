@@ -11,8 +11,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/test/controllertest"
 )
 
 // sharedOf runs the shared informers of node, and an incarnation on

@@ -10,8 +10,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"source.plinth.dev/node/kubernetes/internal/controller"
-	"source.plinth.dev/node/kubernetes/internal/controllertest"
+	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/pkg/supervisor"
+	"source.plinth.dev/test/controllertest"
 )
 
 func TestMain(m *testing.M) { controllertest.Main(m) }
@@ -119,7 +120,8 @@ func TestSharedInformersOutliveIncarnations(t *testing.T) {
 // the test ends.
 func withShared(t *testing.T, e *controllertest.Env, node string) controller.Base {
 	t.Helper()
-	base := e.Base(node)
+	base := controller.Base{Client: e.Client, Driver: names.DriverName, NodeName: node,
+		RetryBase: controllertest.RetryBase, RetryMax: controllertest.RetryMax}
 	if err := base.Complete("test"); err != nil {
 		t.Fatal(err)
 	}

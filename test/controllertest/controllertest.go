@@ -2,11 +2,12 @@
 // real etcd + kube-apiserver + kube-controller-manager per test binary
 // (from test/launch; the PV controller binds claims and releases volumes
 // exactly as in a cluster; the API server keeps an audit log of the calls
-// plinth-node processes make with the node identity), and per test a namespace, a StorageClass, a
-// node name and a data directory with its volume manager, so tests do not
-// see each other's work. The tests of the provisioner, the resizer, the
-// capacity publisher, node removal, clusterobjects and the shared
-// informers (internal/controller) share it; only tests import it.
+// plinth-node processes make with the node identity), and per test a
+// namespace, a StorageClass, a node name and a data directory with its
+// volume manager, so tests do not see each other's work. The tests of the provisioner, the resizer, the
+// capacity publisher, node removal, clusterobjects, the placer and the
+// shared informers (internal/controller) share it; only tests import it,
+// which is why it lives under test/, beside test/launch.
 package controllertest
 
 import (
@@ -31,14 +32,12 @@ import (
 
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/core/volume"
-	"source.plinth.dev/node/core/volume/volumetest"
 	"source.plinth.dev/node/kubernetes/clusterobjects"
-	"source.plinth.dev/node/kubernetes/internal/controller"
-	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/pkg/fsquota"
 	"source.plinth.dev/test/ktest"
 	"source.plinth.dev/test/launch"
+	"source.plinth.dev/test/volumetest"
 )
 
 var controlPlane struct {
@@ -172,6 +171,14 @@ type Env struct {
 	Dir    string
 }
 
+// RetryBase and RetryMax are the per-key retry backoff the controllers'
+// tests give a controller (controller.Base): short enough for a test to
+// see several retries.
+const (
+	RetryBase = 100 * time.Millisecond
+	RetryMax  = 2 * time.Second
+)
+
 // NewEnv prepares a test's (or a benchmark's) world. allowUnenforced
 // decides whether filesystem volumes are accepted without quota (the
 // host's filesystem enforces none; the kernel-test VM's does: there the
@@ -211,19 +218,6 @@ func NewEnv(t testing.TB, allowUnenforced bool) *Env {
 	}
 	e.Vols = NewVolumes(t, e.Dir, allowUnenforced)
 	return e
-}
-
-// Base is the controller configuration tests use for node: the env's
-// client and our driver, with retries short enough for a test to see
-// several.
-func (e *Env) Base(node string) controller.Base {
-	return controller.Base{
-		Client:    e.Client,
-		Driver:    names.DriverName,
-		NodeName:  node,
-		RetryBase: 100 * time.Millisecond,
-		RetryMax:  2 * time.Second,
-	}
 }
 
 // NewVolumes places a data tree in dir and returns a volume manager over
@@ -316,6 +310,15 @@ func (e *Env) CreateImmediateClass(name string, hosts ...string) {
 	})
 }
 
+// The annotations the scheduler and the PV controller put on a claim for
+// its provisioner, spelled as Kubernetes spells them (the controllers'
+// own constants are internal to node/kubernetes).
+const (
+	annSelectedNode           = "volume.kubernetes.io/selected-node"
+	annStorageProvisioner     = "volume.kubernetes.io/storage-provisioner"
+	annBetaStorageProvisioner = "volume.beta.kubernetes.io/storage-provisioner"
+)
+
 // Claim is a claim as the scheduler and PV controller leave it for the
 // provisioner: annotated with our driver and the selected node. Zero
 // fields mean 16Mi, Filesystem, ReadWriteOnce, the env's class and node,
@@ -357,11 +360,11 @@ func (e *Env) ClaimObject(c Claim) *corev1.PersistentVolumeClaim {
 	if c.Node == "" {
 		c.Node = e.Node
 	}
-	ann := map[string]string{ownership.AnnSelectedNode: c.Node}
+	ann := map[string]string{annSelectedNode: c.Node}
 	if c.BetaAnn {
-		ann[ownership.AnnBetaStorageProvisioner] = names.DriverName
+		ann[annBetaStorageProvisioner] = names.DriverName
 	} else {
-		ann[ownership.AnnStorageProvisioner] = names.DriverName
+		ann[annStorageProvisioner] = names.DriverName
 	}
 	mode := c.Mode
 	return &corev1.PersistentVolumeClaim{
@@ -495,12 +498,18 @@ func (e *Env) CreateNode(name, host string) *corev1.Node {
 	return made
 }
 
-// NoPV asserts that no PV exists for the claim.
+// NoPV asserts that no PV exists for the claim: none names it in its
+// claimRef, whatever the PV's name.
 func (e *Env) NoPV(uid types.UID) {
 	e.T.Helper()
-	_, err := e.Client.CoreV1().PersistentVolumes().Get(context.Background(), ownership.VolumeIDFor(uid), metav1.GetOptions{})
-	if !apierrors.IsNotFound(err) {
-		e.T.Errorf("PV %s exists (or error %v); want none", ownership.VolumeIDFor(uid), err)
+	pvs, err := e.Client.CoreV1().PersistentVolumes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		e.T.Fatalf("listing PVs: %v", err)
+	}
+	for _, pv := range pvs.Items {
+		if ref := pv.Spec.ClaimRef; ref != nil && ref.UID == uid {
+			e.T.Errorf("PV %s exists for claim %s/%s; want none", pv.Name, ref.Namespace, ref.Name)
+		}
 	}
 }
 
