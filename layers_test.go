@@ -24,6 +24,9 @@ var layers = []struct {
 	// node/ and pkg/ are plinth-node and what it links: nothing of the
 	// tests, the build tooling or the benchmarks goes into the binary.
 	{"node and pkg import nothing under test, build or bench", []string{"./node/...", "./pkg/..."}, []string{"test", "build", "bench"}},
+	// build/ makes what ships (the node image, the container image):
+	// nothing of the tests or benchmarks goes into it either.
+	{"build imports nothing under test or bench", []string{"./build/..."}, []string{"test", "bench"}},
 }
 
 func TestImportsRunOneWay(t *testing.T) {

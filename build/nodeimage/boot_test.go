@@ -17,7 +17,7 @@ import (
 	"source.plinth.dev/build/microvm"
 	"source.plinth.dev/node/core/imagelayout"
 
-	"source.plinth.dev/test/ktest/initramfs"
+	"source.plinth.dev/build/initramfs"
 )
 
 // The boot test boots a variant of the node image, the real one with

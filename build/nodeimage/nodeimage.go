@@ -26,9 +26,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"source.plinth.dev/build/initramfs"
 	"source.plinth.dev/node/core/imagelayout"
 	"source.plinth.dev/pkg/kmod"
-	"source.plinth.dev/test/ktest/initramfs"
 )
 
 // Program is an executable copied into the image. Its libraries are

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"source.plinth.dev/test/ktest/initramfs"
+	"source.plinth.dev/build/initramfs"
 )
 
 // staticInit returns a static program to stand in for plinth-node:

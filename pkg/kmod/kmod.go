@@ -5,7 +5,7 @@
 // A module list is a text file with the path of one .ko file per line, in
 // load order: every module after the modules it depends on (the order that
 // modules.dep gives; the image builder resolves it when it copies the
-// modules, see test/ktest/initramfs.Modules). Blank lines and lines
+// modules, see build/initramfs.Modules). Blank lines and lines
 // starting with "#" are skipped. Both inits boot from a minimal image with
 // no modprobe and no module tree, so the list, written when the image is
 // built, is how they know what to load and in which order; ReadList and

@@ -15,8 +15,8 @@ import (
 	"source.plinth.dev/build/microvm"
 	"source.plinth.dev/node/core/imagelayout"
 
+	"source.plinth.dev/build/initramfs"
 	"source.plinth.dev/pkg/kmod"
-	"source.plinth.dev/test/ktest/initramfs"
 )
 
 // The boot tests run plinth-node as what it is on a node: the kernel's

@@ -36,10 +36,10 @@ import (
 	"strings"
 	"time"
 
+	"source.plinth.dev/build/initramfs"
 	"source.plinth.dev/build/microvm"
 	"source.plinth.dev/pkg/kmod"
 	"source.plinth.dev/test/ktest"
-	"source.plinth.dev/test/ktest/initramfs"
 )
 
 // modules are what the VM needs beyond the built-in drivers: virtio disks
