@@ -39,15 +39,32 @@ type admissionServer struct {
 	client kubernetes.Interface
 	// leaseClient renews the placer's Lease.
 	leaseClient kubernetes.Interface
+	// rights is closed once the server's identity has its rights
+	// (applyRBAC): the claim labeller and the placer wait for it, so that
+	// their first calls are not refused (the webhook itself must serve
+	// before, as applyRBAC's probe of it needs it).
+	rights chan struct{}
+	// after is how many processes were started before it: Stop stops it
+	// after the newer ones and before the older ones (stopComponents).
+	after int
 	// stop is nil while it is stopped.
 	stop func() error
+}
+
+// granted closes rights, once.
+func (a *admissionServer) granted() {
+	select {
+	case <-a.rights:
+	default:
+		close(a.rights)
+	}
 }
 
 // base is the server's URL without a path.
 func (a *admissionServer) base() string { return "https://" + a.addr }
 
 // startAdmission starts serving the webhook on a free loopback port. The
-// API server learns of it in applyRBAC.
+// API server learns of it in applyRBAC, which also gives it its rights.
 func (c *Cluster) startAdmission() error {
 	// The client admission-serve --kubeconfig would have.
 	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfigPath("plinth-admission"))
@@ -64,7 +81,11 @@ func (c *Cluster) startAdmission() error {
 	if err != nil {
 		return fmt.Errorf("admission webhook client: %w", err)
 	}
-	c.admission = &admissionServer{addr: "127.0.0.1:0", client: client, leaseClient: leaseClient}
+	c.mu.Lock()
+	after := len(c.procs)
+	c.mu.Unlock()
+	c.admission = &admissionServer{addr: "127.0.0.1:0", client: client, leaseClient: leaseClient,
+		rights: make(chan struct{}), after: after}
 	return c.serveAdmission()
 }
 
@@ -104,8 +125,23 @@ func (c *Cluster) serveAdmission() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	var helpers sync.WaitGroup
-	helpers.Go(func() { admission.KeepClaimsLabelled(ctx, a.client, log, admission.BackfillInterval) })
+	authorized := func() bool {
+		select {
+		case <-a.rights:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
 	helpers.Go(func() {
+		if authorized() {
+			admission.KeepClaimsLabelled(ctx, a.client, log, admission.BackfillInterval)
+		}
+	})
+	helpers.Go(func() {
+		if !authorized() {
+			return
+		}
 		if err := placer.Run(ctx); err != nil {
 			c.logf("placer stopped: %v", err)
 		}

@@ -151,15 +151,7 @@ func (cp *ControlPlane) Stop(ctx context.Context) error {
 	c.stopped = true
 	procs := append([]*process(nil), c.procs...)
 	c.mu.Unlock()
-	var errs []error
-	for i := len(procs) - 1; i >= 0; i-- {
-		if err := procs[i].stop(stopGrace); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := c.stopAdmission(); err != nil {
-		errs = append(errs, err)
-	}
+	errs := c.stopComponents(procs)
 	if c.Dir != "" && c.LogDir != "" {
 		if err := removeAllBut(c.Dir, "logs"); err != nil {
 			errs = append(errs, err)

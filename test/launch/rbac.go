@@ -55,7 +55,16 @@ func (c *Cluster) applyRBAC(ctx context.Context) error {
 			return err
 		}
 	}
-	return c.waitPolicyInForce(ctx)
+	if err := c.waitPolicyInForce(ctx); err != nil {
+		return err
+	}
+	// The admission server's bindings were made before the policies the
+	// probe has just found in force, so the API server has had as long to
+	// load them: its claim labeller and placer may start.
+	if c.admission != nil {
+		c.admission.granted()
+	}
+	return nil
 }
 
 // applyStorageObjects creates the CSIDriver and the default StorageClass.

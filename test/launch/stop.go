@@ -19,6 +19,27 @@ import (
 // stopGrace is how long a component gets between SIGTERM and SIGKILL.
 const stopGrace = 10 * time.Second
 
+// stopComponents stops procs newest first and the admission server in its
+// place among them: after the node's processes, which write through it,
+// and before the control plane, so that its placer and claim labeller
+// never call a stopped API server. It returns what failed.
+func (c *Cluster) stopComponents(procs []*process) []error {
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for i := len(procs); i > 0; i-- {
+		if c.admission != nil && c.admission.after == i {
+			add(c.stopAdmission())
+		}
+		add(procs[i-1].stop(stopGrace))
+	}
+	add(c.stopAdmission()) // a no-op unless it started before every process
+	return errs
+}
+
 // Stop tears the cluster down and leaves the host as it found it: pods are
 // deleted through the API (so kubelet unmounts volumes and containerd
 // removes network namespaces the normal way), components stop in reverse
@@ -45,12 +66,7 @@ func (c *Cluster) Stop(ctx context.Context) error {
 			c.logf("deleting pods before shutdown: %v (the sweep will clean up)", err)
 		}
 	}
-	for i := len(procs) - 1; i >= 0; i-- {
-		if err := procs[i].stop(stopGrace); err != nil {
-			c.logf("%v", err)
-		}
-	}
-	if err := c.stopAdmission(); err != nil {
+	for _, err := range c.stopComponents(procs) {
 		c.logf("%v", err)
 	}
 
