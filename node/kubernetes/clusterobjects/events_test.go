@@ -15,8 +15,8 @@ import (
 
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/internal/controller"
-	"source.plinth.dev/test/controllertest"
 	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/test/controllertest"
 )
 
 // TestNodeEventsOwnOnly: a node agent writes Events only in its own name
