@@ -23,8 +23,8 @@ const HealthServiceName = "volume-health"
 // volume's project quota back in (volumehealth.Monitor). It asks the CSI
 // plugin about each volume through the plugin's socket in the kubelet's
 // plugins directory, as the kubelet does: the plugin is a sibling service,
-// and until it listens a check fails and is tried again at the next
-// interval.
+// and a check made before it listens waits for it (or for the monitor to
+// stop) rather than report a healthy volume as broken.
 func HealthService(o Options) core.Service {
 	return core.Service{
 		Name: HealthServiceName,
