@@ -66,7 +66,9 @@ current-context: c
 	n := startNode(t, "admission-serve", "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig,
 		"--tls-cert-file", filepath.Join(dir, "tls.crt"), "--tls-key-file", filepath.Join(dir, "tls.key"))
 	n.waitLine(t, clusterobjects.WebhookPath)
-	addr := regexp.MustCompile(`https://(127\.0\.0\.1:[0-9]+)/`).FindStringSubmatch(n.output())
+	// The serving line's address: other lines name the (unreachable) API
+	// server's, https://127.0.0.1:1, in an order no one promises.
+	addr := regexp.MustCompile(`serving the admission webhook on https://(127\.0\.0\.1:[0-9]+)/`).FindStringSubmatch(n.output())
 	if addr == nil {
 		t.Fatalf("no address in the log:\n%s", n.output())
 	}
