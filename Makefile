@@ -7,7 +7,7 @@ SHELL := /bin/bash
 export PLINTH_CACHE ?= $(HOME)/.cache/plinth
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: run run-vm test lint test-unit test-kernel test-sanity test-e2e test-storage-e2e test-e2e-vm test-bazel bench gazelle help
+.PHONY: run run-vm test lint test-unit test-fuzz test-kernel test-sanity test-e2e test-storage-e2e test-e2e-vm test-bazel bench gazelle help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -18,13 +18,16 @@ run: ## bring up a local single-node cluster with Plinth storage (Ctrl-C stops i
 run-vm: ## boot a Plinth node image in a qemu VM against a control plane on this host (Ctrl-C stops it)
 	build/scripts/run-vm.sh
 
-test: lint test-unit test-kernel test-sanity test-e2e test-storage-e2e test-e2e-vm test-bazel ## every test, as CI runs it
+test: lint test-unit test-fuzz test-kernel test-sanity test-e2e test-storage-e2e test-e2e-vm test-bazel ## every test, as CI runs it
 
 lint: ## gofmt, go vet, staticcheck
 	build/scripts/lint.sh
 
 test-unit: ## go test ./... on the host (root-only tests run when root)
 	build/scripts/test-unit.sh
+
+test-fuzz: ## every Go fuzz target, a bounded number of inputs each
+	build/scripts/test-fuzz.sh
 
 test-kernel: ## quota and loop tests on a real kernel (qemu VM), loop tests also on the host
 	build/scripts/test-kernel.sh

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test-sanity.sh — csi-sanity (the CSI community's conformance suite) against
-# `plinth-node csi-serve`, once for mount and once for block access, then a
-# short fuzz run of the CSI request validation.
+# `plinth-node csi-serve`, once for mount and once for block access. (The
+# CSI request validation is fuzzed by test-fuzz.sh, with every other fuzz
+# target.)
 #
 # The data directory is a freshly made, loop-mounted XFS (as on a node), so
 # block volumes get real XFS fallocate semantics. It is mounted with prjquota
@@ -120,15 +121,5 @@ if [ "$failed" -ne 0 ]; then
 	exit 1
 fi
 umount "$data"
-
-# Fuzz the request validation briefly (the seed corpus runs in test-unit).
-# The budget is a count of inputs (3 s on an idle 2-core machine, about
-# 20 s while CI's other work loads it), not a time: with a time, Go 1.26's
-# fuzzing coordinator can report its own deadline as a failure, "context
-# deadline exceeded", when a worker is mid-input as the time runs out
-# (go.dev/issue/75804, fixed in Go 1.27). -timeout bounds a run whose
-# input hangs.
-echo "test-sanity: fuzzing CSI request validation, 10000 inputs" >&2
-go test -run='^$' -fuzz=FuzzValidateRequest -fuzztime=10000x -timeout=5m ./node/kubernetes/csi
 
 echo "test-sanity: ok" >&2

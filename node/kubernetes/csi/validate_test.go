@@ -163,7 +163,7 @@ func TestBadRequestsAreRefusedAndTouchNothing(t *testing.T) {
 // succeeds names the real volume and a clean path that, with symlinks
 // resolved, is strictly inside the kubelet directory, and is then
 // unpublished cleanly. The seed corpus runs with every `go test`; make
-// test-sanity fuzzes for 10 seconds.
+// test-fuzz fuzzes it briefly.
 func FuzzValidateRequest(f *testing.F) {
 	seeds := []struct {
 		prefix byte
