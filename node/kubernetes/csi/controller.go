@@ -65,8 +65,8 @@ func checkParameters(params map[string]string, mode volume.Mode) ([]volume.Creat
 }
 
 // sizeFor picks the size for a capacity range: the required bytes (or the
-// default, capped by the limit), rounded up to volume.Alignment, and
-// OutOfRange when the rounding would pass the limit.
+// default, capped by the limit rounded down), rounded up to
+// volume.Alignment, and OutOfRange when the rounding would pass the limit.
 func sizeFor(r *csi.CapacityRange, dflt int64) (int64, error) {
 	req, limit := r.GetRequiredBytes(), r.GetLimitBytes()
 	if req < 0 || limit < 0 {
@@ -80,6 +80,11 @@ func sizeFor(r *csi.CapacityRange, dflt int64) (int64, error) {
 		size = dflt
 		if limit > 0 {
 			size = min(size, limit)
+			// Rounding up could pass a limit that is not aligned: take
+			// the largest aligned size within it, if there is one.
+			if floor := limit / volume.Alignment * volume.Alignment; floor > 0 {
+				size = min(size, floor)
+			}
 		}
 	}
 	aligned, err := volume.AlignSize(size)
