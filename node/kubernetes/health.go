@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"source.plinth.dev/node/core"
-	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/node/kubernetes/csi"
 	"source.plinth.dev/node/kubernetes/volumehealth"
 	"source.plinth.dev/pkg/supervisor"
 )
@@ -36,12 +36,12 @@ func HealthService(o Options) core.Service {
 
 // runHealth is one start of HealthService.
 func (o *Options) runHealth(ctx context.Context, env *core.Env) error {
-	plugin, err := env.Root.Kubelet.Plugins.Driver(names.DriverName)
+	socket, err := csi.Socket(&env.Root.Kubelet)
 	if err != nil {
 		return fmt.Errorf("volume health: %w", err)
 	}
 	// Checks wait for the plugin to listen rather than fail while it starts.
-	conn, err := grpc.NewClient("unix://"+plugin.CSISocket.FullPath(),
+	conn, err := grpc.NewClient("unix://"+socket,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
 	if err != nil {

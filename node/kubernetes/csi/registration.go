@@ -47,11 +47,11 @@ func NewRegistrar(kubelet *localstorage.KubeletDirectory) (*Registrar, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating registrar: %w", err)
 	}
-	plugin, err := kubelet.Plugins.Driver(names.DriverName)
+	endpoint, err := Socket(kubelet)
 	if err != nil {
 		return nil, fmt.Errorf("creating registrar: %w", err)
 	}
-	return &Registrar{socket: sock, endpoint: plugin.CSISocket.FullPath(), backoff: time.Second}, nil
+	return &Registrar{socket: sock, endpoint: endpoint, backoff: time.Second}, nil
 }
 
 // Run serves registration until ctx ends (a supervisor runnable).

@@ -114,11 +114,22 @@ func NewServer(cfg Config) (*Server, error) {
 	case cfg.NodeName == "":
 		return nil, errors.New("creating CSI server: NodeName is required")
 	}
-	plugin, err := cfg.Kubelet.Plugins.Driver(names.DriverName)
+	socket, err := Socket(cfg.Kubelet)
 	if err != nil {
 		return nil, fmt.Errorf("creating CSI server: %w", err)
 	}
-	return &Server{cfg: cfg, socket: plugin.CSISocket.FullPath(), readBootID: bootID}, nil
+	return &Server{cfg: cfg, socket: socket, readBootID: bootID}, nil
+}
+
+// Socket is the path of the driver's CSI socket in the plugins directory
+// of kubelet (placed): where the node's plugin serves, the registrar tells
+// the kubelet to call, and volume health asks.
+func Socket(kubelet *localstorage.KubeletDirectory) (string, error) {
+	plugin, err := kubelet.Plugins.Driver(names.DriverName)
+	if err != nil {
+		return "", err
+	}
+	return plugin.CSISocket.FullPath(), nil
 }
 
 // Start loads the publication records and brings the node in line with
