@@ -43,8 +43,6 @@ type Env struct {
 	// Root is the placed node tree. Root.Data is ready (created, and
 	// mounted on a real node); Root.Ephemeral and Root.Kubelet exist.
 	Root *localstorage.Root
-	// Data is the prepared data directory and its capabilities.
-	Data *DataDir
 	// Volumes is the node's one volume engine over Root.Data, recovered
 	// from any crash before the first service starts.
 	Volumes *volume.Manager
@@ -180,7 +178,7 @@ func Root(cfg Config) (supervisor.Runnable, error) {
 		if err := cfg.Root.Kubelet.MkdirAll(); err != nil {
 			return fmt.Errorf("creating kubelet tree: %w", err)
 		}
-		env := &Env{Root: cfg.Root, Data: data, Volumes: vols, NodeName: cfg.NodeName}
+		env := &Env{Root: cfg.Root, Volumes: vols, NodeName: cfg.NodeName}
 		group := make(map[string]supervisor.Runnable, len(cfg.Services))
 		for _, s := range cfg.Services {
 			group[s.Name] = s.Runnable(env)

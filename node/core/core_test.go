@@ -105,8 +105,8 @@ func TestRootPreparesTreeAndStartsServices(t *testing.T) {
 		if env.NodeName != "node-a" || env.Root != root {
 			t.Errorf("env %+v", env)
 		}
-		if !env.Data.QuotaEnforced() || env.Volumes == nil || !env.Volumes.CapacityEnforced() {
-			t.Errorf("quota enforced but the data dir or the volume engine says otherwise: %v", env.Data.QuotaProbeError())
+		if env.Volumes == nil || !env.Volumes.CapacityEnforced() {
+			t.Errorf("quota enforced but the volume engine says otherwise: %+v", env.Volumes)
 		}
 		// One engine per data directory: its per-volume locks only
 		// work within one Manager.
@@ -182,7 +182,7 @@ func TestUnenforcedQuotaRefusesFilesystemVolumes(t *testing.T) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
 	}
-	if reason, allowed := env.Volumes.UnenforcedCapacity(); allowed || !errors.Is(reason, fsquota.ErrUnsupported) || env.Data.QuotaEnforced() {
+	if reason, allowed := env.Volumes.UnenforcedCapacity(); allowed || !errors.Is(reason, fsquota.ErrUnsupported) || env.Volumes.CapacityEnforced() {
 		t.Errorf("UnenforcedCapacity = %v, %v; want the probe's error, not allowed", reason, allowed)
 	}
 	if l := logs(t, lt); !strings.Contains(l, "filesystem volumes will be refused") {
