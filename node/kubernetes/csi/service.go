@@ -35,14 +35,20 @@ type Options struct {
 // wiring mistake ends plinth-node at start instead of failing every
 // restart of the service.
 func NodeService(o Options, kubelet *localstorage.KubeletDirectory) (core.Service, error) {
+	if kubelet == nil || !kubelet.Placed() {
+		return core.Service{}, errors.New("wiring the CSI plugin: a placed kubelet directory is required")
+	}
+	// NewServer works the plugin's socket out each start; a path the
+	// kernel cannot bind (too long) fails here instead.
+	if _, err := Socket(kubelet); err != nil {
+		return core.Service{}, fmt.Errorf("wiring the CSI plugin: %w", err)
+	}
 	var registrar *Registrar
 	if o.Register {
 		var err error
 		if registrar, err = NewRegistrar(kubelet); err != nil {
 			return core.Service{}, fmt.Errorf("wiring the CSI plugin: %w", err)
 		}
-	} else if kubelet == nil || !kubelet.Placed() {
-		return core.Service{}, errors.New("wiring the CSI plugin: a placed kubelet directory is required")
 	}
 	return core.Service{
 		Name: ServiceName,
