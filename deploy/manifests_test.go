@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
+	"source.plinth.dev/node/kubernetes/capacity"
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/names"
 )
@@ -410,5 +411,48 @@ func TestFlowSchemasMatchTheCode(t *testing.T) {
 		if got[i].Name != w.Name || !reflect.DeepEqual(got[i].Labels, w.Labels) || !reflect.DeepEqual(got[i].Spec, w.Spec) {
 			t.Errorf("FlowSchema %d (%s) differs from the code's; the code's is\n%s", i, got[i].Name, manifest(t, w))
 		}
+	}
+}
+
+// TestCapacityRoleMatchesTheCode: the Role by which node agents publish
+// capacity is the code's, in the namespace the DaemonSet publishes in, and
+// bound to the node agents' group and the DaemonSet's service account.
+func TestCapacityRoleMatchesTheCode(t *testing.T) {
+	var (
+		role    *rbacv1.Role
+		binding *rbacv1.RoleBinding
+		ds      *appsv1.DaemonSet
+	)
+	for _, o := range objects(t) {
+		switch o := o.(type) {
+		case *rbacv1.Role:
+			if o.Name == clusterobjects.CapacityRoleName {
+				role = o
+			}
+		case *rbacv1.RoleBinding:
+			if o.Name == clusterobjects.CapacityRoleName {
+				binding = o
+			}
+		case *appsv1.DaemonSet:
+			ds = o
+		}
+	}
+	if role == nil || binding == nil || ds == nil {
+		t.Fatalf("missing objects: role %v, binding %v, daemonset %v", role != nil, binding != nil, ds != nil)
+	}
+	for _, arg := range ds.Spec.Template.Spec.Containers[0].Args {
+		if strings.HasPrefix(arg, "--capacity-namespace") {
+			t.Fatalf("the DaemonSet sets %s; this test expects the default, %s", arg, capacity.DefaultNamespace)
+		}
+	}
+	want, wantBinding := clusterobjects.CapacityRole(capacity.DefaultNamespace), clusterobjects.CapacityRoleBinding(capacity.DefaultNamespace)
+	if role.Namespace != want.Namespace || !reflect.DeepEqual(role.Rules, want.Rules) {
+		t.Errorf("Role %s/%s has rules\n%+v\nthe code's, in %s, has\n%+v", role.Namespace, role.Name, role.Rules, want.Namespace, want.Rules)
+	}
+	sa := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: clusterobjects.DaemonSetServiceAccount, Namespace: clusterobjects.DaemonSetNamespace}
+	subjects := append([]rbacv1.Subject{}, wantBinding.Subjects...)
+	if binding.Namespace != wantBinding.Namespace || binding.RoleRef != wantBinding.RoleRef || !reflect.DeepEqual(binding.Subjects, append(subjects, sa)) {
+		t.Errorf("RoleBinding %s/%s refers to %+v for %+v; want %s referring to %+v for %+v",
+			binding.Namespace, binding.Name, binding.RoleRef, binding.Subjects, wantBinding.Namespace, wantBinding.RoleRef, append(subjects, sa))
 	}
 }

@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -94,7 +95,8 @@ func (s *service) controllers(base controller.Base) (map[string]supervisor.Runna
 	if err != nil {
 		return nil, err
 	}
-	publisher, err := capacity.New(capacity.Config{Base: base, Volumes: vols, Namespace: s.o.CapacityNamespace})
+	capacityNamespace := cmp.Or(s.o.CapacityNamespace, capacity.DefaultNamespace)
+	publisher, err := capacity.New(capacity.Config{Base: base, Volumes: vols, Namespace: capacityNamespace})
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +105,7 @@ func (s *service) controllers(base controller.Base) (map[string]supervisor.Runna
 			// Failing here (API server not up yet, no rights) is retried by
 			// the supervisor with backoff; provisioning does not wait for
 			// it, since claims of an existing class can be served anyway.
-			if err := clusterobjects.Ensure(ctx, base.Client, supervisor.Logger(ctx)); err != nil {
+			if err := clusterobjects.Ensure(ctx, base.Client, capacityNamespace, supervisor.Logger(ctx)); err != nil {
 				return err
 			}
 			supervisor.Signal(ctx, supervisor.SignalDone)

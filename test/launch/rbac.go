@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"source.plinth.dev/node/kubernetes/admission"
+	"source.plinth.dev/node/kubernetes/capacity"
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 )
 
@@ -23,9 +24,10 @@ import (
 // the group the node agent's ClusterRoleBinding names.
 const plinthNodeGroup = clusterobjects.NodeAgentGroup
 
-// applyRBAC creates plinth-node's ClusterRole and binding, its admission
-// policies and their bindings, and the admission webhook's registration
-// (applyAdmission), exactly as the node packages define them,
+// applyRBAC creates plinth-node's ClusterRole and binding, the Role and
+// binding by which it publishes capacity in the default namespace, its
+// admission policies and their bindings, and the admission webhook's
+// registration (applyAdmission), exactly as the node packages define them,
 // so plinth-node runs with the restricted identity a real node has. (It
 // does not run as system:node:<name>: NodeRestriction would rightly stop a
 // kubelet identity from creating PersistentVolumes.) Objects that exist
@@ -38,6 +40,15 @@ func (c *Cluster) applyRBAC(ctx context.Context) error {
 	binding := clusterobjects.ClusterRoleBinding()
 	if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating ClusterRoleBinding %s: %w", binding.Name, err)
+	}
+	// The nodes publish capacity in the default namespace.
+	capRole := clusterobjects.CapacityRole(capacity.DefaultNamespace)
+	if _, err := c.Client.RbacV1().Roles(capRole.Namespace).Create(ctx, capRole, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating Role %s/%s: %w", capRole.Namespace, capRole.Name, err)
+	}
+	capBinding := clusterobjects.CapacityRoleBinding(capacity.DefaultNamespace)
+	if _, err := c.Client.RbacV1().RoleBindings(capBinding.Namespace).Create(ctx, capBinding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating RoleBinding %s/%s: %w", capBinding.Namespace, capBinding.Name, err)
 	}
 	admission := c.Client.AdmissionregistrationV1()
 	for _, policy := range clusterobjects.AdmissionPolicies() {
@@ -149,7 +160,9 @@ func (c *Cluster) waitPolicyInForce(ctx context.Context) error {
 	}()
 	probes := map[string]func(context.Context) error{
 		clusterobjects.CapacityPolicyName: func(ctx context.Context) error {
-			_, err := node.StorageV1().CSIStorageCapacities(ns).Create(ctx, &storagev1.CSIStorageCapacity{
+			// In the namespace where nodes may write capacity at all
+			// (clusterobjects.CapacityRole).
+			_, err := node.StorageV1().CSIStorageCapacities(capacity.DefaultNamespace).Create(ctx, &storagev1.CSIStorageCapacity{
 				ObjectMeta: metav1.ObjectMeta{Name: policyProbe}, StorageClassName: policyProbe,
 			}, metav1.CreateOptions{DryRun: dry})
 			return err

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
+	"source.plinth.dev/node/kubernetes/capacity"
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
@@ -366,13 +367,14 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 	refused(clusterobjects.VolumesPolicyName, "giving its PV a node affinity", patchPV("pvc-"+e.NS+"-a",
 		[]byte(`{"spec":{"nodeAffinity":{"required":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"In","values":["`+nodeB+`"]}]}]}}}}`)))
 
-	// Capacity objects, in the test's namespace.
+	// Capacity objects, in the namespace nodes publish in (the only one
+	// where RBAC lets them create any: clusterobjects.CapacityRole).
 	// owner "": none, so that the garbage collector leaves the admin's
 	// object (whose owner does not exist) alone.
-	capacity := func(label, owner string) *storagev1.CSIStorageCapacity {
+	capObject := func(label, owner string) *storagev1.CSIStorageCapacity {
 		c := &storagev1.CSIStorageCapacity{
 			ObjectMeta: metav1.ObjectMeta{
-				GenerateName: "cap-", Namespace: e.NS,
+				GenerateName: "cap-", Namespace: capacity.DefaultNamespace,
 				Labels: map[string]string{ownership.LabelNode: ownership.NodeLabelValue(label)},
 			},
 			NodeTopology:     &metav1.LabelSelector{MatchLabels: map[string]string{names.TopologyKeyHostname: label}},
@@ -384,32 +386,40 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 		}
 		return c
 	}
-	caps := a.StorageV1().CSIStorageCapacities(e.NS)
+	caps := a.StorageV1().CSIStorageCapacities(capacity.DefaultNamespace)
 	createCap := func(c *storagev1.CSIStorageCapacity) error {
 		_, err := caps.Create(ctx, c, metav1.CreateOptions{DryRun: dry})
 		return err
 	}
-	allowed("publishing its capacity", createCap(capacity(nodeA, nodeA)))
-	elsewhere := capacity(nodeA, nodeA)
+	allowed("publishing its capacity", createCap(capObject(nodeA, nodeA)))
+	inUsers := capObject(nodeA, nodeA)
+	inUsers.Namespace = e.NS
+	_, err = a.StorageV1().CSIStorageCapacities(e.NS).Create(ctx, inUsers, metav1.CreateOptions{DryRun: dry})
+	refusedBy(`cannot create resource "csistoragecapacities" in API group "storage.k8s.io" in the namespace "`+e.NS+`"`,
+		"publishing its capacity in a users' namespace", err)
+	elsewhere := capObject(nodeA, nodeA)
 	elsewhere.NodeTopology.MatchLabels[names.TopologyKeyHostname] = "elsewhere"
 	refusedBy(webhook+": node agent "+clusterobjects.NodeAgentUser(nodeA)+" (node "+nodeA+") may publish capacity only for its own host",
 		"publishing capacity for another host", createCap(elsewhere))
-	otherCap := capacity(nodeA, nodeA)
+	otherCap := capObject(nodeA, nodeA)
 	otherCap.StorageClassName = otherClass
 	refusedBy(webhook, "publishing capacity for another driver's class", createCap(otherCap))
-	refused(clusterobjects.CapacityPolicyName, "publishing node B's capacity", createCap(capacity(nodeB, nodeB)))
-	refused(clusterobjects.CapacityPolicyName, "publishing capacity labelled its own for node B", createCap(capacity(nodeA, nodeB)))
-	refused(clusterobjects.CapacityPolicyName, "publishing capacity owned by no Node", createCap(capacity(nodeA, "")))
-	everywhere := capacity(nodeA, nodeA)
+	refused(clusterobjects.CapacityPolicyName, "publishing node B's capacity", createCap(capObject(nodeB, nodeB)))
+	refused(clusterobjects.CapacityPolicyName, "publishing capacity labelled its own for node B", createCap(capObject(nodeA, nodeB)))
+	refused(clusterobjects.CapacityPolicyName, "publishing capacity owned by no Node", createCap(capObject(nodeA, "")))
+	everywhere := capObject(nodeA, nodeA)
 	everywhere.NodeTopology = &metav1.LabelSelector{}
 	refused(clusterobjects.CapacityPolicyName, "publishing its capacity for every node", createCap(everywhere))
-	zone := capacity(nodeA, nodeA)
+	zone := capObject(nodeA, nodeA)
 	zone.NodeTopology.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "topology.kubernetes.io/zone", Operator: metav1.LabelSelectorOpExists}}
 	refused(clusterobjects.CapacityPolicyName, "publishing its capacity with more than its host", createCap(zone))
-	theirCap, err := e.Client.StorageV1().CSIStorageCapacities(e.NS).Create(ctx, capacity(nodeB, ""), metav1.CreateOptions{})
+	theirCap, err := e.Client.StorageV1().CSIStorageCapacities(capacity.DefaultNamespace).Create(ctx, capObject(nodeB, ""), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		_ = e.Client.StorageV1().CSIStorageCapacities(theirCap.Namespace).Delete(context.Background(), theirCap.Name, metav1.DeleteOptions{})
+	})
 	refused(clusterobjects.CapacityPolicyName, "deleting node B's capacity", caps.Delete(ctx, theirCap.Name, metav1.DeleteOptions{DryRun: dry}))
 	theirCap.Capacity = resource.NewQuantity(0, resource.BinarySI)
 	_, err = caps.Update(ctx, theirCap, metav1.UpdateOptions{DryRun: dry})

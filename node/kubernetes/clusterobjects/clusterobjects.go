@@ -40,6 +40,10 @@ const (
 	// system:node identity: NodeRestriction rightly forbids that identity
 	// to create PersistentVolumes.)
 	NodeAgentGroup = "plinth:nodes"
+	// CapacityRoleName names the Role, and its RoleBinding, that let node
+	// agents write capacity objects in the namespace they publish in
+	// (CapacityRole).
+	CapacityRoleName = "plinth:node:capacity"
 
 	annDefaultClass = "storageclass.kubernetes.io/is-default-class"
 	labelManagedBy  = "app.kubernetes.io/managed-by"
@@ -103,12 +107,14 @@ func StorageClass() *storagev1.StorageClass {
 //   - both: create Events, and patch them when they repeat;
 //   - node removal: watch CSINodes (which nodes run the driver), read
 //     Nodes, list and delete PVs of removed nodes (noderemoval);
-//   - capacity: watch, create, update and delete the CSIStorageCapacity
-//     objects of its node (the Node read above gives their owner), and
-//     list them in every namespace at start, to remove those left where
-//     it no longer publishes;
+//   - capacity: watch and delete the CSIStorageCapacity objects of its
+//     node (the Node read above gives their owner), and list them in
+//     every namespace at start, to remove those left where it no longer
+//     publishes. It creates and updates them only in the namespace it
+//     publishes in, by CapacityRole there;
 //   - Ensure: read the CSIDriver, StorageClass, its own ClusterRole and
-//     binding, and its admission policies and their bindings
+//     binding, CapacityRole and its binding, and its admission policies
+//     and their bindings
 //     (AdmissionPolicies, which narrow the writes above to the node's own
 //     objects), so a node finds them in place without write access. Create
 //     is deliberately missing: it cannot be limited to names, and a node
@@ -136,9 +142,11 @@ func ClusterRole() *rbacv1.ClusterRole {
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csidrivers"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csinodes"}, Verbs: []string{"list", "watch"}},
-			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csistoragecapacities"}, Verbs: []string{"list", "watch", "create", "update", "delete"}},
+			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csistoragecapacities"}, Verbs: []string{"list", "watch", "delete"}},
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"},
 				ResourceNames: []string{ClusterRoleName}, Verbs: []string{"get"}},
+			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles", "rolebindings"},
+				ResourceNames: []string{CapacityRoleName}, Verbs: []string{"get"}},
 			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"},
 				ResourceNames: AdmissionPolicyNames(), Verbs: []string{"get"}},
 			{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"selfsubjectreviews"}, Verbs: []string{"create"}},
@@ -155,14 +163,44 @@ func ClusterRoleBinding() *rbacv1.ClusterRoleBinding {
 	}
 }
 
+// CapacityRole lets node agents create and update CSIStorageCapacity
+// objects in namespace, the one they publish in (plinth-node
+// --capacity-namespace), and nowhere else: the scheduler reads capacity
+// from every namespace, so a node free to write in any could fill its
+// users' namespaces with objects they cannot tell from their own. Which of
+// the objects there a node may write, the capacity policy and the webhook
+// decide (AdmissionPolicies). A node moved to another namespace publishes
+// there only once this Role and its binding are there too (docs/operating.md).
+func CapacityRole(namespace string) *rbacv1.Role {
+	return &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: CapacityRoleName, Namespace: namespace, Labels: map[string]string{labelManagedBy: managedBy}},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csistoragecapacities"}, Verbs: []string{"create", "update"}},
+		},
+	}
+}
+
+// CapacityRoleBinding grants CapacityRole of namespace to NodeAgentGroup.
+func CapacityRoleBinding(namespace string) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: CapacityRoleName, Namespace: namespace, Labels: map[string]string{labelManagedBy: managedBy}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: CapacityRoleName},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: NodeAgentGroup}},
+	}
+}
+
 // Ensure creates whichever of the objects is missing and reports, but
 // leaves, objects that differ in ways that cannot or should not be changed.
 // Lacking the right to create or fix an object (a node running with its
 // restricted identity) is logged, not an error: retrying cannot help, and
 // the installer is responsible then. It returns an error when an object
 // could not be read or created for any other reason (API server not
-// reachable yet), which is worth a retry.
-func Ensure(ctx context.Context, client kubernetes.Interface, log logtree.LeveledLogger) error {
+// reachable yet), which is worth a retry. capacityNamespace is the
+// namespace the node publishes its capacity in (CapacityRole).
+func Ensure(ctx context.Context, client kubernetes.Interface, capacityNamespace string, log logtree.LeveledLogger) error {
+	if capacityNamespace == "" {
+		return errors.New("ensuring the cluster objects: no capacity namespace")
+	}
 	var errs []error
 	for _, step := range []struct {
 		what   string
@@ -171,6 +209,9 @@ func Ensure(ctx context.Context, client kubernetes.Interface, log logtree.Levele
 		{"CSIDriver " + names.DriverName, ensureCSIDriver},
 		{"StorageClass " + names.StorageClassName, ensureStorageClass},
 		{"RBAC " + ClusterRoleName, ensureRBAC},
+		{"RBAC " + capacityNamespace + "/" + CapacityRoleName, func(ctx context.Context, c kubernetes.Interface, log logtree.LeveledLogger) error {
+			return ensureCapacityRBAC(ctx, c, capacityNamespace, log)
+		}},
 		{"ValidatingAdmissionPolicies", ensureAdmissionPolicies},
 	} {
 		err := step.ensure(ctx, client, log)
@@ -245,6 +286,32 @@ func ensureRBAC(ctx context.Context, client kubernetes.Interface, log logtree.Le
 	}
 	if binding != nil && binding.RoleRef != wantBinding.RoleRef {
 		log.Warningf("ClusterRoleBinding %s refers to %s %s; leaving it alone", wantBinding.Name, binding.RoleRef.Kind, binding.RoleRef.Name)
+	}
+	return nil
+}
+
+func ensureCapacityRBAC(ctx context.Context, client kubernetes.Interface, namespace string, log logtree.LeveledLogger) error {
+	roles := client.RbacV1().Roles(namespace)
+	wantRole := CapacityRole(namespace)
+	role, err := getOrCreate(ctx, wantRole, roles.Get, roles.Create, log)
+	if err != nil {
+		return err
+	}
+	if role != nil && !reflect.DeepEqual(role.Rules, wantRole.Rules) {
+		err := restore(ctx, wantRole.Name, roles.Get, roles.Update, func(cur *rbacv1.Role) { cur.Rules = wantRole.Rules })
+		if err != nil {
+			return fmt.Errorf("updating rules: %w", err)
+		}
+		log.Infof("updated the rules of Role %s/%s", namespace, wantRole.Name)
+	}
+	bindings := client.RbacV1().RoleBindings(namespace)
+	wantBinding := CapacityRoleBinding(namespace)
+	binding, err := getOrCreate(ctx, wantBinding, bindings.Get, bindings.Create, log)
+	if err != nil {
+		return err
+	}
+	if binding != nil && binding.RoleRef != wantBinding.RoleRef {
+		log.Warningf("RoleBinding %s/%s refers to %s %s; leaving it alone", namespace, wantBinding.Name, binding.RoleRef.Kind, binding.RoleRef.Name)
 	}
 	return nil
 }

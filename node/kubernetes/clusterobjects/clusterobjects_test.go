@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"source.plinth.dev/node/kubernetes/capacity"
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/pkg/logtree"
@@ -45,12 +46,14 @@ func versions(t *testing.T, c kubernetes.Interface) []string {
 	sc, err2 := c.StorageV1().StorageClasses().Get(ctx, names.StorageClassName, metav1.GetOptions{})
 	r, err3 := c.RbacV1().ClusterRoles().Get(ctx, clusterobjects.ClusterRoleName, metav1.GetOptions{})
 	b, err4 := c.RbacV1().ClusterRoleBindings().Get(ctx, clusterobjects.ClusterRoleName, metav1.GetOptions{})
-	for _, err := range []error{err1, err2, err3, err4} {
+	cr, err5 := c.RbacV1().Roles(capacity.DefaultNamespace).Get(ctx, clusterobjects.CapacityRoleName, metav1.GetOptions{})
+	cb, err6 := c.RbacV1().RoleBindings(capacity.DefaultNamespace).Get(ctx, clusterobjects.CapacityRoleName, metav1.GetOptions{})
+	for _, err := range []error{err1, err2, err3, err4, err5, err6} {
 		if err != nil {
 			t.Fatalf("reading ensured objects: %v", err)
 		}
 	}
-	v := []string{d.ResourceVersion, sc.ResourceVersion, r.ResourceVersion, b.ResourceVersion}
+	v := []string{d.ResourceVersion, sc.ResourceVersion, r.ResourceVersion, b.ResourceVersion, cr.ResourceVersion, cb.ResourceVersion}
 	for _, name := range clusterobjects.AdmissionPolicyNames() {
 		p, err := c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -81,7 +84,7 @@ func TestEnsure(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 5)
 	for range 5 {
-		wg.Go(func() { errs <- clusterobjects.Ensure(ctx, c, log) })
+		wg.Go(func() { errs <- clusterobjects.Ensure(ctx, c, capacity.DefaultNamespace, log) })
 	}
 	wg.Wait()
 	close(errs)
@@ -108,7 +111,7 @@ func TestEnsure(t *testing.T) {
 
 	// Idempotent: a second Ensure writes nothing.
 	before := versions(t, c)
-	if err := clusterobjects.Ensure(ctx, c, log); err != nil {
+	if err := clusterobjects.Ensure(ctx, c, capacity.DefaultNamespace, log); err != nil {
 		t.Fatal(err)
 	}
 	if after := versions(t, c); !reflect.DeepEqual(before, after) {
@@ -123,6 +126,12 @@ func TestEnsure(t *testing.T) {
 	if _, err := c.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	capRoles := c.RbacV1().Roles(capacity.DefaultNamespace)
+	capRole, _ := capRoles.Get(ctx, clusterobjects.CapacityRoleName, metav1.GetOptions{})
+	capRole.Rules[0].Verbs = append(capRole.Rules[0].Verbs, "patch")
+	if _, err := capRoles.Update(ctx, capRole, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	policies := c.AdmissionregistrationV1().ValidatingAdmissionPolicies()
 	policy, _ := policies.Get(ctx, clusterobjects.ClaimsPolicyName, metav1.GetOptions{})
 	policy.Spec.Validations = policy.Spec.Validations[:1]
@@ -132,12 +141,16 @@ func TestEnsure(t *testing.T) {
 	if err := c.StorageV1().StorageClasses().Delete(ctx, names.StorageClassName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := clusterobjects.Ensure(ctx, c, log); err != nil {
+	if err := clusterobjects.Ensure(ctx, c, capacity.DefaultNamespace, log); err != nil {
 		t.Fatal(err)
 	}
 	role, _ = c.RbacV1().ClusterRoles().Get(ctx, clusterobjects.ClusterRoleName, metav1.GetOptions{})
 	if !reflect.DeepEqual(role.Rules, clusterobjects.ClusterRole().Rules) {
 		t.Errorf("rules not restored: %+v", role.Rules)
+	}
+	capRole, _ = capRoles.Get(ctx, clusterobjects.CapacityRoleName, metav1.GetOptions{})
+	if !reflect.DeepEqual(capRole.Rules, clusterobjects.CapacityRole(capacity.DefaultNamespace).Rules) {
+		t.Errorf("capacity rules not restored: %+v", capRole.Rules)
 	}
 	policy, _ = policies.Get(ctx, clusterobjects.ClaimsPolicyName, metav1.GetOptions{})
 	if !reflect.DeepEqual(policy.Spec, clusterobjects.AdmissionPolicies()[0].Spec) {
@@ -151,7 +164,7 @@ func TestEnsure(t *testing.T) {
 	if _, err := c.StorageV1().StorageClasses().Update(ctx, sc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := clusterobjects.Ensure(ctx, c, log); err != nil {
+	if err := clusterobjects.Ensure(ctx, c, capacity.DefaultNamespace, log); err != nil {
 		t.Fatal(err)
 	}
 	sc, _ = c.StorageV1().StorageClasses().Get(ctx, names.StorageClassName, metav1.GetOptions{})
@@ -166,12 +179,12 @@ func TestEnsure(t *testing.T) {
 func TestEnsureRestricted(t *testing.T) {
 	c := admin(t)
 	ctx := context.Background()
-	if err := clusterobjects.Ensure(ctx, c, logger(t)); err != nil {
+	if err := clusterobjects.Ensure(ctx, c, capacity.DefaultNamespace, logger(t)); err != nil {
 		t.Fatal(err)
 	}
 	node := controllertest.NodeClient(t)
 	before := versions(t, c)
-	if err := clusterobjects.Ensure(ctx, node, logger(t)); err != nil {
+	if err := clusterobjects.Ensure(ctx, node, capacity.DefaultNamespace, logger(t)); err != nil {
 		t.Fatalf("Ensure as the node with everything in place: %v", err)
 	}
 	if after := versions(t, c); !reflect.DeepEqual(before, after) {
@@ -180,13 +193,13 @@ func TestEnsureRestricted(t *testing.T) {
 	if err := c.StorageV1().CSIDrivers().Delete(ctx, names.DriverName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := clusterobjects.Ensure(ctx, node, logger(t)); err != nil {
+	if err := clusterobjects.Ensure(ctx, node, capacity.DefaultNamespace, logger(t)); err != nil {
 		t.Fatalf("Ensure as the node without the CSIDriver: %v (want a warning, not an error)", err)
 	}
 	if _, err := c.StorageV1().CSIDrivers().Get(ctx, names.DriverName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the node created the CSIDriver (or: %v); its role must not allow that", err)
 	}
-	if err := clusterobjects.Ensure(ctx, c, logger(t)); err != nil {
+	if err := clusterobjects.Ensure(ctx, c, capacity.DefaultNamespace, logger(t)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -33,8 +33,8 @@ import (
 	"source.plinth.dev/test/launch"
 )
 
-// TestNodeRoleIsWhatTheNodeUses: the node identity's ClusterRole grants
-// exactly what plinth-node uses. A real plinth-node process (cluster
+// TestNodeRoleIsWhatTheNodeUses: the node identity's ClusterRole, with
+// the Role it publishes capacity by, grants exactly what plinth-node uses. A real plinth-node process (cluster
 // objects, provisioner, resizer, CSI plugin) runs with that identity
 // through a workload that takes every path that talks to the API server:
 // Ensure with everything installed, provisioning (filesystem, block,
@@ -54,7 +54,7 @@ func TestNodeRoleIsWhatTheNodeUses(t *testing.T) {
 	cp := controllertest.ControlPlane(t)
 	ctx := context.Background()
 	// What an installer does: the cluster objects are in place.
-	if err := clusterobjects.Ensure(ctx, cp.Client, logger(t)); err != nil {
+	if err := clusterobjects.Ensure(ctx, cp.Client, capacity.DefaultNamespace, logger(t)); err != nil {
 		t.Fatal(err)
 	}
 	e := controllertest.NewEnv(t, true)
@@ -172,7 +172,8 @@ func TestNodeRoleIsWhatTheNodeUses(t *testing.T) {
 	// Stop the node, so that its watches end and are logged as answered.
 	p.Kill(syscall.SIGTERM)
 
-	checkRole(t, clusterobjects.ClusterRole().Rules, controllertest.NodeCalls(t, e.Node))
+	rules := append(clusterobjects.ClusterRole().Rules, clusterobjects.CapacityRole(capacity.DefaultNamespace).Rules...)
+	checkRole(t, rules, controllertest.NodeCalls(t, e.Node))
 }
 
 // immediateClaim creates a StorageClass of the driver that binds
