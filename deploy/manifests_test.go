@@ -176,7 +176,8 @@ func manifest(t *testing.T, obj runtime.Object) string {
 
 // TestDaemonSetPaths: CSI target paths come from the kubelet as host
 // paths, so the kubelet directory must be mounted at its own path, with
-// Bidirectional propagation, and be the one --kubelet-dir names.
+// Bidirectional propagation, and be the one --kubelet-dir names; the node
+// tree, which holds the data directory, must exist already.
 func TestDaemonSetPaths(t *testing.T) {
 	var ds *appsv1.DaemonSet
 	for _, o := range objects(t) {
@@ -199,6 +200,11 @@ func TestDaemonSetPaths(t *testing.T) {
 	for _, v := range pod.Volumes {
 		if v.HostPath != nil {
 			hostPaths[v.Name] = v.HostPath.Path
+		}
+		// The node tree holds the data directory: a node without it must
+		// not get an empty one on its root filesystem.
+		if v.HostPath != nil && v.HostPath.Path == "/var/lib/plinth" && (v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectory) {
+			t.Errorf("host path %s is not of type Directory: the kubelet would create it where the data disk is missing", v.HostPath.Path)
 		}
 	}
 	kubeletDir := ""

@@ -48,6 +48,9 @@ func (s *service) run(ctx context.Context) error {
 		return err
 	}
 	base := s.o.base(clients, s.env.NodeName)
+	if err := waitForDataDirectory(ctx, base, s.env.Volumes, log); err != nil {
+		return err
+	}
 	// One claim informer and one PV informer for the whole process: each
 	// claim change in the cluster then reaches this node once, not once
 	// per controller.

@@ -59,6 +59,11 @@ type StateDirectory struct {
 	// operation (which reclaim policy its PV had), so the orphan reconciler
 	// can tell retained data from a crash leftover after the PV is gone.
 	Records Directory `dir:"records" mode:"0700"`
+	// DataID names this data filesystem once a volume was made on it
+	// (volume.Manager.DataID): a node whose volumes exist in the cluster
+	// but whose data directory has no such mark is looking at another
+	// disk than the one its volumes are on.
+	DataID File `file:"data-id" mode:"0644"`
 }
 
 // EphemeralDirectory is runtime state that is meaningless after a reboot:

@@ -162,6 +162,9 @@ func (m *Manager) createOptionsFor(mode Mode, opts []CreateOption) (createOption
 // undoing fails too, the intent record stays and Recover finishes the
 // job. Callers hold id's lock.
 func (m *Manager) build(id string, mode Mode, size int64, o createOptions) error {
+	if err := m.markUsed(); err != nil {
+		return err
+	}
 	if err := m.writeIntent(id, intent{Op: OpCreate, Mode: mode.String(), Bytes: size}); err != nil {
 		return err
 	}

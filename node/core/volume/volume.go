@@ -169,6 +169,11 @@ type Manager struct {
 	// cannot both be promised the same free space.
 	spaceMu sync.Mutex
 
+	// dataIDMu guards dataID, the data directory's mark ("" until a
+	// volume is made: see dataid.go).
+	dataIDMu sync.Mutex
+	dataID   string
+
 	// debt records durable steps that failed (see durability.go).
 	debt syncDebt
 
@@ -225,6 +230,9 @@ func New(cfg Config) (*Manager, error) {
 			return nil, fmt.Errorf("creating volume manager: %w", err)
 		}
 		m.ProjectIDs = ids
+	}
+	if err := m.loadDataID(); err != nil {
+		return nil, fmt.Errorf("creating volume manager: %w", err)
 	}
 	return m, nil
 }
