@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -47,8 +46,12 @@ change), or, without a certificate manager (deploy/), from a Secret the
 webhook keeps itself: a CA and a certificate for --certificate-dns-name
 (the Service's name, <service>.<namespace>.svc), made by the first replica
 to start and replaced when it ends within a year; the webhook then puts
-the CA into the configuration's caBundle, and puts it back every minute
-if it was removed.
+the CA into the configurations' caBundle. Every minute it reads the
+Secret again and puts its CAs back into the caBundle if they were
+removed; a renewed certificate (delete the Secret to rotate the CA) is
+served once its CA has been trusted for a few seconds, the previous CA
+staying in the caBundle beside it, so the replicas move over one by one
+without a refusal.
 
 Flags:
 `
@@ -123,24 +126,23 @@ func admissionServe(ctx context.Context, args []string) error {
 		return err
 	}
 	var cert func(*tls.ClientHelloInfo) (*tls.Certificate, error)
-	var ca []byte // the CA of a certificate kept in a Secret
+	var keeper *admission.SecretKeeper // a certificate kept in a Secret
 	if o.secretName == "" {
 		if cert, err = admission.CertificateFiles(o.certFile, o.keyFile); err != nil {
 			return err
 		}
 	} else {
-		var pair *tls.Certificate
-		if pair, ca, err = admission.SecretCertificate(ctx, client, o.secretNamespace, o.secretName, o.dnsName); err != nil {
+		if keeper, err = admission.NewSecretKeeper(ctx, client, o.secretNamespace, o.secretName, o.dnsName, log); err != nil {
 			return err
 		}
-		cert = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return pair, nil }
+		cert = keeper.GetCertificate
 	}
 	l, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	if ca != nil {
-		go keepCABundle(ctx, client, ca, log)
+	if keeper != nil {
+		go keeper.Run(ctx)
 	}
 	go admission.KeepClaimsLabelled(ctx, client, log, admission.BackfillInterval)
 	// The placer's Lease has a client of its own: its own rate limit.
@@ -160,32 +162,4 @@ func admissionServe(ctx context.Context, args []string) error {
 	}()
 	log.Infof("serving the admission webhook on https://%[1]s%[2]s, and its claim labels on https://%[1]s%[3]s", l.Addr(), clusterobjects.WebhookPath, clusterobjects.ClaimLabelsPath)
 	return admission.Serve(ctx, l, cert, w)
-}
-
-// keepCABundle puts ca into the webhook configuration's caBundle now (or
-// once the configuration exists: kubectl apply may create it after the
-// webhook's pods) and every minute after, until ctx ends.
-func keepCABundle(ctx context.Context, client kubernetes.Interface, ca []byte, log logtree.LeveledLogger) {
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
-	failing := false
-	for {
-		err := admission.SetCABundle(ctx, client, ca)
-		switch {
-		case err != nil && !failing:
-			log.Warningf("setting the webhook's caBundle (retried every 2 s until it is set): %v", err)
-		case err == nil && failing:
-			log.Infof("the webhook's caBundle is set")
-		}
-		failing = err != nil
-		wait := t.C
-		if failing {
-			wait = time.After(2 * time.Second)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-wait:
-		}
-	}
 }

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"source.plinth.dev/node/kubernetes"
+	"source.plinth.dev/test/controllertest"
 )
 
 // roleEnv makes the test binary play a part in a child process: the
@@ -29,7 +30,8 @@ const roleEnv = "PLINTH_NODE_TEST_ROLE"
 func TestMain(m *testing.M) {
 	switch role := os.Getenv(roleEnv); role {
 	case "":
-		code := m.Run()
+		// The control plane of the tests that need one goes with them.
+		code := controllertest.Tests(m).Run()
 		if theBoot.workDir != "" {
 			os.RemoveAll(theBoot.workDir)
 		}

@@ -30,6 +30,9 @@ import (
 // own: a CA and a serving certificate in a Secret, which every replica
 // shares (the first to start makes it), and the CA in the webhook
 // configuration's caBundle, so that the API server trusts the servers.
+// The Secret also keeps the CA it replaced, and the bundle holds both:
+// while the replicas move to a new certificate, one by one, the API
+// server trusts the old one and the new one (SecretKeeper).
 const (
 	// certificateLifetime is how long a certificate made here is valid.
 	certificateLifetime = 10 * 365 * 24 * time.Hour
@@ -39,13 +42,19 @@ const (
 	keyCA   = "ca.crt"
 	keyCert = corev1.TLSCertKey
 	keyKey  = corev1.TLSPrivateKeyKey
+	// keyPreviousCA is the CA that keyCA replaced, trusted beside it.
+	keyPreviousCA = "previous-ca.crt"
 )
 
 // SecretCertificate returns the serving certificate for dnsName kept in
-// the Secret namespace/name, and the CA that issued it (PEM), making both
-// when the Secret does not exist and replacing them when the certificate
-// is not for dnsName or ends within a year. Replicas starting together
-// agree: the first write wins, the others read what it wrote.
+// the Secret namespace/name, and the CA bundle that verifies it (PEM: the
+// CA that issued it, then the one it replaced, if any), making both when
+// the Secret does not exist and replacing them when the certificate is
+// not for dnsName or ends within a year. The CA replaced is the Secret's,
+// or, when the Secret is gone (deleted to rotate the CA), the first of the
+// node-writes configuration's caBundle: the one the replicas still
+// running serve with. Replicas agree: the first write wins, the others
+// read what it wrote.
 func SecretCertificate(ctx context.Context, client kubernetes.Interface, namespace, name, dnsName string) (*tls.Certificate, []byte, error) {
 	secrets := client.CoreV1().Secrets(namespace)
 	for range 5 {
@@ -56,16 +65,24 @@ func SecretCertificate(ctx context.Context, client kubernetes.Interface, namespa
 		case err != nil:
 			return nil, nil, fmt.Errorf("reading Secret %s/%s: %w", namespace, name, err)
 		}
+		var previous []byte
 		if secret != nil {
 			cert, ca, err := usable(secret, dnsName, time.Now())
 			if err == nil {
 				return cert, ca, nil
 			}
 			// Replaced below, conditional on the version read.
+			previous, _ = firstCA(secret.Data[keyCA], time.Now())
+		}
+		if previous == nil {
+			previous = trustedCA(ctx, client)
 		}
 		data, err := issue(dnsName, time.Now())
 		if err != nil {
 			return nil, nil, err
+		}
+		if previous != nil {
+			data[keyPreviousCA] = previous
 		}
 		if secret == nil {
 			_, err = secrets.Create(ctx, &corev1.Secret{
@@ -87,8 +104,8 @@ func SecretCertificate(ctx context.Context, client kubernetes.Interface, namespa
 	return nil, nil, fmt.Errorf("the Secret %s/%s kept changing while its certificate was made", namespace, name)
 }
 
-// usable returns the Secret's certificate and CA if the certificate is
-// for dnsName and valid beyond renewBefore.
+// usable returns the Secret's certificate and CA bundle if the
+// certificate is for dnsName and valid beyond renewBefore.
 func usable(secret *corev1.Secret, dnsName string, now time.Time) (*tls.Certificate, []byte, error) {
 	pair, err := tls.X509KeyPair(secret.Data[keyCert], secret.Data[keyKey])
 	if err != nil {
@@ -104,7 +121,36 @@ func usable(secret *corev1.Secret, dnsName string, now time.Time) (*tls.Certific
 	if len(secret.Data[keyCA]) == 0 {
 		return nil, nil, errors.New("no CA")
 	}
-	return &pair, secret.Data[keyCA], nil
+	bundle := slices.Clone(secret.Data[keyCA])
+	if previous, ok := firstCA(secret.Data[keyPreviousCA], now); ok && !bytes.Equal(previous, bundle) {
+		bundle = append(bundle, previous...)
+	}
+	return &pair, bundle, nil
+}
+
+// firstCA is the first certificate of the PEM bundle, as PEM, if it
+// parses and is still valid at now.
+func firstCA(bundle []byte, now time.Time) ([]byte, bool) {
+	block, _ := pem.Decode(bundle)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, false
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil || now.After(cert.NotAfter) {
+		return nil, false
+	}
+	return pem.EncodeToMemory(block), true
+}
+
+// trustedCA is the first CA of the node-writes configuration's caBundle
+// (the current one, as SetCABundle writes it), nil if none can be read.
+func trustedCA(ctx context.Context, client kubernetes.Interface) []byte {
+	cfg, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, clusterobjects.WebhookName, metav1.GetOptions{})
+	if err != nil || len(cfg.Webhooks) == 0 {
+		return nil
+	}
+	ca, _ := firstCA(cfg.Webhooks[0].ClientConfig.CABundle, time.Now())
+	return ca
 }
 
 // issue makes a CA and a serving certificate for dnsName, as Secret data.
@@ -155,12 +201,13 @@ func issue(dnsName string, now time.Time) (map[string][]byte, error) {
 	}, nil
 }
 
-// SetCABundle makes the API server trust ca for the server's webhooks:
-// the caBundle of every webhook in clusterobjects.WebhookName and
-// clusterobjects.ClaimLabelsWebhookName. It writes only what differs.
-func SetCABundle(ctx context.Context, client kubernetes.Interface, ca []byte) error {
+// SetCABundle makes the API server trust bundle for the server's
+// webhooks: the caBundle of every webhook in clusterobjects.WebhookName
+// and clusterobjects.ClaimLabelsWebhookName. It writes only what
+// differs, and says whether it wrote.
+func SetCABundle(ctx context.Context, client kubernetes.Interface, bundle []byte) (bool, error) {
 	validating := client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	err := setBundle(ctx, ca, clusterobjects.WebhookName, validating.Get, validating.Update,
+	changed, err := setBundle(ctx, bundle, clusterobjects.WebhookName, validating.Get, validating.Update,
 		func(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
 			var clients []*admissionregistrationv1.WebhookClientConfig
 			for i := range cfg.Webhooks {
@@ -169,10 +216,10 @@ func SetCABundle(ctx context.Context, client kubernetes.Interface, ca []byte) er
 			return clients
 		})
 	if err != nil {
-		return err
+		return changed, err
 	}
 	mutating := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	return setBundle(ctx, ca, clusterobjects.ClaimLabelsWebhookName, mutating.Get, mutating.Update,
+	changedLabels, err := setBundle(ctx, bundle, clusterobjects.ClaimLabelsWebhookName, mutating.Get, mutating.Update,
 		func(cfg *admissionregistrationv1.MutatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
 			var clients []*admissionregistrationv1.WebhookClientConfig
 			for i := range cfg.Webhooks {
@@ -180,23 +227,25 @@ func SetCABundle(ctx context.Context, client kubernetes.Interface, ca []byte) er
 			}
 			return clients
 		})
+	return changed || changedLabels, err
 }
 
-// setBundle sets ca in every client configuration of the webhook
-// configuration name, if any differs.
-func setBundle[T any](ctx context.Context, ca []byte, name string,
+// setBundle sets bundle in every client configuration of the webhook
+// configuration name, if any differs, and says whether it did.
+func setBundle[T any](ctx context.Context, bundle []byte, name string,
 	get func(context.Context, string, metav1.GetOptions) (T, error),
 	update func(context.Context, T, metav1.UpdateOptions) (T, error),
-	clients func(T) []*admissionregistrationv1.WebhookClientConfig) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	clients func(T) []*admissionregistrationv1.WebhookClientConfig) (bool, error) {
+	changed := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cfg, err := get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("reading webhook configuration %s: %w", name, err)
 		}
-		changed := false
+		changed = false
 		for _, c := range clients(cfg) {
-			if !bytes.Equal(c.CABundle, ca) {
-				c.CABundle, changed = ca, true
+			if !bytes.Equal(c.CABundle, bundle) {
+				c.CABundle, changed = bundle, true
 			}
 		}
 		if !changed {
@@ -205,4 +254,5 @@ func setBundle[T any](ctx context.Context, ca []byte, name string,
 		_, err = update(ctx, cfg, metav1.UpdateOptions{})
 		return err
 	})
+	return changed && err == nil, err
 }

@@ -129,7 +129,7 @@ func TestSetCABundle(t *testing.T) {
 		})
 	}
 	for range 2 {
-		if err := SetCABundle(t.Context(), client, []byte("ca")); err != nil {
+		if _, err := SetCABundle(t.Context(), client, []byte("ca")); err != nil {
 			t.Fatal(err)
 		}
 	}
