@@ -158,9 +158,11 @@ func webhookDefaults() webhookSettings {
 // capacity the nodes publish, patches a claim's selected-node
 // annotation, and says what it did, or why it could not, in Events
 // (created, and patched when they repeat); and, where it keeps its own
-// certificate (deploy/), put its CA into the caBundle of its two
+// certificate (deploy/), put its CAs into the caBundle of its two
 // configurations (package admission's SetCABundle), which it may read and
-// update alone. The placer's leader election is AdmissionLeaseRole's.
+// update alone: RBAC cannot narrow the update to the caBundle, which
+// WebhookConfigPolicies do. The placer's leader election is
+// AdmissionLeaseRole's.
 func AdmissionRole() *rbacv1.ClusterRole {
 	return &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: AdmissionRoleName, Labels: map[string]string{labelManagedBy: managedBy}},
