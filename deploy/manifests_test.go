@@ -18,6 +18,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -102,9 +103,13 @@ func TestManifestsMatchTheCode(t *testing.T) {
 		case *appsv1.DaemonSet:
 			ds = o
 		case *admissionv1.ValidatingAdmissionPolicy:
-			policies = append(policies, o)
+			if !webhookPolicy(o.Name) {
+				policies = append(policies, o)
+			}
 		case *admissionv1.ValidatingAdmissionPolicyBinding:
-			policyBindings = append(policyBindings, o)
+			if !webhookPolicy(o.Name) {
+				policyBindings = append(policyBindings, o)
+			}
 		}
 	}
 	// admission.yaml: each policy, then each binding, in the code's order.
@@ -157,6 +162,18 @@ func TestManifestsMatchTheCode(t *testing.T) {
 			t.Errorf("StorageClass %s has provisioner %s", name, c.Provisioner)
 		}
 	}
+}
+
+// webhookPolicy says whether name is one of the admission server's own
+// policies (webhook.yaml's, TestWebhookMatchesTheCode's), not the node
+// agents'.
+func webhookPolicy(name string) bool {
+	for _, p := range clusterobjects.WebhookConfigPolicies() {
+		if p.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // manifest is obj as a document of admission.yaml.
@@ -248,6 +265,10 @@ func TestWebhookMatchesTheCode(t *testing.T) {
 		bindingL *rbacv1.RoleBinding
 		service  *corev1.Service
 		deploy   *appsv1.Deployment
+		pdb      *policyv1.PodDisruptionBudget
+
+		policies       []*admissionv1.ValidatingAdmissionPolicy
+		policyBindings []*admissionv1.ValidatingAdmissionPolicyBinding
 	)
 	for _, o := range objects(t) {
 		switch o := o.(type) {
@@ -281,8 +302,19 @@ func TestWebhookMatchesTheCode(t *testing.T) {
 			service = o
 		case *appsv1.Deployment:
 			deploy = o
+		case *policyv1.PodDisruptionBudget:
+			pdb = o
+		case *admissionv1.ValidatingAdmissionPolicy:
+			if webhookPolicy(o.Name) {
+				policies = append(policies, o)
+			}
+		case *admissionv1.ValidatingAdmissionPolicyBinding:
+			if webhookPolicy(o.Name) {
+				policyBindings = append(policyBindings, o)
+			}
 		}
 	}
+	testWebhookPolicies(t, policies, policyBindings)
 	if config == nil || labels == nil || role == nil || binding == nil || secrets == nil || bindingS == nil || lease == nil || bindingL == nil ||
 		service == nil || deploy == nil {
 		t.Fatalf("webhook.yaml lacks objects: configurations %v %v, roles %v %v %v, bindings %v %v %v, service %v, deployment %v",
@@ -361,6 +393,10 @@ func TestWebhookMatchesTheCode(t *testing.T) {
 	if sa.Name == clusterobjects.DaemonSetServiceAccount {
 		t.Errorf("the webhook runs as the node agents' service account, which it judges")
 	}
+	if sa.Namespace != clusterobjects.AdmissionNamespace || sa.Name != clusterobjects.AdmissionServiceAccount {
+		t.Errorf("the webhook runs as %s/%s; its policies know it as %s", sa.Namespace, sa.Name, clusterobjects.AdmissionServiceAccountUser())
+	}
+	testWebhookPlacement(t, deploy, pdb)
 
 	// The Service reaches the container's port, and the probes ask it.
 	if len(service.Spec.Ports) != 1 || svc.Port == nil || service.Spec.Ports[0].Port != *svc.Port {
@@ -381,6 +417,45 @@ func TestWebhookMatchesTheCode(t *testing.T) {
 		if p == nil || p.HTTPGet == nil || p.HTTPGet.Port.IntValue() != target || p.HTTPGet.Scheme != corev1.URISchemeHTTPS {
 			t.Errorf("probe %+v does not ask the server's HTTPS port %d", p, target)
 		}
+	}
+}
+
+// testWebhookPolicies: webhook.yaml holds the code's policies over the
+// admission server's writes of its configurations
+// (clusterobjects.WebhookConfigPolicies), and their bindings.
+func testWebhookPolicies(t *testing.T, policies []*admissionv1.ValidatingAdmissionPolicy, bindings []*admissionv1.ValidatingAdmissionPolicyBinding) {
+	wantPolicies, wantBindings := clusterobjects.WebhookConfigPolicies(), clusterobjects.WebhookConfigPolicyBindings()
+	for i, want := range wantPolicies {
+		if i >= len(policies) || policies[i].Name != want.Name || !reflect.DeepEqual(policies[i].Spec, want.Spec) {
+			t.Errorf("webhook.yaml's ValidatingAdmissionPolicy %d differs from the code's; the code's is\n%s", i, manifest(t, want))
+		}
+	}
+	for i, want := range wantBindings {
+		if i >= len(bindings) || bindings[i].Name != want.Name || !reflect.DeepEqual(bindings[i].Spec, want.Spec) {
+			t.Errorf("webhook.yaml's ValidatingAdmissionPolicyBinding %d differs from the code's; the code's is\n%s", i, manifest(t, want))
+		}
+	}
+}
+
+// testWebhookPlacement: the webhook's pods run on control-plane nodes
+// only (a node that ran it could answer for itself), and a
+// PodDisruptionBudget keeps one of them running through a drain.
+func testWebhookPlacement(t *testing.T, deploy *appsv1.Deployment, pdb *policyv1.PodDisruptionBudget) {
+	controlPlane := []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+		{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.NodeSelectorOpExists},
+	}}}
+	a := deploy.Spec.Template.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil ||
+		!reflect.DeepEqual(a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms, controlPlane) ||
+		len(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 0 {
+		t.Errorf("the webhook's node affinity is %+v; want control-plane nodes required", a)
+	}
+	if pdb == nil || pdb.Namespace != deploy.Namespace || pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 ||
+		pdb.Spec.Selector == nil || !reflect.DeepEqual(pdb.Spec.Selector.MatchLabels, deploy.Spec.Template.Labels) {
+		t.Errorf("PodDisruptionBudget %+v; want minAvailable 1 of the webhook's pods %v", pdb, deploy.Spec.Template.Labels)
+	}
+	if deploy.Spec.Replicas == nil || *deploy.Spec.Replicas < 2 {
+		t.Errorf("the webhook has %v replicas: with minAvailable 1, a drain could never evict the one", deploy.Spec.Replicas)
 	}
 }
 

@@ -19,7 +19,9 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -72,13 +74,20 @@ func clusterFor(t *testing.T) *launch.Cluster {
 	return cluster.Cluster(t)
 }
 
+// trustedNodeLabel marks the nodes an administrator lets run the
+// admission webhook where no control-plane node can (docs/operating.md):
+// a kubelet may not set a label of node-restriction.kubernetes.io/ on its
+// own Node (the NodeRestriction admission plugin).
+const trustedNodeLabel = "node-restriction.kubernetes.io/plinth-admission"
+
 // overlay writes a kustomization over deploy/ that points the DaemonSet's
 // host paths at the launched node's (its data filesystem, its kubelet's
 // root directory) and its API client at the API server, which listens on
 // loopback only and has no kube-proxy in front of its Service. The
 // webhook's Deployment gets the host network for the same reason, and so
-// one replica (one port 9443 on the one node). Nothing else of deploy/
-// changes.
+// one replica (one port 9443 on the one node), and runs on nodes labelled
+// trustedNodeLabel instead of control-plane nodes (docs/operating.md's
+// override). Nothing else of deploy/ changes.
 func overlay(t *testing.T, c *launch.Cluster) string {
 	t.Helper()
 	root, err := launch.RepoRoot(".")
@@ -139,6 +148,11 @@ func overlay(t *testing.T, c *launch.Cluster) string {
 	}
 	webhookPatch, err := json.Marshal([]map[string]any{
 		{"op": "replace", "path": "/spec/replicas", "value": 1},
+		// The launched node is no control-plane node: the override
+		// docs/operating.md gives clusters without one (and the node gets
+		// its label, in TestDeployWorkload).
+		{"op": "replace", "path": "/spec/template/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchExpressions/0/key",
+			"value": trustedNodeLabel},
 		{"op": "add", "path": "/spec/template/spec/hostNetwork", "value": true},
 		{"op": "add", "path": "/spec/template/spec/containers/0/env", "value": apiServer},
 	})
@@ -195,6 +209,7 @@ func TestDeployWorkload(t *testing.T) {
 
 	// The workload is created together with the installation, as a user
 	// would: the time to its first Bound claim is what installing costs.
+	kubectl(t, c, "label", "node", c.NodeName, trustedNodeLabel+"=")
 	applied := time.Now()
 	kubectl(t, c, "apply", "-k", dir)
 	// Whatever fails below, the DaemonSet goes before the cluster stops
@@ -223,6 +238,7 @@ func TestDeployWorkload(t *testing.T) {
 	})
 	t.Logf("kubectl apply -k to the first Bound claim: %.1fs", time.Since(applied).Seconds())
 	testWebhookInForce(t, c)
+	testWebhookAccountHeld(t, c)
 	testPlacerInForce(t, c)
 
 	if _, err := workload.WaitMarker(ctx, c.Client, "default", spec.Pod.Name, "[INIT-PASSED]", "[INIT-FAILED]", 3*time.Minute); err != nil {
@@ -344,6 +360,38 @@ func testWebhookInForce(t *testing.T, c *launch.Cluster) {
 		t.Logf("deploy/'s webhook in force: %v", err)
 		return true, nil
 	})
+}
+
+// testWebhookAccountHeld: deploy/'s webhook has put its CA into the
+// caBundle with its own account, which deploy/'s policies refuse any other
+// change of the configuration (the admin asks as that account, as a dry
+// run): here, making the webhook fail open.
+func testWebhookAccountHeld(t *testing.T, c *launch.Cluster) {
+	ctx := context.Background()
+	cfg := rest.CopyConfig(c.RESTConfig)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: clusterobjects.AdmissionServiceAccountUser(),
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + clusterobjects.AdmissionNamespace, "system:authenticated"},
+	}
+	server, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	webhooks := server.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	live, err := webhooks.Get(ctx, clusterobjects.WebhookName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(live.Webhooks[0].ClientConfig.CABundle) == 0 {
+		t.Fatalf("the webhook admitted writes, but its configuration has no caBundle")
+	}
+	ignore := admissionregistrationv1.Ignore
+	live.Webhooks[0].FailurePolicy = &ignore
+	_, err = webhooks.Update(ctx, live, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may change only the caBundle") {
+		t.Fatalf("the webhook's account making it fail open: %v, want refused by its policy", err)
+	}
+	t.Logf("deploy/'s policy holds the webhook's account to its caBundle: %v", err)
 }
 
 // testUninstallKeepsData deletes the workload's pod (not its claims) and
