@@ -121,7 +121,8 @@ func (k *SecretKeeper) refresh(ctx context.Context, now time.Time) (time.Duratio
 	if err != nil {
 		return 0, err
 	}
-	if _, err := SetCABundle(ctx, k.client, bundle); err != nil {
+	changed, err := SetCABundle(ctx, k.client, bundle)
+	if err != nil {
 		return 0, err
 	}
 	k.mu.Lock()
@@ -130,8 +131,10 @@ func (k *SecretKeeper) refresh(ctx context.Context, now time.Time) (time.Duratio
 	case sameCertificate(cert, k.serving):
 		k.next = nil
 		return refreshInterval, nil
-	case k.next == nil || !sameCertificate(cert, k.next):
-		// First seen with its CA in the caBundle now.
+	case k.next == nil || !sameCertificate(cert, k.next) || changed:
+		// Its CA is in the caBundle from now on, as far as this replica
+		// knows: a bundle it had to write again (a replica that read the
+		// Secret just before the rotation wrote the one before) lacked it.
 		k.next, k.nextSince = cert, now
 	}
 	if left := bundleSettle - now.Sub(k.nextSince); left > 0 {

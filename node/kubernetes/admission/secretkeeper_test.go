@@ -71,6 +71,18 @@ func TestSecretKeeperRotates(t *testing.T) {
 	if served, _ := k.GetCertificate(nil); served != oldCert {
 		t.Error("serving the new certificate before its CA settled in the caBundle")
 	}
+	// A replica that read the Secret just before the rotation writes the
+	// bundle before it: the new CA settles again from when it is back.
+	if _, err := SetCABundle(ctx, client, oldBundle); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(bundleSettle)
+	if wait, err := k.refresh(ctx, now); err != nil || wait != bundleSettle {
+		t.Errorf("after the old bundle was written back: back in %v (%v), want %v", wait, err, bundleSettle)
+	}
+	if served, _ := k.GetCertificate(nil); served != oldCert {
+		t.Error("serving the new certificate right after its CA was put back into the caBundle")
+	}
 	wait, err = k.refresh(ctx, now.Add(bundleSettle))
 	if err != nil {
 		t.Fatal(err)
