@@ -105,8 +105,8 @@ func webhookConfigPolicy(policyName, resource, name string, fields []string) *ad
 					AdmissionUser, AdmissionServiceAccountUser()),
 			}},
 			Validations: []admissionv1.Validation{{
-				Expression: strings.Join(metadata, " && ") + " && size(object.webhooks) == size(oldObject.webhooks) && " +
-					"object.webhooks.all(w, oldObject.webhooks.exists(o, " + strings.Join(same, " && ") + "))",
+				Expression: strings.Join(metadata, " && ") + " && size(object.?webhooks.orValue([])) == size(oldObject.?webhooks.orValue([])) && " +
+					"object.?webhooks.orValue([]).all(w, oldObject.?webhooks.orValue([]).exists(o, " + strings.Join(same, " && ") + "))",
 				MessageExpression: "'the admission server ' + request.userInfo.username + ' may change only the caBundle of " + name + "'",
 				Reason:            &forbidden,
 			}},
