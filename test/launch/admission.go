@@ -189,8 +189,9 @@ func (cp *ControlPlane) AdmissionClient() kubernetes.Interface { return cp.admis
 func (cp *ControlPlane) AdmissionKubeconfig() string { return cp.kubeconfigPath("plinth-admission") }
 
 // applyAdmission lets the webhook's identity read and label claims,
-// gives its requests their FlowSchemas, and registers the webhook and the
-// claim labels with the API server.
+// gives its requests their FlowSchemas, holds it to the caBundle of its
+// configurations (clusterobjects.WebhookConfigPolicies), and registers the
+// webhook and the claim labels with the API server.
 func (c *Cluster) applyAdmission(ctx context.Context) error {
 	role := clusterobjects.AdmissionRole()
 	if _, err := c.Client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -218,6 +219,18 @@ func (c *Cluster) applyAdmission(ctx context.Context) error {
 	for _, fs := range schemas {
 		if _, err := c.Client.FlowcontrolV1().FlowSchemas().Create(ctx, fs, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating FlowSchema %s: %w", fs.Name, err)
+		}
+	}
+	// Its identity may change nothing of its configurations but their
+	// caBundle, as in deploy/.
+	for _, p := range clusterobjects.WebhookConfigPolicies() {
+		if _, err := c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating ValidatingAdmissionPolicy %s: %w", p.Name, err)
+		}
+	}
+	for _, b := range clusterobjects.WebhookConfigPolicyBindings() {
+		if _, err := c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, b, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating ValidatingAdmissionPolicyBinding %s: %w", b.Name, err)
 		}
 	}
 	url := c.admission.base() + clusterobjects.WebhookPath
