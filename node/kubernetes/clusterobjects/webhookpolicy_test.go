@@ -113,6 +113,18 @@ func TestAdmissionServerChangesOnlyCABundle(t *testing.T) {
 	if err := updateV("admin", failOpen); err != nil {
 		t.Errorf("an administrator's change of the failurePolicy: %v", err)
 	}
+	// The API server's type check of each policy warns of nothing.
+	for _, p := range clusterobjects.WebhookConfigPolicies() {
+		var live *admissionv1.ValidatingAdmissionPolicy
+		controllertest.Eventually(t, 30*time.Second, "the type check of policy "+p.Name, func() (bool, error) {
+			var err error
+			live, err = admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, p.Name, metav1.GetOptions{})
+			return err == nil && live.Status.ObservedGeneration == live.Generation && live.Status.TypeChecking != nil, err
+		})
+		for _, w := range live.Status.TypeChecking.ExpressionWarnings {
+			t.Errorf("policy %s, %s: %s", p.Name, w.FieldRef, w.Warning)
+		}
+	}
 }
 
 // TestWebhookPoliciesCoverEveryField: the fields WebhookConfigPolicies
