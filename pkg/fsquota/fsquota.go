@@ -345,6 +345,23 @@ func ClearLimits(dir string, id uint32) error {
 	return call(d, func(fd uintptr) error { return setLimits(fd, id, Limits{}) })
 }
 
+// SetLimits sets the hard limits of project id on the filesystem holding
+// dir (any directory of it), whichever directories carry the ID: how a
+// caller that labelled its directories once (RestoreTree) moves its limit
+// afterwards. Zero limits mean none; a limit meant to stop every write
+// must therefore be at least one byte.
+func SetLimits(dir string, id uint32, l Limits) error {
+	if id == 0 {
+		return fmt.Errorf("setting limits of project 0 on %s: the default project of every file takes none", dir)
+	}
+	d, err := openDir(dir)
+	if err != nil {
+		return fmt.Errorf("setting limits of project %d: %w", id, err)
+	}
+	defer unix.Close(d)
+	return call(d, func(fd uintptr) error { return setLimits(fd, id, l) })
+}
+
 // Projects returns every project the filesystem holding dir keeps a quota
 // for (one with limits or with usage), by ID, project 0 (the default of
 // every file) included. Limits outlive the files they limited, so this is

@@ -36,6 +36,10 @@ type Restored struct {
 	// Unchecked counts directories deeper than MaxTreeDepth, whose
 	// contents were not examined.
 	Unchecked int64
+	// Mounts counts the mount points found below the top directory: the
+	// roots of other mounts (a bind mount of another directory of the
+	// same filesystem too), which the walk does not enter.
+	Mounts int64
 	// Failed counts entries that could not be examined or repaired;
 	// FirstFailure says why for one of them. The walk goes on past
 	// them, so that one entry the tree's owner made unreadable cannot
@@ -60,8 +64,13 @@ type Restored struct {
 //     to its parent's descriptor, with O_NOFOLLOW, so a link swapped in
 //     mid-walk cannot lead outside dir;
 //   - it never opens a device, FIFO or socket: an entry is opened with
-//     O_PATH first, and reopened for the ioctl only once fstat says it is
+//     O_PATH first, and reopened for the ioctl only once statx says it is
 //     a regular file or a directory (opening some devices has effects);
+//   - it never enters another mount (statx's STATX_ATTR_MOUNT_ROOT): a
+//     directory below dir may be the mount point of a bind mount of some
+//     other directory of the same filesystem (the kubelet mounts pods'
+//     volumes below its root), whose files are that directory's, and
+//     another filesystem's files are no business of this one's quotas;
 //   - entries that vanish mid-walk are skipped.
 //
 // Other file types hold no data blocks and are left alone. pace, when not
@@ -92,6 +101,8 @@ type treeWalk struct {
 	id   uint32
 	pace func(context.Context) error
 	r    *Restored
+	// dev is the top directory's device.
+	dev [2]uint32
 }
 
 // entry examines the object open (O_PATH) as pfd at rel, repairs its
@@ -100,10 +111,17 @@ type treeWalk struct {
 // of the entry are counted in Failed.
 func (w *treeWalk) entry(pfd int, rel string, depth int) error {
 	defer unix.Close(pfd)
-	var st unix.Stat_t
-	if err := unix.Fstat(pfd, &st); err != nil {
+	var st unix.Statx_t
+	if err := unix.Statx(pfd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_TYPE|unix.STATX_BLOCKS, &st); err != nil {
 		w.fail(fmt.Errorf("stat %s: %w", rel, err))
 		return nil
+	}
+	if depth > 0 && mountRoot(&st, w.dev) {
+		w.r.Mounts++
+		return nil
+	}
+	if depth == 0 {
+		w.dev = [2]uint32{st.Dev_major, st.Dev_minor}
 	}
 	isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
 	if !isDir && st.Mode&unix.S_IFMT != unix.S_IFREG {
@@ -116,7 +134,7 @@ func (w *treeWalk) entry(pfd int, rel string, depth int) error {
 	}
 	defer unix.Close(fd)
 	w.r.Checked++
-	if err := w.repair(fd, rel, isDir, &st); err != nil {
+	if err := w.repair(fd, rel, isDir, int64(st.Blocks)*512); err != nil {
 		w.fail(err)
 	}
 	if !isDir {
@@ -129,6 +147,16 @@ func (w *treeWalk) entry(pfd int, rel string, depth int) error {
 	return w.children(fd, rel, depth)
 }
 
+// mountRoot reports whether st is the root of a mount, by the attribute
+// the kernel sets since Linux 5.8, or by a device other than the top
+// directory's (dev) where the kernel does not report it.
+func mountRoot(st *unix.Statx_t, dev [2]uint32) bool {
+	if st.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+		return st.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
+	}
+	return [2]uint32{st.Dev_major, st.Dev_minor} != dev
+}
+
 func (w *treeWalk) fail(err error) {
 	w.r.Failed++
 	if w.r.FirstFailure == "" {
@@ -137,8 +165,9 @@ func (w *treeWalk) fail(err error) {
 }
 
 // repair gives the object open as fd the walk's project ID (and a
-// directory PROJINHERIT) when it lacks them, and counts it as a stray.
-func (w *treeWalk) repair(fd int, rel string, isDir bool, st *unix.Stat_t) error {
+// directory PROJINHERIT) when it lacks them, and counts it as a stray
+// holding allocated bytes.
+func (w *treeWalk) repair(fd int, rel string, isDir bool, allocated int64) error {
 	x, err := getXattr(uintptr(fd))
 	if err != nil {
 		return fmt.Errorf("%s: FS_IOC_FSGETXATTR: %w", rel, err)
@@ -148,7 +177,7 @@ func (w *treeWalk) repair(fd int, rel string, isDir bool, st *unix.Stat_t) error
 	}
 	w.r.Strays++
 	if !isDir {
-		w.r.StrayBytes += st.Blocks * 512
+		w.r.StrayBytes += allocated
 	}
 	if w.r.FirstStray == "" {
 		w.r.FirstStray = rel

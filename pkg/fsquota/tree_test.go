@@ -127,3 +127,35 @@ func TestRestoreTreeStopsWhenPaced(t *testing.T) {
 		t.Errorf("RestoreTree paced to stop at the third entry = %+v, %v; want 3 checked (the top and two files) and the pace's error", r, err)
 	}
 }
+
+// TestRestoreTreeStaysOutOfMounts bind-mounts another volume of the same
+// filesystem inside a tree, as the kubelet mounts pods' volumes below its
+// root, and checks that RestoreTree leaves the mounted volume's files in
+// their own project and counts the mount point.
+func TestRestoreTreeStaysOutOfMounts(t *testing.T) {
+	dir, id := volume(t, "xfs", fsquota.Limits{Bytes: 4 * MiB, Inodes: 1000})
+	other, otherID := volume(t, "xfs", fsquota.Limits{Bytes: 4 * MiB, Inodes: 1000})
+	if err := writeFile(filepath.Join(other, "theirs"), 4096); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(dir, "pods", "volume")
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(other, target, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(target, unix.MNT_DETACH)
+	r, err := fsquota.RestoreTree(context.Background(), dir, id, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Mounts != 1 || r.Failed != 0 {
+		t.Errorf("RestoreTree = %+v, want one mount point skipped and no failure", r)
+	}
+	for _, p := range []string{other, filepath.Join(other, "theirs")} {
+		if got, _, err := fsquota.ProjectID(p); err != nil || got != otherID {
+			t.Errorf("%s, reached through a bind mount inside the tree: project %d, %v; want %d, untouched", p, got, err, otherID)
+		}
+	}
+}
