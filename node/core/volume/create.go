@@ -226,11 +226,11 @@ func (m *Manager) createFilesystem(id string, size int64, perm fs.FileMode, r Ov
 	}
 	path := dir.FullPath()
 
-	m.spaceMu.Lock()
-	defer m.spaceMu.Unlock()
-	if err := m.checkSpace(size, r); err != nil {
+	release, err := m.promise(size, r)
+	if err != nil {
 		return err
 	}
+	defer release()
 	if err := os.Mkdir(path, 0o700); err != nil {
 		return classifySpace(fmt.Errorf("creating volume directory: %w", err))
 	}
@@ -279,11 +279,11 @@ func (m *Manager) createBlock(id string, size int64, r Overcommit) error {
 	}
 	defer f.Close()
 	m.crashPoint("create:image")
-	m.spaceMu.Lock()
-	defer m.spaceMu.Unlock()
-	if err := m.checkSpace(size, r); err != nil {
+	release, err := m.promise(size, r)
+	if err != nil {
 		return err
 	}
+	defer release()
 	if err := fallocate(f, 0, size); err != nil {
 		return classifySpace(fmt.Errorf("allocating %d bytes for the image: %w", size, err))
 	}

@@ -89,6 +89,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	if err := m.clearIntent(id); err != nil {
 		return fmt.Errorf("deleting volume %s: %w", id, err)
 	}
+	m.releaseToShare()
 	return nil
 }
 

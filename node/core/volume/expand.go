@@ -106,11 +106,11 @@ func refreshLoops(image string) error {
 
 func (m *Manager) expandFilesystem(id string, from, to int64) error {
 	fsPath, _ := m.paths(id)
-	m.spaceMu.Lock()
-	defer m.spaceMu.Unlock()
-	if err := m.checkSpace(to-from, NoOvercommit); err != nil {
+	release, err := m.promise(to-from, NoOvercommit)
+	if err != nil {
 		return err
 	}
+	defer release()
 	if !m.CapacityEnforced() {
 		// As Create: a size that cannot be enforced is refused unless
 		// the operator accepted that.
@@ -185,11 +185,11 @@ func (m *Manager) expandBlock(id string, from, to int64) error {
 	}
 	defer f.Close()
 	m.crashPoint("expand:intent")
-	m.spaceMu.Lock()
-	defer m.spaceMu.Unlock()
-	if err := m.checkSpace(to-from, NoOvercommit); err != nil {
+	release, err := m.promise(to-from, NoOvercommit)
+	if err != nil {
 		return errors.Join(err, m.clearIntent(id))
 	}
+	defer release()
 	if err := fallocate(f, from, to-from); err != nil {
 		ferr := classifySpace(fmt.Errorf("allocating %d more bytes: %w", to-from, err))
 		if terr := trimFile(f); terr != nil {

@@ -34,6 +34,12 @@ import (
 //   - A filesystem volume without quota (the operator allowed unenforced
 //     capacity) promises nothing that can be measured: only what it has
 //     written counts, through the free space.
+//   - The node share (share.go: the kubelet's, containerd's and the pods'
+//     logs' directories on a booted node) has a reserve, which counts like
+//     a thick filesystem volume of that size: the part its files do not
+//     fill yet (Space.ShareReserve) is not available to volumes. Beyond
+//     its reserve the share gets what no volume was promised, by a quota
+//     that follows the promise.
 //
 // A volume may be made with over-commit (Overcommit, WithOvercommit; a
 // StorageClass asks for it with a parameter): with ratio r, a new volume of that class
@@ -91,15 +97,20 @@ type Space struct {
 	// filesystem (holes their pods' discards punched): free space that
 	// is a block volume's all the same.
 	Unallocated int64
+	// ShareUsed is what the node share's files hold, and ShareReserve
+	// the part of its reserve they do not fill yet: room no volume may
+	// be promised. Both zero without a share.
+	ShareUsed, ShareReserve int64
 }
 
 // Available is the size of the largest new volume, of either mode, that
 // fits under over-commit ratio r: the free space less the part of the
 // promised room that r keeps reserved, less the unallocated parts of block
-// images and less CreateOverhead, rounded down to Alignment so that a
-// request of exactly this size (which Create rounds up) still fits.
+// images, less the node share's unused reserve and less CreateOverhead,
+// rounded down to Alignment so that a request of exactly this size (which
+// Create rounds up) still fits.
 func (s Space) Available(r Overcommit) int64 {
-	n := s.Free - s.reserved(r) - s.Unallocated - CreateOverhead
+	n := s.Free - s.reserved(r) - s.Unallocated - s.ShareReserve - CreateOverhead
 	return max(n/Alignment*Alignment, 0)
 }
 
@@ -121,11 +132,17 @@ func (m *Manager) Space(ctx context.Context) (Space, error) {
 }
 
 func (m *Manager) space() (Space, error) {
+	// The share's usage first: a share write between the two reads then
+	// counts in neither, which leaves its limit (fitShare) smaller.
+	used, reserve, err := m.shareUsed()
+	if err != nil {
+		return Space{}, err
+	}
 	free, err := m.freeBytes()
 	if err != nil {
 		return Space{}, err
 	}
-	s := Space{Free: free}
+	s := Space{Free: free, ShareUsed: used, ShareReserve: max(reserve-used, 0)}
 	s.Promised, s.Unallocated, err = m.promisedBytes()
 	if err != nil {
 		return Space{}, err
@@ -149,13 +166,14 @@ func (m *Manager) freeBytes() (int64, error) {
 // checkSpace fails with ErrNoSpace when size more bytes of any volume do
 // not fit under over-commit ratio r (see Space.Available; a block image
 // allocated up front may not take promised room either, or a thick
-// filesystem volume could not be filled). Callers hold spaceMu.
+// filesystem volume could not be filled). Callers hold spaceMu (through
+// promise, which fits the node share around the check).
 func (m *Manager) checkSpace(size int64, r Overcommit) error {
 	s, err := m.space()
 	if err != nil {
 		return err
 	}
-	if size > s.Free-s.reserved(r)-s.Unallocated {
+	if size > s.Free-s.reserved(r)-s.Unallocated-s.ShareReserve {
 		over := ""
 		if r > NoOvercommit {
 			over = fmt.Sprintf(" (with over-commit %g, %s of them stay reserved)", float64(r), formatBytes(s.reserved(r)))
@@ -163,6 +181,9 @@ func (m *Manager) checkSpace(size int64, r Overcommit) error {
 		holes := ""
 		if s.Unallocated > 0 {
 			holes = fmt.Sprintf(", and %s to block volumes whose pods discarded them", formatBytes(s.Unallocated))
+		}
+		if s.ShareReserve > 0 {
+			holes += fmt.Sprintf(", and %s to the node's reserve for its images, logs and emptyDirs", formatBytes(s.ShareReserve))
 		}
 		return fmt.Errorf("%w: %s requested, %s free on the data filesystem, of which %s are promised to existing filesystem volumes%s%s",
 			ErrNoSpace, formatBytes(size), formatBytes(s.Free), formatBytes(s.Promised), over, holes)

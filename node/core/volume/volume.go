@@ -23,6 +23,12 @@
 // so a volume whose consumer object is gone still says whether its data is
 // to be kept.
 //
+// The room a filesystem volume was promised is free space as far as the
+// filesystem knows; the node share (share.go) gives the node's other
+// writers on the data filesystem (the kubelet's and containerd's
+// directories) a quota of what no volume was promised, so that they
+// cannot take it.
+//
 // Despite its path below node/kubernetes the package imports nothing from
 // Kubernetes: it is plain Linux storage code that the Kubernetes-facing
 // parts call.
@@ -164,15 +170,19 @@ type Manager struct {
 	// changes is signalled after each operation that may have changed
 	// the data filesystem (see Changed).
 	changes changes
-	// spaceMu serialises the "is there room?" check of filesystem volumes
-	// with the quota that claims the room, so two concurrent Creates
-	// cannot both be promised the same free space.
+	// spaceMu serialises the "is there room?" check of volumes with the
+	// quota or allocation that claims the room, so two concurrent Creates
+	// cannot both be promised the same free space, and with the node
+	// share's limit (share.go), which follows the promise.
 	spaceMu sync.Mutex
 
 	// dataIDMu guards dataID, the data directory's mark ("" until a
 	// volume is made: see dataid.go).
 	dataIDMu sync.Mutex
 	dataID   string
+
+	// share is the node share (share.go).
+	share shareState
 
 	// debt records durable steps that failed (see durability.go).
 	debt syncDebt
@@ -203,6 +213,8 @@ type Config struct {
 	QuotaError error
 	// AllowUnenforced: see Manager.AllowUnenforced.
 	AllowUnenforced bool
+	// Share is the node share, set up by SetUpShare (share.go).
+	Share NodeShare
 }
 
 // New returns a Manager over cfg.Data, creating the data tree and, when
@@ -223,7 +235,11 @@ func New(cfg Config) (*Manager, error) {
 	} else if real != vols {
 		return nil, fmt.Errorf("creating volume manager: the volumes directory %s is reached through a symbolic link (it is %s), and the kernel names mounts and loop devices by the resolved path; place the data directory there (localstorage.Resolve)", vols, real)
 	}
+	if cfg.Share.Reserve < 0 {
+		return nil, fmt.Errorf("creating volume manager: %w: node share reserve %d is negative", ErrInvalid, cfg.Share.Reserve)
+	}
 	m := &Manager{Data: cfg.Data, QuotaError: cfg.QuotaError, AllowUnenforced: cfg.AllowUnenforced}
+	m.share.cfg = cfg.Share
 	if cfg.QuotaError == nil {
 		ids, err := fsquota.NewIDAllocator(cfg.Data.State.Projects.FullPath(), FirstProjectID, LastProjectID)
 		if err != nil {
