@@ -8,8 +8,10 @@
 //
 //	root
 //	  datadir      format if blank + mount (node mode) + create the data tree + probe quotas
-//	  volumes      the volume.Manager; Recover settles what a crash interrupted
+//	  volumes      the volume.Manager; Recover settles what a crash interrupted;
+//	               the node share's quota set up (Config.NodeShare)
 //	  network      lo, uplink, default route, node IP (booted node with a configuration)
+//	  nodeshare    fits the node share's limit to the volumes' promise, periodically
 //	  <service>... e.g. "kubernetes", "csi", added by the command from its config
 //
 // Every service is handed the same Env, and in it the same volume.Manager:
@@ -91,6 +93,12 @@ type Config struct {
 	// size when the data filesystem has no project quotas (the volume
 	// engine's rule: volume.Config.AllowUnenforced).
 	AllowUnenforcedCapacity bool
+	// NodeShare is the node share (volume.NodeShare): the directories of
+	// the data filesystem the node's other writers use, given one quota
+	// so that they cannot take the room volumes were promised. A booted
+	// node names its kubelet's, containerd's and pod logs' directories;
+	// hosted nodes do not own that layout and name none.
+	NodeShare volume.NodeShare
 	// ProbeQuota replaces fsquota.Probe (tests).
 	ProbeQuota func(dir string) error
 	// Network, if set, is configured once the data directory is ready
@@ -102,12 +110,13 @@ type Config struct {
 	Services []Service
 }
 
-// dataDirName, volumesName and networkName are the names of the root's own
-// runnables; services cannot take them.
+// dataDirName, volumesName, networkName and nodeShareName are the names of
+// the root's own runnables; services cannot take them.
 const (
-	dataDirName = "datadir"
-	volumesName = "volumes"
-	networkName = "network"
+	dataDirName   = "datadir"
+	volumesName   = "volumes"
+	networkName   = "network"
+	nodeShareName = "nodeshare"
 )
 
 func (c *Config) validate() error {
@@ -120,7 +129,7 @@ func (c *Config) validate() error {
 	if m := c.DataMount; m != nil && (m.Source == "" || m.FSType == "") {
 		return fmt.Errorf("node config: data mount needs a source and a filesystem type, have %q and %q", m.Source, m.FSType)
 	}
-	seen := map[string]bool{dataDirName: true, volumesName: true, networkName: true}
+	seen := map[string]bool{dataDirName: true, volumesName: true, networkName: true, nodeShareName: true}
 	for _, s := range c.Services {
 		// The supervisor's rule for runnable names; checking it here
 		// turns a typo into a start-up error instead of a root restart loop.
@@ -179,9 +188,12 @@ func Root(cfg Config) (supervisor.Runnable, error) {
 			return fmt.Errorf("creating kubelet tree: %w", err)
 		}
 		env := &Env{Root: cfg.Root, Volumes: vols, NodeName: cfg.NodeName}
-		group := make(map[string]supervisor.Runnable, len(cfg.Services))
+		group := make(map[string]supervisor.Runnable, len(cfg.Services)+1)
 		for _, s := range cfg.Services {
 			group[s.Name] = s.Runnable(env)
+		}
+		if vols.ShareActive() {
+			group[nodeShareName] = nodeShareRunnable(vols, nodeShareInterval)
 		}
 		if len(group) > 0 {
 			if err := supervisor.RunGroup(ctx, group); err != nil {

@@ -3,6 +3,8 @@ package core
 import (
 	"context"
 	"fmt"
+	"strings"
+	"time"
 
 	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/pkg/logtree"
@@ -22,6 +24,7 @@ func volumesRunnable(cfg Config, dd *DataDir) step[*volume.Manager] {
 			Data:            dd.Tree(),
 			QuotaError:      dd.QuotaProbeError(),
 			AllowUnenforced: cfg.AllowUnenforcedCapacity,
+			Share:           cfg.NodeShare,
 		})
 		if err != nil {
 			return nil, err
@@ -38,7 +41,66 @@ func volumesRunnable(cfg Config, dd *DataDir) step[*volume.Manager] {
 			return nil, fmt.Errorf("recovering volumes: %w", err)
 		}
 		logCapacityRule(log, vols)
+		// Before any service starts: the kubelet and containerd write
+		// into the share from their first file.
+		share, err := vols.SetUpShare(ctx)
+		if err != nil {
+			return nil, err
+		}
+		logShare(log, share)
 		return vols, nil
+	}
+}
+
+// logShare says in one line what the node share is on this node, and
+// warns of what it left out.
+func logShare(log logtree.LeveledLogger, s volume.ShareSetup) {
+	r := s.Restored
+	if s.Active {
+		log.Infof("node share: %s under project %d, reserve %d bytes, limit %d bytes; relabelled %d of %d entries (%d bytes), %d mount points left alone",
+			strings.Join(s.Dirs, ", "), volume.ShareProjectID, s.Reserve, s.Limit, r.Strays, r.Checked, r.StrayBytes, r.Mounts)
+	} else {
+		log.Infof("node share: none (%v); the node's other writers on the data filesystem can take room promised to filesystem volumes", s.Reason)
+	}
+	if len(s.Elsewhere) > 0 {
+		log.Warningf("node share: %s left out: not on the data filesystem", strings.Join(s.Elsewhere, ", "))
+	}
+	if r.Failed > 0 {
+		log.Warningf("node share: %d entries could not be relabelled and are not counted in it (the first: %s)", r.Failed, r.FirstFailure)
+	}
+}
+
+// nodeShareInterval is how often the node share's limit is fitted to what
+// volumes are promised, besides the fits of Create, Expand and Delete:
+// what changes between them (Plinth's records, holes punched in block
+// images) is small, and a fit costs one quota read per filesystem volume.
+const nodeShareInterval = 10 * time.Second
+
+// nodeShareRunnable fits the node share's limit every interval. A failed
+// fit leaves the last limit in place; it is logged once until a fit
+// succeeds again.
+func nodeShareRunnable(vols *volume.Manager, interval time.Duration) supervisor.Runnable {
+	return func(ctx context.Context) error {
+		log := supervisor.Logger(ctx)
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		failing := false
+		for {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-t.C:
+			}
+			_, err := vols.RefitShare(ctx)
+			switch {
+			case err != nil && !failing && ctx.Err() == nil:
+				log.Warningf("node share: %v", err)
+			case err == nil && failing:
+				log.Info("node share: its limit fits again")
+			}
+			failing = err != nil
+		}
 	}
 }
 

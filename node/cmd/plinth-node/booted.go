@@ -115,15 +115,31 @@ func (b *bootedNode) apply(c *core.Config) {
 		c.DataMount.FormatIfBlank = true
 	}
 	c.Network = &network.Config{Uplink: uplink, Address: n.Address, Gateway: n.Gateway, NodeIP: n.NodeIP}
+	// The node owns the kubelet's and containerd's layout, all on the
+	// data partition: their directories are the node share, so that
+	// images, emptyDirs and logs cannot take the room volumes were
+	// promised (volume.NodeShare).
+	c.NodeShare.Dirs = []string{b.tree.Kubelet.FullPath(), b.containerdRoot(), b.podLogsDir()}
+}
+
+// containerdRoot is containerd's root (images, snapshots, the containers'
+// writable layers), on the data partition.
+func (b *bootedNode) containerdRoot() string {
+	return filepath.Join(b.tree.Data.FullPath(), "containerd")
+}
+
+// podLogsDir is where the kubelet keeps the pods' logs, on the data
+// partition.
+func (b *bootedNode) podLogsDir() string {
+	return filepath.Join(b.tree.Data.FullPath(), "pod-logs")
 }
 
 // kubeletService is containerd, the image import and the kubelet.
 func (b *bootedNode) kubeletService() core.Service {
 	eph := b.tree.Ephemeral.FullPath()
-	data := b.tree.Data.FullPath()
 	cd := containerd.Config{
 		ConfigFile: filepath.Join(eph, "containerd", "config.toml"),
-		Root:       filepath.Join(data, "containerd"),
+		Root:       b.containerdRoot(),
 		State:      containerdState,
 		Socket:     containerdSocket,
 		CNIBinDir:  imagelayout.CNIBinDir,
@@ -148,7 +164,7 @@ func (b *bootedNode) kubeletService() core.Service {
 		Kubelet: kubelet.Config{
 			RootDir:          b.tree.Kubelet.FullPath(),
 			ConfigDir:        filepath.Join(eph, "kubelet"),
-			PodLogsDir:       filepath.Join(data, "pod-logs"),
+			PodLogsDir:       b.podLogsDir(),
 			Node:             b.cfg.Node,
 			Kubeconfig:       b.cfg.Kubeconfig,
 			ContainerdSocket: containerdSocket,

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes"
 	"source.plinth.dev/test/controllertest"
 )
@@ -281,7 +282,16 @@ func TestOptions(t *testing.T) {
 	if m := o.dataMount(); m == nil || m.Source != "/dev/vdb" || m.FSType != "xfs" || m.Options != "prjquota" {
 		t.Errorf("data mount %+v", m)
 	}
+	if o.node.NodeShare.Reserve != volume.DefaultShareReserve || len(o.node.NodeShare.Dirs) != 0 {
+		t.Errorf("node share %+v, want the default reserve and no directories (a hosted node does not own the kubelet's layout)", o.node.NodeShare)
+	}
+	o, err = parseOptions([]string{"--root", "/x", "--node-share-reserve", "512Mi"}, io.Discard)
+	if err != nil || o.node.NodeShare.Reserve != 512<<20 {
+		t.Errorf("--node-share-reserve 512Mi: %v, %+v", err, o)
+	}
 	for _, bad := range [][]string{
+		{"--root", "/x", "--node-share-reserve", "-1Gi"},
+		{"--root", "/x", "--node-share-reserve", "lots"},
 		{"--root", "/x", "-v", "-1"},
 		{"--root", "/x", "--node-name", "(none)"},
 		{"--root", "/x", "--node-name", "Upper"},

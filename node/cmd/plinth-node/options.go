@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"source.plinth.dev/node/core"
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/core/volume"
@@ -102,6 +104,9 @@ func (o *options) flagSet(out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.dataMountOptions, "data-mount-options", "prjquota", "mount options of --data-device (prjquota makes XFS enforce volume sizes)")
 	fs.StringVar(&o.kube.Kubeconfig, "kubeconfig", "", "kubeconfig for the Kubernetes API (optional; without it and --in-cluster, no Kubernetes services run)")
 	fs.BoolVar(&o.inCluster, "in-cluster", false, "reach the Kubernetes API with the pod's service account (plinth-node run as a DaemonSet, see deploy/); excludes --kubeconfig")
+	o.node.NodeShare.Reserve = volume.DefaultShareReserve
+	fs.Var(sizeFlag{&o.node.NodeShare.Reserve}, "node-share-reserve",
+		"room on the data filesystem that volumes are never promised, kept for the kubelet's and containerd's directories (images, emptyDirs, logs) on a booted node; a Kubernetes quantity such as 1Gi or 0")
 	fs.StringVar(&o.configDevice, "config-device", "", "configuration disk of a booted node (plinth.config=): a tar of node.json and kubeconfigs; the node then formats a blank data disk, configures the network and runs containerd and the kubelet")
 	fs.Float64Var(&o.kube.QPS, "kube-api-qps", kubernetes.DefaultQPS, "queries per second to the Kubernetes API (client-side rate limit; Events have their own smaller budget)")
 	fs.IntVar(&o.kube.Burst, "kube-api-burst", kubernetes.DefaultBurst, "burst of queries to the Kubernetes API above --kube-api-qps")
@@ -129,6 +134,31 @@ func (o *options) flagSet(out io.Writer) *flag.FlagSet {
 		help.PrintDefaults()
 	}
 	return fs
+}
+
+// sizeFlag is a flag holding a byte count, written as a Kubernetes
+// quantity ("1Gi", "512Mi", "0"), as sizes are everywhere else in a
+// cluster.
+type sizeFlag struct{ bytes *int64 }
+
+func (f sizeFlag) String() string {
+	if f.bytes == nil {
+		return ""
+	}
+	return resource.NewQuantity(*f.bytes, resource.BinarySI).String()
+}
+
+func (f sizeFlag) Set(s string) error {
+	q, err := resource.ParseQuantity(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a size such as 1Gi: %w", s, err)
+	}
+	n, ok := q.AsInt64()
+	if !ok || n < 0 {
+		return fmt.Errorf("%q is not a whole number of bytes from 0", s)
+	}
+	*f.bytes = n
+	return nil
 }
 
 // envPrefix begins the environment variables that set flags: PLINTH_ and
