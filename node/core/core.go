@@ -11,7 +11,7 @@
 //	  volumes      the volume.Manager; Recover settles what a crash interrupted;
 //	               the node share's quota set up (Config.NodeShare)
 //	  network      lo, uplink, default route, node IP (booted node with a configuration)
-//	  nodeshare    fits the node share's limit to the volumes' promise, periodically
+//	  nodeshare    fits the node share's limit to the volumes' promise, audits its trees
 //	  <service>... e.g. "kubernetes", "csi", added by the command from its config
 //
 // Every service is handed the same Env, and in it the same volume.Manager:
@@ -193,7 +193,7 @@ func Root(cfg Config) (supervisor.Runnable, error) {
 			group[s.Name] = s.Runnable(env)
 		}
 		if vols.ShareActive() {
-			group[nodeShareName] = nodeShareRunnable(vols, nodeShareInterval)
+			group[nodeShareName] = nodeShareRunnable(vols, nodeShareInterval, shareAuditInterval)
 		}
 		if len(group) > 0 {
 			if err := supervisor.RunGroup(ctx, group); err != nil {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/supervisor"
@@ -76,10 +78,35 @@ func logShare(log logtree.LeveledLogger, s volume.ShareSetup) {
 // images) is small, and a fit costs one quota read per filesystem volume.
 const nodeShareInterval = 10 * time.Second
 
-// nodeShareRunnable fits the node share's limit every interval. A failed
-// fit leaves the last limit in place; it is logged once until a fit
-// succeeds again.
-func nodeShareRunnable(vols *volume.Manager, interval time.Duration) supervisor.Runnable {
+// The node share's audit: every shareAuditInterval the share's trees are
+// walked (volume.Manager.RestoreShare) at most shareAuditRate entries a
+// second, the pace of the volumes' audit, so that a walk of containerd's
+// many small files does not crowd out the pods' I/O.
+const (
+	shareAuditInterval = 10 * time.Minute
+	shareAuditRate     = 2000
+)
+
+// nodeShareRunnable fits the node share's limit every fitEvery and audits
+// its trees every auditEvery, as two children.
+func nodeShareRunnable(vols *volume.Manager, fitEvery, auditEvery time.Duration) supervisor.Runnable {
+	return func(ctx context.Context) error {
+		if err := supervisor.RunGroup(ctx, map[string]supervisor.Runnable{
+			"fit":   shareFitRunnable(vols, fitEvery),
+			"audit": shareAuditRunnable(vols, auditEvery),
+		}); err != nil {
+			return err
+		}
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+}
+
+// shareFitRunnable fits the share's limit every interval. A failed fit
+// leaves the last limit in place; it is logged once until a fit succeeds
+// again.
+func shareFitRunnable(vols *volume.Manager, interval time.Duration) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		log := supervisor.Logger(ctx)
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
@@ -100,6 +127,37 @@ func nodeShareRunnable(vols *volume.Manager, interval time.Duration) supervisor.
 				log.Info("node share: its limit fits again")
 			}
 			failing = err != nil
+		}
+	}
+}
+
+// shareAuditRunnable walks the share's trees every interval and puts
+// files moved out of its project back, saying so when it found any.
+func shareAuditRunnable(vols *volume.Manager, interval time.Duration) supervisor.Runnable {
+	return func(ctx context.Context) error {
+		log := supervisor.Logger(ctx)
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		limiter := rate.NewLimiter(shareAuditRate, shareAuditRate/10)
+		pace := func(ctx context.Context) error { return limiter.Wait(ctx) }
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-t.C:
+			}
+			r, err := vols.RestoreShare(ctx, pace)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err != nil {
+				log.Warningf("node share: audit: %v", err)
+			}
+			if r.Strays > 0 {
+				log.Warningf("node share: put %d entries holding %d bytes back into the share's project (the first: %s): a pod moved them out to write past the share's limit",
+					r.Strays, r.StrayBytes, r.FirstStray)
+			}
 		}
 	}
 }

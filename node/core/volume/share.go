@@ -223,6 +223,29 @@ func (m *Manager) RefitShare(ctx context.Context) (int64, error) {
 	return m.fitShare(0)
 }
 
+// RestoreShare gives every file and directory below the node share's
+// directories ShareProjectID again (fsquota.RestoreTree, paced by pace),
+// and reports those that had another. A pod in the host's user namespace
+// can move files of its emptyDir out of the share's project (chattr -p)
+// and write past the share's limit, into room volumes were promised;
+// after this walk those files count again. Without an active share it
+// does nothing. The walk takes no lock.
+func (m *Manager) RestoreShare(ctx context.Context, pace func(context.Context) error) (fsquota.Restored, error) {
+	var sum fsquota.Restored
+	sh := m.share.set.Load()
+	if sh == nil {
+		return sum, nil
+	}
+	for _, d := range sh.dirs {
+		r, err := fsquota.RestoreTree(ctx, d, ShareProjectID, pace)
+		addRestored(&sum, r)
+		if err != nil {
+			return sum, fmt.Errorf("restoring the node share's project IDs: %w", err)
+		}
+	}
+	return sum, nil
+}
+
 // ShareActive reports whether the node share has its quota (SetUpShare).
 func (m *Manager) ShareActive() bool { return m.share.set.Load() != nil }
 

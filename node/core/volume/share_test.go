@@ -225,3 +225,41 @@ func TestShareRefusesDirectoriesItMustNotTake(t *testing.T) {
 		}
 	})
 }
+
+// TestShareAuditPutsEscapedFilesBack plays a pod that moves a directory
+// of its emptyDir out of the share's project and writes there, beyond the
+// share's limit; RestoreShare must put it back, so that it counts in the
+// share's usage again.
+func TestShareAuditPutsEscapedFilesBack(t *testing.T) {
+	ctx := context.Background()
+	for _, b := range enforcedBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			m, kubelet := newShareManager(t, b, true, 8*MiB)
+			if _, err := m.SetUpShare(ctx); err != nil {
+				t.Fatal(err)
+			}
+			escape := filepath.Join(kubelet, "pods", "escape")
+			if err := os.MkdirAll(escape, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := fsquota.SetProjectID(escape, 0, false); err != nil {
+				t.Fatal(err)
+			}
+			if err := writeFile(t, escape, "out", 4*MiB); err != nil {
+				t.Fatal(err)
+			}
+			before := space(t, m).ShareUsed
+			r, err := m.RestoreShare(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			after := space(t, m).ShareUsed
+			if r.Strays != 2 || r.StrayBytes < 4*MiB || after < before+4*MiB {
+				t.Errorf("RestoreShare = %+v, share usage %d before, %d after; want the escaped directory and its 4 MiB back in the share", r, before, after)
+			}
+			if id, inherit, err := fsquota.ProjectID(escape); err != nil || id != ShareProjectID || !inherit {
+				t.Errorf("the escaped directory after the audit: project %d, inherit %v, %v; want %d with PROJINHERIT", id, inherit, err, ShareProjectID)
+			}
+		})
+	}
+}
