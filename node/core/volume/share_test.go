@@ -108,9 +108,21 @@ func TestShareKeepsAVolumesPromisedRoom(t *testing.T) {
 				t.Fatalf("SetUpShare = %+v, want an active share that took the directories and the image into its project", setup)
 			}
 			before := shareLimit(t, m)
+			// Between Create's check for room and the volume's quota,
+			// the share must already be kept out of that room.
+			var during int64
+			m.crashHook = func(point string) {
+				if point == "create:mkdir" {
+					during = shareLimit(t, m)
+				}
+			}
 			v, err := m.Create(ctx, "v", Filesystem, shareVolumeSize)
+			m.crashHook = nil
 			if err != nil {
 				t.Fatal(err)
+			}
+			if during == 0 || during > before-shareVolumeSize {
+				t.Errorf("share limit %d before Create, %d while it made the volume; want it lowered by the %d bytes before the check", before, during, shareVolumeSize)
 			}
 			if after := shareLimit(t, m); after > before-shareVolumeSize || after < before-shareVolumeSize-MiB {
 				t.Errorf("share limit %d before creating a %d-byte volume, %d after; want it lowered by the volume", before, shareVolumeSize, after)
