@@ -96,7 +96,8 @@ type shareState struct {
 // ShareSetup is what SetUpShare did.
 type ShareSetup struct {
 	// Active: the share has its quota. False when no directory was
-	// configured, or quotas are not enforced (Reason says why).
+	// configured, none is on the data filesystem, or quotas are not
+	// enforced (Reason says which).
 	Active bool
 	Reason error
 	// Dirs are the share's directories, resolved; Elsewhere those of
@@ -154,7 +155,7 @@ func (m *Manager) SetUpShare(ctx context.Context) (ShareSetup, error) {
 func (m *Manager) shareDirs(dirs []string) (on, off []string, err error) {
 	var st unix.Stat_t
 	if err := unix.Stat(m.Data.Volumes.FullPath(), &st); err != nil {
-		return nil, nil, err
+		return nil, nil, &os.PathError{Op: "stat", Path: m.Data.Volumes.FullPath(), Err: err}
 	}
 	dataDev := st.Dev
 	own := []string{m.Data.Volumes.FullPath(), m.Data.State.FullPath()}
@@ -175,7 +176,7 @@ func (m *Manager) shareDirs(dirs []string) (on, off []string, err error) {
 			}
 		}
 		if err := unix.Stat(real, &st); err != nil {
-			return nil, nil, err
+			return nil, nil, &os.PathError{Op: "stat", Path: real, Err: err}
 		}
 		if st.Dev != dataDev {
 			off = append(off, real)
