@@ -275,3 +275,53 @@ func TestShareAuditPutsEscapedFilesBack(t *testing.T) {
 		})
 	}
 }
+
+// TestShareLeavesDiscardedBlocksTheirRoom is the block half of "filling
+// the node": a pod discards half of its block volume (the loop driver
+// punches holes in the image), the node's other writers fill everything
+// they can, and the pod's writes into the discarded half must still find
+// room. Without a share the same fill makes them fail (kept negative
+// control).
+func TestShareLeavesDiscardedBlocksTheirRoom(t *testing.T) {
+	ctx := context.Background()
+	for _, b := range enforcedBackends(t) {
+		for _, withShare := range []bool{false, true} {
+			name := b.name
+			if !withShare {
+				name += "/without-share"
+			}
+			t.Run(name, func(t *testing.T) {
+				m, kubelet := newShareManager(t, b, withShare, 8*MiB)
+				if _, err := m.SetUpShare(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := m.Create(ctx, "blk", Block, shareVolumeSize); err != nil {
+					t.Fatal(err)
+				}
+				_, img := m.paths("blk")
+				f, err := os.OpenFile(img, os.O_RDWR, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				const half = shareVolumeSize / 2
+				if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, half); err != nil {
+					t.Fatal(err)
+				}
+				fill(t, kubelet)
+				err = asPodUser(t, func() error {
+					if _, err := f.WriteAt(make([]byte, half), 0); err != nil {
+						return err
+					}
+					return f.Sync()
+				})
+				switch {
+				case withShare && err != nil:
+					t.Errorf("with the share full, writing the %d discarded bytes of a block volume again: %v", half, err)
+				case !withShare && !errors.Is(err, unix.ENOSPC):
+					t.Errorf("without a share, writing the discarded half of a block volume after the node's emptyDirs filled the disk: %v; want ENOSPC (else this test proves nothing)", err)
+				}
+			})
+		}
+	}
+}
