@@ -144,6 +144,8 @@ func (b *bootedNode) kubeletService() core.Service {
 		Socket:     containerdSocket,
 		CNIBinDir:  imagelayout.CNIBinDir,
 		CNIConfDir: filepath.Join(eph, "cni", "net.d"),
+		// Containers get runc through plinth-node's wrapper.
+		RuncGuard: imagelayout.Init,
 	}
 	if _, err := os.Stat(imagelayout.Runsc); err == nil {
 		cd.Runsc = &containerd.Runsc{

@@ -11,6 +11,10 @@
 //   - "admission-serve": the admission webhook the control plane calls
 //     (admissionserve.go).
 //   - anything else: the node tree (node.go), until SIGINT or SIGTERM.
+//
+// Executed under the name runcguard.Name (a link containerd's
+// configuration names as runc), it is runc's wrapper instead
+// (package runcguard).
 package main
 
 import (
@@ -20,12 +24,18 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"source.plinth.dev/node/kubernetes/runcguard"
 )
 
 func main() {
+	if filepath.Base(os.Args[0]) == runcguard.Name {
+		os.Exit(runcguard.Main(os.Args))
+	}
 	if os.Getpid() == 1 && !hosted(os.Args[1:]) {
 		runInit() // never returns
 	}

@@ -9,7 +9,10 @@
 //   - cgroupfs (SystemdCgroup = false): there is no systemd, and the
 //     kubelet uses the same driver;
 //   - no registry is ever reached: every image a node runs is imported
-//     from the node image (ImportImages), the sandbox image included.
+//     from the node image (ImportImages), the sandbox image included;
+//   - with RuncGuard, the runc runtime runs runc through plinth-node's
+//     wrapper (package runcguard), which denies containers the ioctls
+//     that reach past their volumes.
 //
 // test/launch's host cluster writes its containerd configuration with
 // WriteConfig too, so there is one template; the fields after Runsc are
@@ -25,6 +28,7 @@ import (
 	"text/template"
 	"time"
 
+	"source.plinth.dev/node/kubernetes/runcguard"
 	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/process"
 	"source.plinth.dev/pkg/supervisor"
@@ -65,6 +69,10 @@ type Config struct {
 	CNIConfDir string
 	// Runsc, when set, adds gVisor as a runtime.
 	Runsc *Runsc
+	// RuncGuard, when set, is plinth-node's executable: WriteConfig links
+	// it beside ConfigFile as runcguard.Name, and the runc runtime runs
+	// that link instead of runc (BinaryName), which runs runc.
+	RuncGuard string
 
 	// The settings below differ between a node and the host cluster of
 	// test/launch, which renders its containerd configuration here too.
@@ -193,6 +201,10 @@ disabled_plugins = [
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         # The kubelet uses the cgroupfs driver; both must agree.
         SystemdCgroup = false
+{{- if .RuncGuard}}
+        # runc through plinth-node's wrapper (package runcguard).
+        BinaryName = "{{.GuardLink}}"
+{{- end}}
 {{- with .Runsc}}
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{{.Handler}}]
       runtime_type = "io.containerd.runsc.v1"
@@ -218,15 +230,41 @@ func (c Config) WriteConfig() error {
 			return err
 		}
 	}
+	if c.RuncGuard != "" {
+		if err := c.linkGuard(); err != nil {
+			return err
+		}
+	}
 	var b strings.Builder
 	if err := configTemplate.Execute(&b, struct {
 		Config
 		SandboxImage string
-	}{c, SandboxImage}); err != nil {
+		GuardLink    string
+	}{c, SandboxImage, c.guardLink()}); err != nil {
 		return fmt.Errorf("writing containerd configuration: %w", err)
 	}
 	if err := os.WriteFile(c.ConfigFile, []byte(b.String()), 0o644); err != nil {
 		return fmt.Errorf("writing containerd configuration: %w", err)
+	}
+	return nil
+}
+
+// guardLink is where WriteConfig links RuncGuard.
+func (c Config) guardLink() string {
+	return filepath.Join(filepath.Dir(c.ConfigFile), runcguard.Name)
+}
+
+// linkGuard makes guardLink a symbolic link to RuncGuard, replacing what
+// is there.
+func (c Config) linkGuard() error {
+	link := c.guardLink()
+	tmp := link + ".new"
+	_ = os.Remove(tmp)
+	if err := os.Symlink(c.RuncGuard, tmp); err != nil {
+		return fmt.Errorf("linking runc's wrapper: %w", err)
+	}
+	if err := os.Rename(tmp, link); err != nil {
+		return fmt.Errorf("linking runc's wrapper: %w", err)
 	}
 	return nil
 }

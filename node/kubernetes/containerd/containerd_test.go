@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"source.plinth.dev/node/kubernetes/runcguard"
+
 	"source.plinth.dev/test/images"
 )
 
@@ -41,7 +43,7 @@ func TestWriteConfigs(t *testing.T) {
 	}
 	// NoPivotRoot: runc pivots a container's root, on a node too (init
 	// made the initramfs a mount with a parent, see leaveRootfs).
-	for _, unwanted := range []string{"restrict_oom_score_adj", "runsc", "NoPivotRoot"} {
+	for _, unwanted := range []string{"restrict_oom_score_adj", "runsc", "NoPivotRoot", "BinaryName"} {
 		if strings.Contains(string(b), unwanted) {
 			t.Errorf("a node's containerd config has %q:\n%s", unwanted, b)
 		}
@@ -110,5 +112,25 @@ func TestWriteHostConfig(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("host containerd config lacks %q:\n%s", want, b)
 		}
+	}
+}
+
+// TestWriteConfigGuardsRunc: with RuncGuard, the runc runtime runs the
+// link to it, written twice over without complaint (every start).
+func TestWriteConfigGuardsRunc(t *testing.T) {
+	c := testConfig(t)
+	c.RuncGuard = "/init"
+	for range 2 {
+		if err := c.WriteConfig(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := filepath.Join(filepath.Dir(c.ConfigFile), runcguard.Name)
+	if to, err := os.Readlink(link); err != nil || to != "/init" {
+		t.Errorf("the wrapper's link %s: %q, %v; want it to point to /init", link, to, err)
+	}
+	b, _ := os.ReadFile(c.ConfigFile)
+	if want := `BinaryName = "` + link + `"`; !strings.Contains(string(b), want) {
+		t.Errorf("containerd config lacks %q:\n%s", want, b)
 	}
 }
