@@ -123,7 +123,10 @@ func warning(ctx context.Context, w *world, ns, claim, reason string) string {
 // allows. The node's audit (every 20 s on this node, see setUp) must put
 // the files back: the claim gets a Warning VolumeQuotaRestored saying how
 // much, and inside the pod the volume then shows the 8 MiB used and the
-// next write fails.
+// next write fails. The pod has CAP_SYS_ADMIN: the node's runc wrapper
+// refuses the move to any pod without it
+// (TestPodCannotMoveFilesIntoNeighbourProject), and the audit is for
+// clusters where Plinth does not configure the runtime.
 func TestQuotaEscapeRepaired(t *testing.T) {
 	w := vmWorld(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -141,6 +144,9 @@ func TestQuotaEscapeRepaired(t *testing.T) {
 				Name: "main", Image: images.PersistentVolumeRef, ImagePullPolicy: corev1.PullNever,
 				Args:         []string{"-escape-quota", "/data"},
 				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+				SecurityContext: &corev1.SecurityContext{
+					Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}},
+				},
 			}},
 			Volumes: []corev1.Volume{claimVolume("data")},
 		},

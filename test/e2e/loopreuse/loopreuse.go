@@ -76,6 +76,12 @@ type Options struct {
 	// AfterDetach, when set, runs after A's detach and before B is
 	// created (the host suite restarts plinth-node there).
 	AfterDetach func(t testing.TB)
+	// SysAdmin gives pod A CAP_SYS_ADMIN. On Plinth's own nodes runc runs
+	// through plinth-node's wrapper (package runcguard), which refuses
+	// the loop ioctls to containers without it; with it, A's detach goes
+	// through, and the scenario tests the wall behind the wrapper:
+	// plinth-node's hold on the device.
+	SysAdmin bool
 	// Node, when set, describes the node's loop devices for the log at
 	// each step and in a failure (the host suite can look; a VM node
 	// cannot be seen from the test).
@@ -101,10 +107,10 @@ func Run(t testing.TB, ctx context.Context, client kubernetes.Interface, ns, ima
 	own, mark := "A-OWN-"+token(t), "B-MARK-"+token(t)
 	a, b, lower := o.Name+"-a", o.Name+"-b", o.Name+"-lower"
 	if o.FreeLowerNumber {
-		s.start(lower, "echo up; exec sleep 3600", nil)
+		s.start(lower, "echo up; exec sleep 3600", nil, podOptions{})
 		s.waitLog(lower, "up", startTimeout)
 	}
-	s.start(a, scriptA, map[string]string{"OWN": own})
+	s.start(a, scriptA, map[string]string{"OWN": own}, podOptions{sysAdmin: o.SysAdmin})
 	s.waitLog(a, "own written", startTimeout)
 	s.logNode("pod " + a + " (" + s.volume(a) + ") wrote " + own)
 	if !o.DetachDuringPublish {
@@ -118,7 +124,7 @@ func Run(t testing.TB, ctx context.Context, client kubernetes.Interface, ns, ima
 		}
 	}
 	created := time.Now()
-	s.start(b, scriptB, map[string]string{"MARK": mark})
+	s.start(b, scriptB, map[string]string{"MARK": mark}, podOptions{})
 	if o.DetachDuringPublish {
 		s.detach(a)
 	}
@@ -157,10 +163,19 @@ type scenario struct {
 	node   func() string
 }
 
+// podOptions vary a pod's security context.
+type podOptions struct {
+	// sysAdmin adds CAP_SYS_ADMIN to the container.
+	sysAdmin bool
+	// seccomp is the pod's seccomp profile type; empty asks for none
+	// (Unconfined, unless the kubelet defaults otherwise).
+	seccomp corev1.SeccompProfileType
+}
+
 // start creates the block claim called name and a pod of the same name
 // that runs script with env and the claim at DevicePath. The cleanups
 // delete the pod first, then the claim.
-func (s *scenario) start(name, script string, env map[string]string) {
+func (s *scenario) start(name, script string, env map[string]string, o podOptions) {
 	s.t.Helper()
 	mode := corev1.PersistentVolumeBlock
 	pvc := &corev1.PersistentVolumeClaim{
@@ -176,7 +191,7 @@ func (s *scenario) start(name, script string, env map[string]string) {
 		s.t.Fatalf("creating claim %s/%s: %v", s.ns, name, err)
 	}
 	s.t.Cleanup(func() { s.deleteClaim(name) })
-	if _, err := s.client.CoreV1().Pods(s.ns).Create(s.ctx, pod(name, s.image, script, env), metav1.CreateOptions{}); err != nil {
+	if _, err := s.client.CoreV1().Pods(s.ns).Create(s.ctx, pod(name, s.image, script, env, o), metav1.CreateOptions{}); err != nil {
 		s.t.Fatalf("creating pod %s/%s: %v", s.ns, name, err)
 	}
 	s.t.Cleanup(func() { s.deletePod(name) })
@@ -185,12 +200,12 @@ func (s *scenario) start(name, script string, env map[string]string) {
 // pod runs script in the busybox image with the claim called name at
 // DevicePath and the detach trigger (the pod's annotation) at
 // /trigger/detach. It never restarts, so its log is the script's only run.
-func pod(name, image, script string, env map[string]string) *corev1.Pod {
+func pod(name, image, script string, env map[string]string, o podOptions) *corev1.Pod {
 	var vars []corev1.EnvVar
 	for k, v := range env {
 		vars = append(vars, corev1.EnvVar{Name: k, Value: v})
 	}
-	return &corev1.Pod{
+	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PodSpec{
 			RestartPolicy:                 corev1.RestartPolicyNever,
@@ -214,7 +229,56 @@ func pod(name, image, script string, env map[string]string) *corev1.Pod {
 			},
 		},
 	}
+	if o.sysAdmin {
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{
+			Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}},
+		}
+	}
+	if o.seccomp != "" {
+		p.Spec.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: o.seccomp}}
+	}
+	return p
 }
+
+// DetachRefused is the loop half of issue 37 on a node whose runtime
+// denies the loop ioctls (Plinth's own nodes: package runcguard): a pod
+// without CAP_SYS_ADMIN runs `losetup -d` on its own block claim's device
+// and gets EPERM, under no seccomp profile (Unconfined) and under
+// RuntimeDefault, and its device still serves its image. It returns what
+// each pod's losetup said.
+func DetachRefused(t testing.TB, ctx context.Context, client kubernetes.Interface, ns, image, name string) []string {
+	t.Helper()
+	s := &scenario{t: t, ctx: ctx, client: client, ns: ns, image: image}
+	var said []string
+	for _, profile := range []corev1.SeccompProfileType{"", corev1.SeccompProfileTypeRuntimeDefault} {
+		pname := name + "-unconfined"
+		if profile != "" {
+			pname = name + "-" + strings.ToLower(string(profile))
+		}
+		own := "OWN-" + token(t)
+		s.start(pname, scriptRefused, map[string]string{"OWN": own}, podOptions{seccomp: profile})
+		logs := s.waitLog(pname, "read:", startTimeout)
+		out, rc, read := lineWith(logs, "losetup:"), lineWith(logs, "detach rc="), lineWith(logs, "read:")
+		if rc == "detach rc=0" || !strings.Contains(out, "Operation not permitted") {
+			t.Errorf("pod %s (seccomp %q): losetup -d %s gave %q, %q; want it refused with EPERM", pname, profile, DevicePath, out, rc)
+		}
+		if got := strings.TrimSpace(strings.TrimPrefix(read, "read:")); got != own {
+			t.Errorf("pod %s: after losetup -d its device reads %q, want its own %q", pname, got, own)
+		}
+		said = append(said, fmt.Sprintf("%s: %s (%s)", pname, out, rc))
+		s.deletePod(pname)
+	}
+	return said
+}
+
+// scriptRefused writes the pod's marker, runs `losetup -d` on its device
+// (busybox prints "losetup: <device>: <error>" on failure) and reads the
+// device back once.
+const scriptRefused = `printf %s "$OWN" | dd of=` + DevicePath + ` conv=fsync 2>/dev/null || exit 1
+out=$(losetup -d ` + DevicePath + ` 2>&1); rc=$?
+echo "losetup: $out"; echo "detach rc=$rc"
+echo "read: $(dd if=` + DevicePath + ` bs=64 count=1 2>/dev/null | tr -d '\000')"
+exec sleep 3600`
 
 // detach triggers pod A's `losetup -d` and waits until A says it ran.
 func (s *scenario) detach(a string) {

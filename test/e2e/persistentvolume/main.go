@@ -23,6 +23,12 @@
 // [ESCAPE-FAILED] <reason>, then [ESCAPE-ENDED] once a write fails over
 // the size again, and waits for SIGTERM.
 //
+// With "-project-writes DIR" it prints the volume's project ID and then
+// writes half the volume's size every second, saying whether each write
+// succeeded; with "-move-into ID:DIR" it moves a directory of its volume
+// into project ID and fills it (neighbour.go): a pod attacking its
+// neighbour's quota, and the neighbour.
+//
 // With "-node-leftovers DATA,KUBELET,WAIT,VOLUME[+VOLUME...][,KEY...]" it looks
 // for what deleting those volumes' claims and their pod should have
 // removed from the node (leftovers.go), and prints [NODE-CLEAN] or
@@ -59,6 +65,18 @@ func main() {
 	// volume's size, and reads in its log when that stops working.
 	if len(os.Args) == 3 && os.Args[1] == "-escape-quota" {
 		escapeQuota(ctx, os.Args[2], os.Stdout, 2*time.Second)
+		<-ctx.Done()
+		return
+	}
+	// The neighbour modes: the victim and the attacker of a move into
+	// another volume's project.
+	if len(os.Args) == 3 && os.Args[1] == "-project-writes" {
+		projectWrites(ctx, os.Args[2], os.Stdout, time.Second)
+		<-ctx.Done()
+		return
+	}
+	if len(os.Args) == 3 && os.Args[1] == "-move-into" {
+		moveInto(os.Args[2], os.Stdout)
 		<-ctx.Done()
 		return
 	}
