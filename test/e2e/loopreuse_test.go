@@ -29,7 +29,9 @@ import (
 // the lowest free number instead of its own hands its number on, and a
 // kubelet restart there (which calls NodePublishVolume again).
 // Not parallel: the restart must not hit other tests, and their volumes
-// would take the freed numbers.
+// would take the freed numbers. Pod A has CAP_SYS_ADMIN, as the host
+// node's runc wrapper refuses the detach to any pod without it
+// (TestPodCannotDetachItsLoopDevice): this tests the wall behind.
 func TestLoopDetachInPodLeaksNoVolume(t *testing.T) {
 	c := clusterFor(t)
 	node := func() string { return volumeLoops(c) }
@@ -44,6 +46,7 @@ func TestLoopDetachInPodLeaksNoVolume(t *testing.T) {
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			v.opts.Name = "e2e-loopreuse-" + v.name
+			v.opts.SysAdmin = true
 			v.opts.Node = node
 			loopreuse.Run(t, t.Context(), c.Client, "default", images.BusyboxRef, v.opts)
 		})
@@ -113,4 +116,16 @@ func volumeLoops(c *launch.Cluster) string {
 		}
 	}
 	return "[" + strings.Join(out, ", ") + "]"
+}
+
+// TestPodCannotDetachItsLoopDevice is the loop half of issue 37 on the
+// host node (`make run`'s): runc runs through plinth-node's wrapper
+// (package runcguard), so a pod without CAP_SYS_ADMIN that runs
+// `losetup -d` on its own block claim's device gets EPERM, under no
+// seccomp profile and under RuntimeDefault (loopreuse.DetachRefused).
+func TestPodCannotDetachItsLoopDevice(t *testing.T) {
+	c := clusterFor(t)
+	for _, l := range loopreuse.DetachRefused(t, t.Context(), c.Client, "default", images.BusyboxRef, "e2e-detach") {
+		t.Log(l)
+	}
 }

@@ -116,8 +116,14 @@ func (c *Cluster) containerdConfigPath() string {
 // containerdConfig is the host node's containerd: a node's configuration
 // with its files in the work directory, pivot_root (the host has a real
 // root), a clamped oom_score_adj and, with gVisor, the runsc runtime.
+// With plinth-node, runc runs through its wrapper, as on a node.
 func (c *Cluster) containerdConfig() containerd.Config {
+	var guard string
+	if c.cfg.PlinthNode != nil {
+		guard, _ = filepath.Abs(c.cfg.PlinthNode.Binary)
+	}
 	cfg := containerd.Config{
+		RuncGuard:           guard,
 		ConfigFile:          c.containerdConfigPath(),
 		Root:                filepath.Join(c.DataDir, "containerd"),
 		State:               filepath.Join(c.Dir, "run", "containerd"),
