@@ -28,8 +28,8 @@
 // passes through untouched.
 //
 // gVisor's runtime (runsc) never runs this: its sandbox answers the
-// container's system calls itself and does not hand those ioctls to the
-// host (docs/security.md says what a pod there gets).
+// container's system calls itself, and answered the project ID ioctls
+// with ENOTTY on the VM node without reaching the host (docs/security.md).
 package runcguard
 
 import (
