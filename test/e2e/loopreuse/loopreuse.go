@@ -170,6 +170,9 @@ type podOptions struct {
 	// seccomp is the pod's seccomp profile type; empty asks for none
 	// (Unconfined, unless the kubelet defaults otherwise).
 	seccomp corev1.SeccompProfileType
+	// probe, when set, is a shell script the container runs as its exec
+	// readiness probe, every second.
+	probe string
 }
 
 // start creates the block claim called name and a pod of the same name
@@ -234,6 +237,12 @@ func pod(name, image, script string, env map[string]string, o podOptions) *corev
 			Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}},
 		}
 	}
+	if o.probe != "" {
+		p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", o.probe}}},
+			PeriodSeconds: 1,
+		}
+	}
 	if o.seccomp != "" {
 		p.Spec.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: o.seccomp}}
 	}
@@ -244,23 +253,29 @@ func pod(name, image, script string, env map[string]string, o podOptions) *corev
 // denies the loop ioctls (Plinth's own nodes: package runcguard): a pod
 // without CAP_SYS_ADMIN runs `losetup -d` on its own block claim's device
 // and gets EPERM, under no seccomp profile (Unconfined) and under
-// RuntimeDefault, and its device still serves its image. It returns what
-// each pod's losetup said.
+// RuntimeDefault, and from a process started by `runc exec` (an exec
+// readiness probe, as kubectl exec starts one), and its device still
+// serves its image. It returns what each pod's losetup said.
 func DetachRefused(t testing.TB, ctx context.Context, client kubernetes.Interface, ns, image, name string) []string {
 	t.Helper()
 	s := &scenario{t: t, ctx: ctx, client: client, ns: ns, image: image}
 	var said []string
-	for _, profile := range []corev1.SeccompProfileType{"", corev1.SeccompProfileTypeRuntimeDefault} {
-		pname := name + "-unconfined"
-		if profile != "" {
-			pname = name + "-" + strings.ToLower(string(profile))
-		}
+	for _, v := range []struct {
+		suffix string
+		o      podOptions
+		script string
+	}{
+		{"unconfined", podOptions{}, scriptRefused},
+		{"runtimedefault", podOptions{seccomp: corev1.SeccompProfileTypeRuntimeDefault}, scriptRefused},
+		{"exec", podOptions{probe: probeRefused}, scriptProbed},
+	} {
+		pname := name + "-" + v.suffix
 		own := "OWN-" + token(t)
-		s.start(pname, scriptRefused, map[string]string{"OWN": own}, podOptions{seccomp: profile})
+		s.start(pname, v.script, map[string]string{"OWN": own}, v.o)
 		logs := s.waitLog(pname, "read:", startTimeout)
 		out, rc, read := lineWith(logs, "losetup:"), lineWith(logs, "detach rc="), lineWith(logs, "read:")
 		if rc == "detach rc=0" || !strings.Contains(out, "Operation not permitted") {
-			t.Errorf("pod %s (seccomp %q): losetup -d %s gave %q, %q; want it refused with EPERM", pname, profile, DevicePath, out, rc)
+			t.Errorf("pod %s: losetup -d %s gave %q, %q; want it refused with EPERM", pname, DevicePath, out, rc)
 		}
 		if got := strings.TrimSpace(strings.TrimPrefix(read, "read:")); got != own {
 			t.Errorf("pod %s: after losetup -d its device reads %q, want its own %q", pname, got, own)
@@ -279,6 +294,23 @@ out=$(losetup -d ` + DevicePath + ` 2>&1); rc=$?
 echo "losetup: $out"; echo "detach rc=$rc"
 echo "read: $(dd if=` + DevicePath + ` bs=64 count=1 2>/dev/null | tr -d '\000')"
 exec sleep 3600`
+
+// scriptProbed writes the pod's marker, waits for the readiness probe
+// (probeRefused) to have run `losetup -d`, prints what it said and reads
+// the device back once.
+const scriptProbed = `printf %s "$OWN" | dd of=` + DevicePath + ` conv=fsync 2>/dev/null || exit 1
+touch /own-written
+until [ -e /probe-done ]; do sleep 0.2; done
+cat /probe-out
+echo "read: $(dd if=` + DevicePath + ` bs=64 count=1 2>/dev/null | tr -d '\000')"
+exec sleep 3600`
+
+// probeRefused is an exec probe, which the runtime starts with `runc
+// exec`: once the marker is written, it runs `losetup -d` once.
+const probeRefused = `[ -e /own-written ] && [ ! -e /probe-done ] || exit 0
+out=$(losetup -d ` + DevicePath + ` 2>&1); rc=$?
+printf 'losetup: %s\ndetach rc=%s\n' "$out" "$rc" > /probe-out
+touch /probe-done`
 
 // detach triggers pod A's `losetup -d` and waits until A says it ran.
 func (s *scenario) detach(a string) {
