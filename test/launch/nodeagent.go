@@ -29,11 +29,18 @@ func KubeconfigClient(path string) (kubernetes.Interface, error) {
 // nodeAgentCert is the name of the certificate of plinth-node on node.
 func nodeAgentCert(node string) string { return "node-" + node + "-plinth" }
 
+// maxAgentNode is the longest node name issueNodeAgent takes: a node
+// name may be longer than a label value (up to 253 characters, a DNS
+// subdomain), and tests of such nodes need their agents; the name is part
+// of file names (nodeAgentCert, plus ".kubeconfig"), which a file system
+// bounds at 255 bytes.
+const maxAgentNode = 200
+
 // issueNodeAgent issues the node-agent identity of node (CN
 // system:plinth-node:<node>, in the node agents' group) unless it exists,
 // and returns its certificate's name.
 func (c *Cluster) issueNodeAgent(node string) (string, error) {
-	if err := dnsname.CheckLabel(node); err != nil {
+	if err := dnsname.CheckDomain(node, maxAgentNode); err != nil {
 		return "", fmt.Errorf("node agent identity: %w", err)
 	}
 	name := nodeAgentCert(node)
