@@ -16,6 +16,10 @@
 //     another host, or for another driver's class, would misplace pods,
 //     or draw another driver's pods to itself (capacity.go).
 //
+// Both carry their node's label (ownership.LabelNode), which for a node
+// whose name is longer than a label value is a hash the policies cannot
+// compute; the webhook checks it for both (admitLabel).
+//
 // A node agent never places a claim (the claims policy refuses every
 // placement it tries), so its writes of claims need no check here.
 //
@@ -40,6 +44,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"source.plinth.dev/node/kubernetes/clusterobjects"
+	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/pkg/logtree"
 )
@@ -138,15 +143,41 @@ func (w *Webhook) admit(ctx context.Context, req *admissionv1.AdmissionRequest) 
 		if err := json.Unmarshal(req.Object.Raw, &pv); err != nil {
 			return refused(metav1.StatusReasonBadRequest, http.StatusBadRequest, fmt.Sprintf("decoding the PersistentVolume: %v", err))
 		}
+		if r := w.admitLabel(id, "PV "+pv.Name, pv.Labels); r != nil {
+			return r
+		}
 		return w.admitVolume(ctx, id, &pv)
 	case metav1.GroupVersionKind{Group: "storage.k8s.io", Version: "v1", Kind: "CSIStorageCapacity"}:
 		var c storagev1.CSIStorageCapacity
 		if err := json.Unmarshal(req.Object.Raw, &c); err != nil {
 			return refused(metav1.StatusReasonBadRequest, http.StatusBadRequest, fmt.Sprintf("decoding the CSIStorageCapacity: %v", err))
 		}
+		if r := w.admitLabel(id, "CSIStorageCapacity "+c.Namespace+"/"+c.Name+c.GenerateName, c.Labels); r != nil {
+			return r
+		}
 		return w.admitCapacity(ctx, id, &c)
 	}
 	return allowed()
+}
+
+// admitLabel refuses a node agent's new PV or capacity object (what,
+// with labels) whose node label is not its node's
+// (ownership.NodeLabelValue), and returns nil if it is. The policies check
+// a label equal to a short name themselves, but a long name's label is a
+// hash they cannot compute: without this check, a long-named node could
+// label a new object as another's, and so put it among the objects that
+// node watches and acts on. The label never changes after the creation
+// (the policies), so the creation is all there is to check.
+func (w *Webhook) admitLabel(id clusterobjects.Identity, what string, labels map[string]string) *admissionv1.AdmissionResponse {
+	if id.Node == "" {
+		return nil // each kind's own check refuses a request that names no node
+	}
+	want := ownership.NodeLabelValue(id.Node)
+	if have, ok := labels[ownership.LabelNode]; !ok || have != want {
+		return w.forbidden(fmt.Sprintf("node agent %s (node %s) may create only objects labelled %s=%s (its node's): %s is labelled %s",
+			id.User, id.Node, ownership.LabelNode, want, what, describeLabel(have, ok)))
+	}
+	return nil
 }
 
 // unavailable refuses what could not be checked: the node retries it.

@@ -93,6 +93,18 @@ func TestAdmit(t *testing.T) {
 	reused.Spec.ClaimRef.UID = "u-earlier"
 	unbound := naming(mine)
 	unbound.Spec.ClaimRef = nil
+	relabelled := naming(mine)
+	relabelled.Labels[ownership.LabelNode] = "b"
+	// Nodes whose names are longer than a label value, whose node label
+	// is a hash that only the webhook can check.
+	longA, longB := "a."+strings.Repeat("x", 78), "b."+strings.Repeat("x", 78)
+	longMine := claim("long-mine", "u-long-mine", names.DriverName, longA)
+	if _, err := client.CoreV1().PersistentVolumeClaims(longMine.Namespace).Create(t.Context(), longMine, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	agentLong := authenticationv1.UserInfo{Username: clusterobjects.NodeAgentUser(longA), Groups: []string{clusterobjects.NodeAgentGroup}}
+	longRelabelled := Probe(longA, longMine)
+	longRelabelled.Labels[ownership.LabelNode] = ownership.NodeLabelValue(longB)
 	for _, tc := range []struct {
 		what   string
 		user   authenticationv1.UserInfo
@@ -110,6 +122,9 @@ func TestAdmit(t *testing.T) {
 		{"a claim of that name but another UID", agentA, reused, ""},
 		{"no claim", agentA, unbound, ""},
 		{"node b's claim, as an administrator", admin, naming(theirs), ""},
+		{"its claim, labelled as node b's", agentA, relabelled, "may create only objects labelled storage.plinth.dev/node=a (its node's): PV pvc-u-mine is labelled \"b\""},
+		{"its claim, long names", agentLong, Probe(longA, longMine), ""},
+		{"its claim, labelled with another long name's hash", agentLong, longRelabelled, "PV pvc-u-long-mine is labelled \"" + ownership.NodeLabelValue(longB) + "\""},
 	} {
 		t.Run(tc.what, func(t *testing.T) {
 			r := w.admit(t.Context(), request(t, tc.user, tc.pv))
@@ -192,6 +207,10 @@ func TestAdmitCapacity(t *testing.T) {
 		}
 	}
 	host := func(h string) map[string]string { return map[string]string{names.TopologyKeyHostname: h} }
+	labelled := func(c *storagev1.CSIStorageCapacity, label string) *storagev1.CSIStorageCapacity {
+		c.Labels = map[string]string{ownership.LabelNode: label}
+		return c
+	}
 	for _, tc := range []struct {
 		what   string
 		user   authenticationv1.UserInfo
@@ -206,8 +225,14 @@ func TestAdmitCapacity(t *testing.T) {
 		{"a node without a Node", agent("b"), capacity("local", host("host-b")), "node b has no Node object"},
 		{"more than a host", agent("a"), capacity("local", map[string]string{names.TopologyKeyHostname: "host-a", "zone": "z"}), "is not for one host"},
 		{"an administrator's", authenticationv1.UserInfo{Username: "admin"}, capacity("disk", host("host-b")), ""},
+		{"labelled as node b's", agent("a"), labelled(capacity("local", host("host-a")), "b"), "may create only objects labelled storage.plinth.dev/node=a (its node's)"},
 	} {
 		t.Run(tc.what, func(t *testing.T) {
+			// Labelled as package capacity labels them, unless the
+			// case says otherwise.
+			if _, ok := tc.c.Labels[ownership.LabelNode]; !ok {
+				labelled(tc.c, ownership.NodeLabelValue(clusterobjects.IdentityOf(tc.user).Node))
+			}
 			raw, err := json.Marshal(tc.c)
 			if err != nil {
 				t.Fatal(err)

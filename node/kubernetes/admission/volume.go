@@ -66,7 +66,11 @@ func claimRefusal(node string, claim *corev1.PersistentVolumeClaim) string {
 func Probe(node string, claim *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
 	name := ownership.VolumeIDFor(claim.UID)
 	return &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{ownership.LabelNode: ownership.NodeLabelValue(node)}},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Labels:      map[string]string{ownership.LabelNode: ownership.NodeLabelValue(node)},
+			Annotations: map[string]string{ownership.AnnNodeName: node},
+		},
 		Spec: corev1.PersistentVolumeSpec{
 			Capacity:    corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(1<<20, resource.BinarySI)},
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},

@@ -8,6 +8,7 @@ import (
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
 	"source.plinth.dev/node/kubernetes/internal/ownership"
@@ -79,16 +80,17 @@ func AdmissionPolicyNames() []string {
 //     changing nothing else (provisioner handBack). It places no claim,
 //     on itself or elsewhere (below);
 //   - PVs (VolumesPolicyName): create one of Plinth's CSI driver, labelled
-//     as its node's (ownership.LabelNode), named for the claim it refers
-//     to and with that name as its volume handle; change only its node's,
-//     keeping the label, the claim it refers to and its node affinity;
-//     delete its node's, or a PV of Plinth's driver labelled with a node
-//     that is Released with reclaim policy Delete (what node removal
-//     deletes for a node that is gone);
+//     as its node's (ownership.LabelNode) and naming no other node in its
+//     ownership.AnnNodeName annotation, named for the claim it refers to
+//     and with that name as its volume handle; change only its node's,
+//     keeping the label, the annotation, the claim it refers to and its
+//     node affinity; delete its node's, or a PV of Plinth's driver
+//     labelled with a node that is Released with reclaim policy Delete
+//     (what node removal deletes for a node that is gone);
 //   - CSIStorageCapacity (CapacityPolicyName): create, update and delete
-//     only objects labelled as its node's, owned by its Node, whose
-//     topology is one host (a kubernetes.io/hostname label and nothing
-//     else);
+//     only objects labelled as its node's and owned by its Node (before
+//     and after a change, keeping the label), whose topology is one host
+//     (a kubernetes.io/hostname label and nothing else);
 //   - Events (EventsPolicyName): create and update only Events that say
 //     they come from its node (source.host, which controller.NewRecorder
 //     sets) and are about a claim, a PV or its own Node. A node could
@@ -99,9 +101,19 @@ func AdmissionPolicyNames() []string {
 // The node is the user name after NodeAgentUserPrefix (a client
 // certificate), or the node the service account token of a DaemonSet pod
 // is bound to. A node agent whose identity names no node writes none of
-// these. Nodes whose names are longer than a label value (63 characters)
-// carry a hashed label (ownership.NodeLabelValue) that a policy cannot
-// compute; for them the label is only checked to be a hashed one.
+// these.
+//
+// Nodes whose names are longer than a label value (63 characters) carry
+// a hashed label (ownership.NodeLabelValue) that a policy cannot compute,
+// and which it therefore checks only by its form. What proves such a
+// node's ownership is its full name: a PV's ownership.AnnNodeName
+// annotation, which the PV must then have (ownVolume), and a capacity
+// object's owner, its Node (ownCapacity); both are kept as they were
+// created. The webhook checks that a new object's hash is its node's.
+// A long-named node's PVs made by a Plinth that wrote no annotation are
+// no node's to change until the admission server annotates them (package
+// admission's AnnotateVolumes). TestLongNodeNamesOwnOnly checks all this
+// for two nodes of 80 characters.
 //
 // A policy sees only the object it admits, so two rules are the
 // admission webhook's (NodeWritesWebhook, package admission), where the
@@ -115,6 +127,9 @@ func AdmissionPolicyNames() []string {
 //   - a capacity object names a host and a StorageClass; the policy
 //     checks that it names one host, the webhook that it is the Node's
 //     hostname label and that the class is Plinth's.
+//
+// The webhook also checks that a new PV's or capacity object's node label
+// is its node's, which for a long name the policies cannot (above).
 //
 // A claim's placement needs no webhook: no node agent ever places a
 // claim, and the claims policy refuses every placement one tries. The
@@ -201,18 +216,19 @@ func volumesPolicy() *admissionv1.ValidatingAdmissionPolicy {
 	volumeID := ownership.VolumeIDFor("")
 	return policy(VolumesPolicyName, admissionv1.Rule{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}}, writeOps(), nil,
 		[]admissionv1.Validation{{
-			Expression: "request.operation != 'CREATE' || " + ownLabel("object") + " && " + ours("object") + " && " +
+			Expression: "request.operation != 'CREATE' || " + ownVolume("object") + " && " + ours("object") + " && " +
 				fmt.Sprintf("object.metadata.name == '%s' + object.spec.?claimRef.uid.orValue('') && ", volumeID) +
 				"object.spec.csi.volumeHandle == object.metadata.name",
-			MessageExpression: refusal(fmt.Sprintf("may create only PVs of driver %s labelled %s=<its node>, named %s<UID of the claim they refer to> and with that name as volume handle",
-				names.DriverName, ownership.LabelNode, volumeID)),
+			MessageExpression: refusal(fmt.Sprintf("may create only PVs of driver %s labelled %s=<its node> (annotated %s=<its node> if its name is longer than a label), named %s<UID of the claim they refer to> and with that name as volume handle",
+				names.DriverName, ownership.LabelNode, ownership.AnnNodeName, volumeID)),
 		}, {
-			Expression: "request.operation != 'UPDATE' || " + ownLabel("oldObject") + " && " +
+			Expression: "request.operation != 'UPDATE' || " + ownVolume("oldObject") + " && " +
 				fmt.Sprintf("object.metadata.?labels[?'%[1]s'] == oldObject.metadata.?labels[?'%[1]s'] && ", ownership.LabelNode) +
+				fmt.Sprintf("object.metadata.?annotations[?'%[1]s'] == oldObject.metadata.?annotations[?'%[1]s'] && ", ownership.AnnNodeName) +
 				same("spec.?claimRef", "spec.?nodeAffinity"),
-			MessageExpression: refusal("may change only its node's PVs, and not their node label, claim or node affinity"),
+			MessageExpression: refusal(fmt.Sprintf("may change only its node's PVs, and not their node label, %s annotation, claim or node affinity", ownership.AnnNodeName)),
 		}, {
-			Expression: "request.operation != 'DELETE' || " + ownLabel("oldObject") + " || " +
+			Expression: "request.operation != 'DELETE' || " + ownVolume("oldObject") + " || " +
 				fmt.Sprintf("(%s && oldObject.metadata.?labels[?'%s'].orValue('') != '' && ", ours("oldObject"), ownership.LabelNode) +
 				"oldObject.status.?phase.orValue('') == 'Released' && oldObject.spec.?persistentVolumeReclaimPolicy.orValue('') == 'Delete')",
 			MessageExpression: refusal(fmt.Sprintf("may delete only its node's PVs, or a Released PV of driver %s labelled with a node whose reclaim policy is Delete", names.DriverName)),
@@ -223,12 +239,12 @@ func volumesPolicy() *admissionv1.ValidatingAdmissionPolicy {
 func capacityPolicy() *admissionv1.ValidatingAdmissionPolicy {
 	return policy(CapacityPolicyName, admissionv1.Rule{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csistoragecapacities"}}, writeOps(), nil,
 		[]admissionv1.Validation{{
-			Expression: "(request.operation == 'CREATE' || " + ownLabel("oldObject") + ") && " +
-				"(request.operation == 'DELETE' || " + ownLabel("object") + " && " +
-				"object.metadata.?ownerReferences.orValue([]).exists(r, r.kind == 'Node' && r.name == variables.node) && " +
+			Expression: "(request.operation == 'CREATE' || " + ownCapacity("oldObject") + ") && " +
+				"(request.operation == 'DELETE' || " + ownCapacity("object") + " && " +
 				"size(object.?nodeTopology.matchExpressions.orValue([])) == 0 && " +
-				fmt.Sprintf("object.?nodeTopology.matchLabels.orValue({}).size() == 1 && '%s' in object.?nodeTopology.matchLabels.orValue({}))", names.TopologyKeyHostname),
-			MessageExpression: refusal(fmt.Sprintf("may write only CSIStorageCapacity objects labelled %s=<its node>, owned by its Node and for one host (%s, nothing else)",
+				fmt.Sprintf("object.?nodeTopology.matchLabels.orValue({}).size() == 1 && '%s' in object.?nodeTopology.matchLabels.orValue({})) && ", names.TopologyKeyHostname) +
+				fmt.Sprintf("(request.operation != 'UPDATE' || object.metadata.?labels[?'%[1]s'] == oldObject.metadata.?labels[?'%[1]s'])", ownership.LabelNode),
+			MessageExpression: refusal(fmt.Sprintf("may write only CSIStorageCapacity objects labelled %s=<its node>, owned by its Node (before and after) and for one host (%s, nothing else), and not change their node label",
 				ownership.LabelNode, names.TopologyKeyHostname)),
 		}})
 }
@@ -323,10 +339,34 @@ func claimProvisioner(obj string) string {
 }
 
 // ownLabel is a CEL expression: obj carries its node's label for the
-// requesting node.
+// requesting node. For a node whose name is longer than a label value the
+// label is a hash (ownership.NodeLabelValue) that CEL cannot compute, so
+// it is checked only by its form, and never proves alone that obj is the
+// node's: ownVolume and ownCapacity add what names the node in full.
 func ownLabel(obj string) string {
 	label := fmt.Sprintf("%s.metadata.?labels[?'%s'].orValue('')", obj, ownership.LabelNode)
-	return fmt.Sprintf("(size(variables.node) <= 63 ? %[1]s == variables.node : %[1]s.matches('^h-[0-9a-f]{40}$'))", label)
+	return fmt.Sprintf("(size(variables.node) <= %d ? %[2]s == variables.node : %[2]s.matches('^h-[0-9a-f]{40}$'))", validation.LabelValueMaxLength, label)
+}
+
+// ownVolume is a CEL expression: the PV obj is the requesting node's. Its
+// label says so (ownLabel), and its ownership.AnnNodeName annotation, if
+// the node's name is short enough to be the label, is absent or the
+// node's name, and else is the node's name: without it, any long-named
+// node would pass for any other.
+func ownVolume(obj string) string {
+	name := fmt.Sprintf("%s.metadata.?annotations[?'%s']", obj, ownership.AnnNodeName)
+	return fmt.Sprintf("%[1]s && (size(variables.node) <= %[2]d ? %[3]s.orValue(variables.node) : %[3]s.orValue('')) == variables.node",
+		ownLabel(obj), validation.LabelValueMaxLength, name)
+}
+
+// ownCapacity is a CEL expression: the capacity object obj is the
+// requesting node's. Its label says so (ownLabel), and its owner is the
+// node's Node (package capacity makes every object so, and the policy
+// has required it of every object written since it exists), which names
+// the node in full where the label is a hash.
+func ownCapacity(obj string) string {
+	return ownLabel(obj) + " && " +
+		obj + ".metadata.?ownerReferences.orValue([]).exists(r, r.kind == 'Node' && r.name == variables.node)"
 }
 
 // refusal is a CEL message expression: the requesting agent, its node,

@@ -127,7 +127,7 @@ func provisionBatch(b *testing.B, impl string, i int) (created, bound time.Durat
 					if err != nil {
 						return err
 					}
-					_, err = client.CoreV1().PersistentVolumes().Create(ctx, buildPV(claims[i], req, names.DriverName, e.Node, ownership.NodeLabelValue(e.Node)), metav1.CreateOptions{})
+					_, err = client.CoreV1().PersistentVolumes().Create(ctx, buildPV(claims[i], req, names.DriverName, e.Node, e.Node), metav1.CreateOptions{})
 					if err != nil {
 						b.Error(err)
 					}

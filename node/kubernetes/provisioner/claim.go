@@ -117,21 +117,24 @@ func (r *request) volumeMode() volume.Mode {
 
 // buildPV is the PV for a provisioned claim. hostname is the value of this
 // node's kubernetes.io/hostname label, which the scheduler matches against
-// the node affinity; nodeLabel is this node's value of ownership.LabelNode.
+// the node affinity; node is this node's name, which the PV carries as
+// its label ownership.LabelNode (hashed if long) and, in full, as its
+// annotation ownership.AnnNodeName (what the admission policies read
+// where the label is a hash).
 //
 // The PV of a filesystem volume records in its volume attributes the mode
 // its root directory was made with, the default included: the PV then
 // says all it takes to make the volume again, whatever the class or the
 // default become later. (The kubelet passes the attributes to the CSI
 // plugin, which does not need them.)
-func buildPV(pvc *corev1.PersistentVolumeClaim, r *request, driver, hostname, nodeLabel string) *corev1.PersistentVolume {
+func buildPV(pvc *corev1.PersistentVolumeClaim, r *request, driver, hostname, node string) *corev1.PersistentVolume {
 	mode := r.mode
 	attrs := r.params.VolumeAttributes(r.volumeMode())
 	return &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        r.id,
-			Labels:      map[string]string{ownership.LabelNode: nodeLabel},
-			Annotations: map[string]string{ownership.AnnProvisionedBy: driver},
+			Labels:      map[string]string{ownership.LabelNode: ownership.NodeLabelValue(node)},
+			Annotations: map[string]string{ownership.AnnProvisionedBy: driver, ownership.AnnNodeName: node},
 		},
 		Spec: corev1.PersistentVolumeSpec{
 			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: r.size},

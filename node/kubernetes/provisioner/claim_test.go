@@ -188,9 +188,10 @@ func TestBuildPVIsOwned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pv := buildPV(pvc, r, testDriver, "host-a", ownership.NodeLabelValue(testNode))
+	pv := buildPV(pvc, r, testDriver, "host-a", testNode)
 	if pv.Name != "pvc-"+testUID || pv.Spec.CSI.VolumeHandle != pv.Name || pv.Spec.ClaimRef.UID != testUID ||
-		pv.Annotations[ownership.AnnProvisionedBy] != testDriver || *pv.Spec.VolumeMode != corev1.PersistentVolumeFilesystem {
+		pv.Annotations[ownership.AnnProvisionedBy] != testDriver || *pv.Spec.VolumeMode != corev1.PersistentVolumeFilesystem ||
+		pv.Labels[ownership.LabelNode] != ownership.NodeLabelValue(testNode) || pv.Annotations[ownership.AnnNodeName] != testNode {
 		t.Errorf("unexpected PV %+v", pv)
 	}
 	if ok, why := ownership.OwnsVolume(pv, testDriver, "host-a"); !ok {

@@ -345,7 +345,7 @@ func TestOrphans(t *testing.T) {
 	for _, id := range []string{retained, unlabelled} {
 		mkvol(id)
 		pv := buildPV(e.ClaimObject(controllertest.Claim{Name: "gone"}), &request{id: id, class: testClass(), size: resource.MustParse("1Mi"),
-			reclaim: corev1.PersistentVolumeReclaimRetain, mode: corev1.PersistentVolumeFilesystem}, names.DriverName, e.Node, ownership.NodeLabelValue(e.Node))
+			reclaim: corev1.PersistentVolumeReclaimRetain, mode: corev1.PersistentVolumeFilesystem}, names.DriverName, e.Node, e.Node)
 		if id == unlabelled {
 			pv.Labels = nil
 		}

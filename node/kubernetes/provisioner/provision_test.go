@@ -516,7 +516,7 @@ func TestPVMadeElsewhere(t *testing.T) {
 	// the claim to it before this node has tried.
 	req := &request{id: ownership.VolumeIDFor(pvc.UID), mode: corev1.PersistentVolumeFilesystem, size: resource.MustParse("1Mi"),
 		reclaim: corev1.PersistentVolumeReclaimDelete, class: testClass(func(sc *storagev1.StorageClass) { sc.Name = e.Class })}
-	foreign := buildPV(pvc, req, names.DriverName, "other-host", ownership.NodeLabelValue("other-node"))
+	foreign := buildPV(pvc, req, names.DriverName, "other-host", "other-node")
 	if _, err := e.Client.CoreV1().PersistentVolumes().Create(ctx, foreign, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -156,7 +156,7 @@ func (r *run) ensureVolume(ctx context.Context, pvc *corev1.PersistentVolumeClai
 // of this node's, and the volume was removed again: the API server refused
 // the PV for good, or a PV of that name made elsewhere exists.
 func (r *run) ensurePV(ctx context.Context, pvc *corev1.PersistentVolumeClaim, req *request) (*corev1.PersistentVolume, error) {
-	pv := buildPV(pvc, req, r.Driver, r.hostname, r.label)
+	pv := buildPV(pvc, req, r.Driver, r.hostname, r.NodeName)
 	made, err := r.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 	switch {
 	case apierrors.IsAlreadyExists(err):

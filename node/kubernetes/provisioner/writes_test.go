@@ -159,7 +159,7 @@ func TestMissedDeletionKeepsData(t *testing.T) {
 	pvc := testClaim()
 	req := &request{id: ownership.VolumeIDFor(pvc.UID), mode: corev1.PersistentVolumeFilesystem, size: resource.MustParse("1Mi"),
 		reclaim: corev1.PersistentVolumeReclaimDelete, class: testClass()}
-	pv := buildPV(pvc, req, testDriver, testNode, ownership.NodeLabelValue(testNode))
+	pv := buildPV(pvc, req, testDriver, testNode, testNode)
 	ctx := context.Background()
 	r.onVolumeDeleted(ctx, pv)
 	if got := vols.policies[pv.Name]; got != volume.ReclaimDelete {

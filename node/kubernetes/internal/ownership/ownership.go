@@ -51,6 +51,12 @@ const (
 	// a client-side filter: other nodes' objects never reach memory).
 	LabelNode = "storage.plinth.dev/node"
 
+	// AnnNodeName is the full name of the node a PV belongs to. LabelNode
+	// is a hash for a name longer than a label value (NodeLabelValue),
+	// which no admission policy can compute, so the volumes policy reads
+	// a long-named node's ownership here (clusterobjects.AdmissionPolicies).
+	AnnNodeName = "storage.plinth.dev/node-name"
+
 	// volumeIDPrefix + the claim UID is the volume handle and the PV name.
 	// Deriving both from the UID makes provisioning idempotent: a retried or
 	// resumed attempt for one claim always names the same volume and PV, so

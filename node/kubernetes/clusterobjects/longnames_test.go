@@ -1,0 +1,192 @@
+package clusterobjects_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+
+	"source.plinth.dev/node/kubernetes/clusterobjects"
+	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/test/controllertest"
+)
+
+// longNode is a node name of 80 characters, longer than a label value,
+// so that its node label is a hash (ownership.NodeLabelValue).
+func longNode(e *controllertest.Env, tag string) string {
+	head := e.NS + "-" + tag + ".rack"
+	return head + "." + strings.Repeat("x", 80-len(head)-1)
+}
+
+// TestLongNodeNamesOwnOnly: two nodes whose names (80 characters) are
+// longer than a label value, so that both carry a hashed node label,
+// which no admission policy can compute. Node A's agent still writes only
+// its own PVs and capacity objects: the policies read the full name where
+// the label has only a hash (a PV's ownership.AnnNodeName annotation, a
+// capacity object's owner, its Node), and the webhook checks that a new
+// object's hash is its node's. Node B's objects are made by the
+// administrator as node B's agent would make them.
+func TestLongNodeNamesOwnOnly(t *testing.T) {
+	e := controllertest.NewEnv(t, true)
+	ctx := context.Background()
+	nodeA, nodeB := longNode(e, "a"), longNode(e, "b")
+	if len(nodeA) != 80 || len(nodeB) != 80 || ownership.NodeLabelValue(nodeA) == nodeA {
+		t.Fatalf("node names %q and %q: want 80 characters, hashed labels", nodeA, nodeB)
+	}
+	a := controllertest.NodeAgentClient(t, nodeA)
+	// Their hostname labels must be label values; the capacity webhook
+	// reads node A's, and node B's owns its capacity objects.
+	hostA, hostB := e.NS+"-a", e.NS+"-b"
+	e.CreateNode(nodeA, hostA)
+	b := e.CreateNode(nodeB, hostB)
+
+	allowed := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Errorf("%s: refused: %v", what, err)
+		}
+	}
+	refusedBy := func(by, what string, err error) {
+		t.Helper()
+		switch {
+		case err == nil:
+			t.Errorf("%s: allowed, want refused by %s", what, by)
+		case !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), by):
+			t.Errorf("%s: %v, want refused by %s", what, err, by)
+		}
+	}
+	policy := func(name string) string { return "ValidatingAdmissionPolicy '" + name + "'" }
+	webhook := `admission webhook "` + clusterobjects.WebhookCheckName + `" denied the request`
+
+	mine := e.CreateClaim(controllertest.Claim{Name: "mine", Node: nodeA})
+	// pv is node's PV for claim, as its provisioner makes it.
+	pv := func(node string, claim types.UID, claimName string, reclaim corev1.PersistentVolumeReclaimPolicy) *corev1.PersistentVolume {
+		name := ownership.VolumeIDFor(claim)
+		return &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:   name,
+				Labels: map[string]string{ownership.LabelNode: ownership.NodeLabelValue(node)},
+				Annotations: map[string]string{
+					ownership.AnnProvisionedBy: names.DriverName,
+					ownership.AnnNodeName:      node,
+				},
+			},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")},
+				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeReclaimPolicy: reclaim,
+				StorageClassName:              e.Class,
+				ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: e.NS, Name: claimName, UID: claim},
+				PersistentVolumeSource: corev1.PersistentVolumeSource{
+					CSI: &corev1.CSIPersistentVolumeSource{Driver: names.DriverName, VolumeHandle: name},
+				},
+			},
+		}
+	}
+	pvs := e.Client.CoreV1().PersistentVolumes()
+	// Node B's Retain PV and node A's, each for a claim that does not
+	// exist (the PV controller releases them): neither may be deleted as
+	// a removed node's.
+	theirPV := pv(nodeB, uuid.NewUUID(), "gone", corev1.PersistentVolumeReclaimRetain)
+	myPV := pv(nodeA, uuid.NewUUID(), "gone", corev1.PersistentVolumeReclaimRetain)
+	for _, p := range []*corev1.PersistentVolume{theirPV, myPV} {
+		if _, err := pvs.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = pvs.Delete(ctx, p.Name, metav1.DeleteOptions{}) })
+	}
+	patchPV := func(name, body string) error {
+		_, err := a.CoreV1().PersistentVolumes().Patch(ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{DryRun: dry})
+		return err
+	}
+	deletePV := func(name string) error {
+		return a.CoreV1().PersistentVolumes().Delete(ctx, name, metav1.DeleteOptions{DryRun: dry})
+	}
+	createPV := func(p *corev1.PersistentVolume) error {
+		_, err := a.CoreV1().PersistentVolumes().Create(ctx, p, metav1.CreateOptions{DryRun: dry})
+		return err
+	}
+	grow := `{"spec":{"capacity":{"storage":"2Mi"}}}`
+	nameIt := func(node string) string {
+		return fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, ownership.AnnNodeName, node)
+	}
+
+	allowed("growing its PV", patchPV(myPV.Name, grow))
+	allowed("deleting its PV", deletePV(myPV.Name))
+	allowed("creating its PV for its claim", createPV(pv(nodeA, mine.UID, mine.Name, corev1.PersistentVolumeReclaimDelete)))
+	refusedBy(policy(clusterobjects.VolumesPolicyName), "growing node B's PV", patchPV(theirPV.Name, grow))
+	refusedBy(policy(clusterobjects.VolumesPolicyName), "deleting node B's Retain PV", deletePV(theirPV.Name))
+	refusedBy(policy(clusterobjects.VolumesPolicyName), "naming node B's PV its own", patchPV(theirPV.Name, nameIt(nodeA)))
+	refusedBy(policy(clusterobjects.VolumesPolicyName), "naming its PV node B's", patchPV(myPV.Name, nameIt(nodeB)))
+	refusedBy(policy(clusterobjects.VolumesPolicyName), "creating a PV named node B's", createPV(pv(nodeB, mine.UID, mine.Name, corev1.PersistentVolumeReclaimDelete)))
+	hashB := pv(nodeA, mine.UID, mine.Name, corev1.PersistentVolumeReclaimDelete)
+	hashB.Labels[ownership.LabelNode] = ownership.NodeLabelValue(nodeB)
+	refusedBy(webhook, "creating a PV named its own but labelled with node B's hash", createPV(hashB))
+
+	// Capacity objects, as package capacity writes them: owned by their
+	// Node.
+	capacity := func(node *corev1.Node, host string) *storagev1.CSIStorageCapacity {
+		return &storagev1.CSIStorageCapacity{
+			ObjectMeta: metav1.ObjectMeta{
+				GenerateName: "cap-", Namespace: e.NS,
+				Labels:          map[string]string{ownership.LabelNode: ownership.NodeLabelValue(node.Name)},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}},
+			},
+			NodeTopology:     &metav1.LabelSelector{MatchLabels: map[string]string{names.TopologyKeyHostname: host}},
+			StorageClassName: e.Class,
+			Capacity:         resource.NewQuantity(1<<30, resource.BinarySI),
+		}
+	}
+	nodeAObj, err := e.Client.CoreV1().Nodes().Get(ctx, nodeA, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := e.Client.StorageV1().CSIStorageCapacities(e.NS)
+	theirCap, err := admin.Create(ctx, capacity(b, hostB), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	myCap, err := admin.Create(ctx, capacity(nodeAObj, hostA), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := a.StorageV1().CSIStorageCapacities(e.NS)
+	update := func(c *storagev1.CSIStorageCapacity, change func(*storagev1.CSIStorageCapacity)) error {
+		c = c.DeepCopy()
+		change(c)
+		_, err := caps.Update(ctx, c, metav1.UpdateOptions{DryRun: dry})
+		return err
+	}
+	zero := func(c *storagev1.CSIStorageCapacity) { c.Capacity = resource.NewQuantity(0, resource.BinarySI) }
+	takeOver := func(c *storagev1.CSIStorageCapacity) {
+		zero(c)
+		c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: nodeA, UID: nodeAObj.UID}}
+	}
+	_, err = caps.Create(ctx, capacity(nodeAObj, hostA), metav1.CreateOptions{DryRun: dry})
+	allowed("publishing its capacity", err)
+	allowed("zeroing its capacity", update(myCap, zero))
+	allowed("deleting its capacity", caps.Delete(ctx, myCap.Name, metav1.DeleteOptions{DryRun: dry}))
+	refusedBy(policy(clusterobjects.CapacityPolicyName), "zeroing node B's capacity", update(theirCap, zero))
+	refusedBy(policy(clusterobjects.CapacityPolicyName), "taking node B's capacity as its own", update(theirCap, takeOver))
+	refusedBy(policy(clusterobjects.CapacityPolicyName), "deleting node B's capacity", caps.Delete(ctx, theirCap.Name, metav1.DeleteOptions{DryRun: dry}))
+	relabelled := capacity(nodeAObj, hostA)
+	relabelled.Labels[ownership.LabelNode] = ownership.NodeLabelValue(nodeB)
+	_, err = caps.Create(ctx, relabelled, metav1.CreateOptions{DryRun: dry})
+	refusedBy(webhook, "publishing its capacity labelled with node B's hash", err)
+	refusedBy(policy(clusterobjects.CapacityPolicyName), "labelling its capacity with node B's hash", update(myCap, func(c *storagev1.CSIStorageCapacity) {
+		c.Labels[ownership.LabelNode] = ownership.NodeLabelValue(nodeB)
+	}))
+
+	// The administrator's writes are not the policies' to judge.
+	_, err = pvs.Patch(ctx, theirPV.Name, types.MergePatchType, []byte(grow), metav1.PatchOptions{DryRun: dry})
+	allowed("the administrator growing node B's PV", err)
+}
