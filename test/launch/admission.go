@@ -29,7 +29,8 @@ import (
 // its own client identity (clusterobjects.AdmissionUser, bound to
 // clusterobjects.AdmissionRole) and a serving certificate of the cluster's CA. Its log is
 // logs/plinth-admission.log. Beside serving, it labels the claims written
-// without their node label (admission.KeepClaimsLabelled) and places the
+// without their node label, and names the node of long-named nodes' PVs
+// written without its name (admission.KeepBackfilled), and places the
 // claims of Immediate classes (package placement, its Lease in
 // kube-system), as admission-serve does.
 type admissionServer struct {
@@ -135,7 +136,7 @@ func (c *Cluster) serveAdmission() error {
 	}
 	helpers.Go(func() {
 		if authorized() {
-			admission.KeepClaimsLabelled(ctx, a.client, log, admission.BackfillInterval)
+			admission.KeepBackfilled(ctx, a.client, log, admission.BackfillInterval)
 		}
 	})
 	helpers.Go(func() {

@@ -144,7 +144,7 @@ func admissionServe(ctx context.Context, args []string) error {
 	if keeper != nil {
 		go keeper.Run(ctx)
 	}
-	go admission.KeepClaimsLabelled(ctx, client, log, admission.BackfillInterval)
+	go admission.KeepBackfilled(ctx, client, log, admission.BackfillInterval)
 	// The placer's Lease has a client of its own: its own rate limit.
 	leaseClient, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

@@ -13,7 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/kubernetes"
 
+	"source.plinth.dev/node/kubernetes/admission"
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
@@ -189,4 +191,81 @@ func TestLongNodeNamesOwnOnly(t *testing.T) {
 	// The administrator's writes are not the policies' to judge.
 	_, err = pvs.Patch(ctx, theirPV.Name, types.MergePatchType, []byte(grow), metav1.PatchOptions{DryRun: dry})
 	allowed("the administrator growing node B's PV", err)
+}
+
+// TestLongNodeNamesBackfilled: a long-named node's PV made by a Plinth
+// that wrote no ownership.AnnNodeName is no node's to change, its own
+// included, until the admission server's backfill, with its own identity,
+// names the node whose name hashes to the PV's label; then its node may
+// change it, and no other. A PV whose hash is no Node's (a removed node)
+// is left alone, and a second backfill changes nothing.
+func TestLongNodeNamesBackfilled(t *testing.T) {
+	e := controllertest.NewEnv(t, true)
+	ctx := context.Background()
+	nodeA, nodeB, gone := longNode(e, "a"), longNode(e, "b"), longNode(e, "gone")
+	e.CreateNode(nodeA, e.NS+"-a")
+	e.CreateNode(nodeB, e.NS+"-b")
+	a, b := controllertest.NodeAgentClient(t, nodeA), controllertest.NodeAgentClient(t, nodeB)
+
+	pvs := e.Client.CoreV1().PersistentVolumes()
+	earlier := func(node string) *corev1.PersistentVolume {
+		name := ownership.VolumeIDFor(uuid.NewUUID())
+		p := &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:        name,
+				Labels:      map[string]string{ownership.LabelNode: ownership.NodeLabelValue(node)},
+				Annotations: map[string]string{ownership.AnnProvisionedBy: names.DriverName},
+			},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")},
+				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+				StorageClassName:              e.Class,
+				PersistentVolumeSource: corev1.PersistentVolumeSource{
+					CSI: &corev1.CSIPersistentVolumeSource{Driver: names.DriverName, VolumeHandle: name},
+				},
+			},
+		}
+		made, err := pvs.Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = pvs.Delete(ctx, p.Name, metav1.DeleteOptions{}) })
+		return made
+	}
+	mine, orphan := earlier(nodeA), earlier(gone)
+	grow := func(agent kubernetes.Interface, name string) error {
+		_, err := agent.CoreV1().PersistentVolumes().Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"capacity":{"storage":"2Mi"}}}`), metav1.PatchOptions{DryRun: dry})
+		return err
+	}
+	if err := grow(a, mine.Name); !apierrors.IsForbidden(err) {
+		t.Errorf("growing its PV written without its name, before the backfill: %v, want refused", err)
+	}
+
+	n, err := admission.AnnotateVolumes(ctx, controllertest.ControlPlane(t).AdmissionClient())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the backfill named the node of %d PVs", n)
+	got, err := pvs.Get(ctx, mine.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := got.Annotations[ownership.AnnNodeName]; v != nodeA {
+		t.Errorf("PV of node A after the backfill names node %q, want %q", v, nodeA)
+	}
+	if err := grow(a, mine.Name); err != nil {
+		t.Errorf("growing its PV after the backfill: refused: %v", err)
+	}
+	if err := grow(b, mine.Name); !apierrors.IsForbidden(err) {
+		t.Errorf("node B growing node A's PV after the backfill: %v, want refused", err)
+	}
+	if got, err := pvs.Get(ctx, orphan.Name, metav1.GetOptions{}); err != nil {
+		t.Error(err)
+	} else if v, ok := got.Annotations[ownership.AnnNodeName]; ok {
+		t.Errorf("the PV of a node that has no Node was given node name %q", v)
+	}
+	if again, err := admission.AnnotateVolumes(ctx, controllertest.ControlPlane(t).AdmissionClient()); err != nil || again != 0 {
+		t.Errorf("a second backfill named %d PVs (%v); want none", again, err)
+	}
 }

@@ -151,8 +151,9 @@ func webhookDefaults() webhookSettings {
 // the claim a new PV names, and the Node and StorageClass a new capacity
 // object names, live (never from a cache, which could be behind the
 // placement the node relies on); list and patch claims, to label those
-// written before its claim labels were registered (package admission's
-// KeepClaimsLabelled); place the claims of Immediate classes (package
+// written before its claim labels were registered, and PVs, to give those
+// of long-named nodes written before the annotation their node's name
+// (package admission's KeepBackfilled); place the claims of Immediate classes (package
 // placement, whose placer the server runs: no node agent places a
 // claim), for which it watches claims, Nodes, StorageClasses and the
 // capacity the nodes publish, patches a claim's selected-node
@@ -168,6 +169,7 @@ func AdmissionRole() *rbacv1.ClusterRole {
 		ObjectMeta: metav1.ObjectMeta{Name: AdmissionRoleName, Labels: map[string]string{labelManagedBy: managedBy}},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}, Verbs: []string{"list", "patch"}},
 			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list", "watch"}},
