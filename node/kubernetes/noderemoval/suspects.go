@@ -130,16 +130,19 @@ func (s *sweep) discover(ctx context.Context) error {
 
 // nodeOf is the name of the node a PV of ours lives on: its node label, or
 // where that is a hash of a long name (see ownership.NodeLabelValue), the
-// hostname of its node affinity if it hashes to the label (the hostname
-// label of a node is its name, unless the kubelet was told otherwise);
-// "" when neither tells.
+// full name the PV carries (ownership.AnnNodeName) if it hashes to the
+// label; "" when neither tells. (A long name is never a hostname label,
+// which is a label value too, so the node affinity cannot tell it.) A
+// long-named node's PV made by a Plinth that wrote no name is found only
+// when its CSINode's deletion is seen, or once the admission server has
+// named its node, which it does only while the Node exists.
 func nodeOf(pv *corev1.PersistentVolume) string {
 	label := pv.Labels[ownership.LabelNode]
 	if name, ok := ownership.NodeNameOfLabel(label); ok {
 		return name
 	}
-	if host, ok := ownership.AffinityHostname(pv); ok && label != "" && ownership.NodeLabelValue(host) == label {
-		return host
+	if name := pv.Annotations[ownership.AnnNodeName]; label != "" && ownership.NodeLabelValue(name) == label {
+		return name
 	}
 	return ""
 }
