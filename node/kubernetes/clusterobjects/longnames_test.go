@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"source.plinth.dev/node/kubernetes/admission"
+	"source.plinth.dev/node/kubernetes/capacity"
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
@@ -135,11 +136,11 @@ func TestLongNodeNamesOwnOnly(t *testing.T) {
 	refusedBy(webhook, "creating a PV named its own but labelled with node B's hash", createPV(hashB))
 
 	// Capacity objects, as package capacity writes them: owned by their
-	// Node.
-	capacity := func(node *corev1.Node, host string) *storagev1.CSIStorageCapacity {
+	// Node, in the namespace the nodes publish in.
+	capObject := func(node *corev1.Node, host string) *storagev1.CSIStorageCapacity {
 		return &storagev1.CSIStorageCapacity{
 			ObjectMeta: metav1.ObjectMeta{
-				GenerateName: "cap-", Namespace: e.NS,
+				GenerateName: "cap-", Namespace: capacity.DefaultNamespace,
 				Labels:          map[string]string{ownership.LabelNode: ownership.NodeLabelValue(node.Name)},
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}},
 			},
@@ -152,16 +153,17 @@ func TestLongNodeNamesOwnOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin := e.Client.StorageV1().CSIStorageCapacities(e.NS)
-	theirCap, err := admin.Create(ctx, capacity(b, hostB), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
+	admin := e.Client.StorageV1().CSIStorageCapacities(capacity.DefaultNamespace)
+	made := func(c *storagev1.CSIStorageCapacity) *storagev1.CSIStorageCapacity {
+		c, err := admin.Create(ctx, c, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.Delete(context.Background(), c.Name, metav1.DeleteOptions{}) })
+		return c
 	}
-	myCap, err := admin.Create(ctx, capacity(nodeAObj, hostA), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	caps := a.StorageV1().CSIStorageCapacities(e.NS)
+	theirCap, myCap := made(capObject(b, hostB)), made(capObject(nodeAObj, hostA))
+	caps := a.StorageV1().CSIStorageCapacities(capacity.DefaultNamespace)
 	update := func(c *storagev1.CSIStorageCapacity, change func(*storagev1.CSIStorageCapacity)) error {
 		c = c.DeepCopy()
 		change(c)
@@ -173,14 +175,14 @@ func TestLongNodeNamesOwnOnly(t *testing.T) {
 		zero(c)
 		c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: nodeA, UID: nodeAObj.UID}}
 	}
-	_, err = caps.Create(ctx, capacity(nodeAObj, hostA), metav1.CreateOptions{DryRun: dry})
+	_, err = caps.Create(ctx, capObject(nodeAObj, hostA), metav1.CreateOptions{DryRun: dry})
 	allowed("publishing its capacity", err)
 	allowed("zeroing its capacity", update(myCap, zero))
 	allowed("deleting its capacity", caps.Delete(ctx, myCap.Name, metav1.DeleteOptions{DryRun: dry}))
 	refusedBy(policy(clusterobjects.CapacityPolicyName), "zeroing node B's capacity", update(theirCap, zero))
 	refusedBy(policy(clusterobjects.CapacityPolicyName), "taking node B's capacity as its own", update(theirCap, takeOver))
 	refusedBy(policy(clusterobjects.CapacityPolicyName), "deleting node B's capacity", caps.Delete(ctx, theirCap.Name, metav1.DeleteOptions{DryRun: dry}))
-	relabelled := capacity(nodeAObj, hostA)
+	relabelled := capObject(nodeAObj, hostA)
 	relabelled.Labels[ownership.LabelNode] = ownership.NodeLabelValue(nodeB)
 	_, err = caps.Create(ctx, relabelled, metav1.CreateOptions{DryRun: dry})
 	refusedBy(webhook, "publishing its capacity labelled with node B's hash", err)
