@@ -380,23 +380,28 @@ func refusal(may string) string {
 func AdmissionPolicyBindings() []*admissionv1.ValidatingAdmissionPolicyBinding {
 	var bindings []*admissionv1.ValidatingAdmissionPolicyBinding
 	for _, name := range AdmissionPolicyNames() {
-		// The fields the API server would default are set, so that what
-		// Ensure reads back equals this.
-		equivalent := admissionv1.Equivalent
-		bindings = append(bindings, &admissionv1.ValidatingAdmissionPolicyBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{labelManagedBy: managedBy}},
-			Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
-				PolicyName:        name,
-				ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
-				MatchResources: &admissionv1.MatchResources{
-					NamespaceSelector: &metav1.LabelSelector{},
-					ObjectSelector:    &metav1.LabelSelector{},
-					MatchPolicy:       &equivalent,
-				},
-			},
-		})
+		bindings = append(bindings, denyBinding(name))
 	}
 	return bindings
+}
+
+// denyBinding applies the policy name cluster-wide, denying what it
+// refuses. The fields the API server would default are set, so that what
+// is read back (Ensure, the manifests' tests) equals this.
+func denyBinding(name string) *admissionv1.ValidatingAdmissionPolicyBinding {
+	equivalent := admissionv1.Equivalent
+	return &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{labelManagedBy: managedBy}},
+		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        name,
+			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+			MatchResources: &admissionv1.MatchResources{
+				NamespaceSelector: &metav1.LabelSelector{},
+				ObjectSelector:    &metav1.LabelSelector{},
+				MatchPolicy:       &equivalent,
+			},
+		},
+	}
 }
 
 // ensureAdmissionPolicies creates the policies and their bindings if

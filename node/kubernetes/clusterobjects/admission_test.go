@@ -24,6 +24,36 @@ import (
 	"source.plinth.dev/test/controllertest"
 )
 
+// judge checks how the API server decided a write.
+type judge struct{ t *testing.T }
+
+func (j judge) allowed(what string, err error) {
+	j.t.Helper()
+	if err != nil {
+		j.t.Errorf("%s: refused: %v", what, err)
+	}
+}
+
+// refusedBy: err is a refusal whose message contains by.
+func (j judge) refusedBy(by, what string, err error) {
+	j.t.Helper()
+	switch {
+	case err == nil:
+		j.t.Errorf("%s: allowed, want refused by %s", what, by)
+	case !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), by):
+		j.t.Errorf("%s: %v, want refused by %s", what, err, by)
+	}
+}
+
+// refused: err is a refusal by the admission policy called policy.
+func (j judge) refused(policy, what string, err error) {
+	j.t.Helper()
+	j.refusedBy(byPolicy(policy), what, err)
+}
+
+// byPolicy is how a refusal by the admission policy name begins.
+func byPolicy(name string) string { return "ValidatingAdmissionPolicy '" + name + "'" }
+
 // dry asks the API server to admit a request without storing it: the
 // admission policy runs, nothing changes.
 var dry = []string{metav1.DryRunAll}
@@ -96,26 +126,7 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 	nodeA, nodeB := e.Node, e.Node+"-b"
 	a := controllertest.NodeAgentClient(t, nodeA)
 
-	allowed := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Errorf("%s: refused: %v", what, err)
-		}
-	}
-	// refusedBy: the error is a refusal that contains by.
-	refusedBy := func(by, what string, err error) {
-		t.Helper()
-		switch {
-		case err == nil:
-			t.Errorf("%s: allowed, want refused by %s", what, by)
-		case !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), by):
-			t.Errorf("%s: %v, want refused by %s", what, err, by)
-		}
-	}
-	refused := func(policy, what string, err error) {
-		t.Helper()
-		refusedBy("ValidatingAdmissionPolicy '"+policy+"'", what, err)
-	}
+	j := judge{t}
 	patchClaim := func(name string, patch map[string]any, sub ...string) error {
 		body, err := json.Marshal(patch)
 		if err != nil {
@@ -196,15 +207,15 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 	}
 
 	// Claims.
-	allowed("handing back its own unbound claim", patchClaim(mine.Name, unplace()))
-	refused(clusterobjects.ClaimsPolicyName, "handing back node B's claim", patchClaim(theirs.Name, unplace()))
-	refused(clusterobjects.ClaimsPolicyName, "handing back its own claim and changing more", patchClaim(mine.Name, unplace("other", "x")))
-	refused(clusterobjects.ClaimsPolicyName, "handing back its own bound claim", patchClaim("mine-bound", unplace()))
-	refused(clusterobjects.ClaimsPolicyName, "handing back another driver's claim placed on it", patchClaim(otherPlaced.Name, unplace()))
-	allowed("binding its own claim to its volume", patchClaim(mine.Name, bind(ownership.VolumeIDFor(mine.UID))))
-	allowed("its own claim's status", patchClaim(mine.Name, phase, "status"))
-	refused(clusterobjects.ClaimsPolicyName, "placing an unplaced Immediate claim on itself", patchClaim("unplaced", ann(ownership.AnnSelectedNode, nodeA)))
-	refused(clusterobjects.ClaimsPolicyName, "placing a handed-back WaitForFirstConsumer claim on itself", patchClaim("handed-back", ann(ownership.AnnSelectedNode, nodeA)))
+	j.allowed("handing back its own unbound claim", patchClaim(mine.Name, unplace()))
+	j.refused(clusterobjects.ClaimsPolicyName, "handing back node B's claim", patchClaim(theirs.Name, unplace()))
+	j.refused(clusterobjects.ClaimsPolicyName, "handing back its own claim and changing more", patchClaim(mine.Name, unplace("other", "x")))
+	j.refused(clusterobjects.ClaimsPolicyName, "handing back its own bound claim", patchClaim("mine-bound", unplace()))
+	j.refused(clusterobjects.ClaimsPolicyName, "handing back another driver's claim placed on it", patchClaim(otherPlaced.Name, unplace()))
+	j.allowed("binding its own claim to its volume", patchClaim(mine.Name, bind(ownership.VolumeIDFor(mine.UID))))
+	j.allowed("its own claim's status", patchClaim(mine.Name, phase, "status"))
+	j.refused(clusterobjects.ClaimsPolicyName, "placing an unplaced Immediate claim on itself", patchClaim("unplaced", ann(ownership.AnnSelectedNode, nodeA)))
+	j.refused(clusterobjects.ClaimsPolicyName, "placing a handed-back WaitForFirstConsumer claim on itself", patchClaim("handed-back", ann(ownership.AnnSelectedNode, nodeA)))
 	// The placer's identity, the admission server's, is no node agent's:
 	// the policies leave its placements alone.
 	placement, err := json.Marshal(ann(ownership.AnnSelectedNode, nodeA))
@@ -213,24 +224,24 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 	}
 	_, err = controllertest.ControlPlane(t).AdmissionClient().CoreV1().PersistentVolumeClaims(e.NS).Patch(ctx, "unplaced",
 		types.MergePatchType, placement, metav1.PatchOptions{DryRun: dry})
-	allowed("the admission server placing an unplaced Immediate claim on node A", err)
-	refused(clusterobjects.ClaimsPolicyName, "binding its own claim to another volume", patchClaim(mine.Name, bind(ownership.VolumeIDFor(theirs.UID))))
-	refused(clusterobjects.ClaimsPolicyName, "moving its own claim to node B", patchClaim(mine.Name, ann(ownership.AnnSelectedNode, nodeB)))
-	refused(clusterobjects.ClaimsPolicyName, "binding node B's claim", patchClaim(theirs.Name, bind(ownership.VolumeIDFor(theirs.UID))))
-	refused(clusterobjects.ClaimsPolicyName, "node B's claim's status", patchClaim(theirs.Name, phase, "status"))
-	refused(clusterobjects.ClaimsPolicyName, "taking node B's claim", patchClaim(theirs.Name, ann(ownership.AnnSelectedNode, nodeA)))
-	refused(clusterobjects.ClaimsPolicyName, "placing an unplaced claim on node B", patchClaim("unplaced", ann(ownership.AnnSelectedNode, nodeB)))
-	refused(clusterobjects.ClaimsPolicyName, "placing an unplaced claim and changing more", patchClaim("unplaced", ann(ownership.AnnSelectedNode, nodeA, "other", "x")))
-	refused(clusterobjects.ClaimsPolicyName, "binding another driver's claim placed on it", patchClaim(otherPlaced.Name, bind(ownership.VolumeIDFor(otherPlaced.UID))))
-	refused(clusterobjects.ClaimsPolicyName, "another driver's claim's status", patchClaim(otherPlaced.Name, phase, "status"))
-	refused(clusterobjects.ClaimsPolicyName, "placing another driver's bound claim on itself", patchClaim("other-bound", ann(ownership.AnnSelectedNode, nodeA)))
-	refused(clusterobjects.ClaimsPolicyName, "placing a bound claim on itself", patchClaim("plinth-bound", ann(ownership.AnnSelectedNode, nodeA)))
-	refused(clusterobjects.ClaimsPolicyName, "handing its own claim to another driver", patchClaim(mine.Name, ann(ownership.AnnStorageProvisioner, otherDriver)))
-	refused(clusterobjects.ClaimsPolicyName, "removing its own claim's finalizers", patchClaim(mine.Name, map[string]any{"metadata": map[string]any{"finalizers": nil}}))
-	refused(clusterobjects.ClaimsPolicyName, "giving its own claim an owner", patchClaim(mine.Name, map[string]any{"metadata": map[string]any{"ownerReferences": []any{
+	j.allowed("the admission server placing an unplaced Immediate claim on node A", err)
+	j.refused(clusterobjects.ClaimsPolicyName, "binding its own claim to another volume", patchClaim(mine.Name, bind(ownership.VolumeIDFor(theirs.UID))))
+	j.refused(clusterobjects.ClaimsPolicyName, "moving its own claim to node B", patchClaim(mine.Name, ann(ownership.AnnSelectedNode, nodeB)))
+	j.refused(clusterobjects.ClaimsPolicyName, "binding node B's claim", patchClaim(theirs.Name, bind(ownership.VolumeIDFor(theirs.UID))))
+	j.refused(clusterobjects.ClaimsPolicyName, "node B's claim's status", patchClaim(theirs.Name, phase, "status"))
+	j.refused(clusterobjects.ClaimsPolicyName, "taking node B's claim", patchClaim(theirs.Name, ann(ownership.AnnSelectedNode, nodeA)))
+	j.refused(clusterobjects.ClaimsPolicyName, "placing an unplaced claim on node B", patchClaim("unplaced", ann(ownership.AnnSelectedNode, nodeB)))
+	j.refused(clusterobjects.ClaimsPolicyName, "placing an unplaced claim and changing more", patchClaim("unplaced", ann(ownership.AnnSelectedNode, nodeA, "other", "x")))
+	j.refused(clusterobjects.ClaimsPolicyName, "binding another driver's claim placed on it", patchClaim(otherPlaced.Name, bind(ownership.VolumeIDFor(otherPlaced.UID))))
+	j.refused(clusterobjects.ClaimsPolicyName, "another driver's claim's status", patchClaim(otherPlaced.Name, phase, "status"))
+	j.refused(clusterobjects.ClaimsPolicyName, "placing another driver's bound claim on itself", patchClaim("other-bound", ann(ownership.AnnSelectedNode, nodeA)))
+	j.refused(clusterobjects.ClaimsPolicyName, "placing a bound claim on itself", patchClaim("plinth-bound", ann(ownership.AnnSelectedNode, nodeA)))
+	j.refused(clusterobjects.ClaimsPolicyName, "handing its own claim to another driver", patchClaim(mine.Name, ann(ownership.AnnStorageProvisioner, otherDriver)))
+	j.refused(clusterobjects.ClaimsPolicyName, "removing its own claim's finalizers", patchClaim(mine.Name, map[string]any{"metadata": map[string]any{"finalizers": nil}}))
+	j.refused(clusterobjects.ClaimsPolicyName, "giving its own claim an owner", patchClaim(mine.Name, map[string]any{"metadata": map[string]any{"ownerReferences": []any{
 		map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": string(uuid.NewUUID())},
 	}}}))
-	refused(clusterobjects.ClaimsPolicyName, "labelling its own claim", patchClaim(mine.Name, map[string]any{"metadata": map[string]any{"labels": map[string]any{"backup": "skip"}}}))
+	j.refused(clusterobjects.ClaimsPolicyName, "labelling its own claim", patchClaim(mine.Name, map[string]any{"metadata": map[string]any{"labels": map[string]any{"backup": "skip"}}}))
 
 	// The node label: the claim labels put it on every claim of Plinth's
 	// (the admin's creations above), and refuse anyone's change of it to
@@ -250,16 +261,16 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 		return map[string]any{"metadata": map[string]any{"labels": map[string]any{ownership.LabelNode: v}}}
 	}
 	labels := `admission webhook "` + clusterobjects.ClaimLabelsCheckName + `" denied the request`
-	refusedBy(labels+": "+clusterobjects.NodeAgentUser(nodeA)+" may not set the label", "labelling its own claim as node B's", patchClaim(mine.Name, setLabel(nodeB)))
-	refusedBy(labels, "removing its own claim's node label", patchClaim(mine.Name, setLabel(nil)))
-	refusedBy(labels, "labelling node B's claim as its own", patchClaim(theirs.Name, setLabel(nodeA)))
-	refusedBy(labels, "labelling another driver's claim as its own", patchClaim(otherPlaced.Name, setLabel(nodeA)))
+	j.refusedBy(labels+": "+clusterobjects.NodeAgentUser(nodeA)+" may not set the label", "labelling its own claim as node B's", patchClaim(mine.Name, setLabel(nodeB)))
+	j.refusedBy(labels, "removing its own claim's node label", patchClaim(mine.Name, setLabel(nil)))
+	j.refusedBy(labels, "labelling node B's claim as its own", patchClaim(theirs.Name, setLabel(nodeA)))
+	j.refusedBy(labels, "labelling another driver's claim as its own", patchClaim(otherPlaced.Name, setLabel(nodeA)))
 	body, err := json.Marshal(setLabel(nodeA))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = e.Client.CoreV1().PersistentVolumeClaims(e.NS).Patch(ctx, theirs.Name, types.MergePatchType, body, metav1.PatchOptions{DryRun: dry})
-	refusedBy(labels, "the administrator labelling node B's claim as node A's", err)
+	j.refusedBy(labels, "the administrator labelling node B's claim as node A's", err)
 
 	// PVs. The admin makes one of node B's, Released with policy Retain,
 	// one Released with policy Delete (what node removal deletes), and one
@@ -325,17 +336,17 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 		_, err := a.CoreV1().PersistentVolumes().Create(ctx, p, metav1.CreateOptions{DryRun: dry})
 		return err
 	}
-	allowed("creating its PV for its claim", createPV(pv(ownership.VolumeIDFor(mine.UID), nodeA, corev1.PersistentVolumeReclaimDelete, mine.UID)))
-	allowed("growing its PV", patchPV("pvc-"+e.NS+"-a", grow))
-	allowed("deleting its PV", deletePV("pvc-"+e.NS+"-a"))
-	allowed("deleting node B's Released Delete PV", deletePV("pvc-"+e.NS+"-b-delete"))
-	refused(clusterobjects.VolumesPolicyName, "creating a PV for node B", createPV(pv(ownership.VolumeIDFor(theirs.UID), nodeB, corev1.PersistentVolumeReclaimDelete, theirs.UID)))
-	refused(clusterobjects.VolumesPolicyName, "creating a PV not named for its claim", createPV(pv(ownership.VolumeIDFor(theirs.UID), nodeA, corev1.PersistentVolumeReclaimDelete, mine.UID)))
-	refused(clusterobjects.VolumesPolicyName, "growing node B's PV", patchPV("pvc-"+e.NS+"-b-retain", grow))
-	refused(clusterobjects.VolumesPolicyName, "taking node B's PV", patchPV("pvc-"+e.NS+"-b-retain", relabel(nodeA)))
-	refused(clusterobjects.VolumesPolicyName, "giving its PV to node B", patchPV("pvc-"+e.NS+"-a", relabel(nodeB)))
-	refused(clusterobjects.VolumesPolicyName, "deleting node B's Retain PV", deletePV("pvc-"+e.NS+"-b-retain"))
-	refused(clusterobjects.VolumesPolicyName, "deleting another driver's Released Delete PV", deletePV(otherPV.Name))
+	j.allowed("creating its PV for its claim", createPV(pv(ownership.VolumeIDFor(mine.UID), nodeA, corev1.PersistentVolumeReclaimDelete, mine.UID)))
+	j.allowed("growing its PV", patchPV("pvc-"+e.NS+"-a", grow))
+	j.allowed("deleting its PV", deletePV("pvc-"+e.NS+"-a"))
+	j.allowed("deleting node B's Released Delete PV", deletePV("pvc-"+e.NS+"-b-delete"))
+	j.refused(clusterobjects.VolumesPolicyName, "creating a PV for node B", createPV(pv(ownership.VolumeIDFor(theirs.UID), nodeB, corev1.PersistentVolumeReclaimDelete, theirs.UID)))
+	j.refused(clusterobjects.VolumesPolicyName, "creating a PV not named for its claim", createPV(pv(ownership.VolumeIDFor(theirs.UID), nodeA, corev1.PersistentVolumeReclaimDelete, mine.UID)))
+	j.refused(clusterobjects.VolumesPolicyName, "growing node B's PV", patchPV("pvc-"+e.NS+"-b-retain", grow))
+	j.refused(clusterobjects.VolumesPolicyName, "taking node B's PV", patchPV("pvc-"+e.NS+"-b-retain", relabel(nodeA)))
+	j.refused(clusterobjects.VolumesPolicyName, "giving its PV to node B", patchPV("pvc-"+e.NS+"-a", relabel(nodeB)))
+	j.refused(clusterobjects.VolumesPolicyName, "deleting node B's Retain PV", deletePV("pvc-"+e.NS+"-b-retain"))
+	j.refused(clusterobjects.VolumesPolicyName, "deleting another driver's Released Delete PV", deletePV(otherPV.Name))
 	// The webhook: PVs the policies admit, whose claimRef names a claim.
 	forClaim := func(claim *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
 		p := pv(ownership.VolumeIDFor(claim.UID), nodeA, corev1.PersistentVolumeReclaimDelete, claim.UID)
@@ -347,24 +358,24 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	webhook := `admission webhook "` + clusterobjects.WebhookCheckName + `" denied the request`
-	allowed("creating its PV naming its claim", createPV(forClaim(mine)))
-	refusedBy(webhook+": node agent "+clusterobjects.NodeAgentUser(nodeA)+" (node "+nodeA+")", "creating a PV naming node B's claim", createPV(forClaim(theirs)))
-	refusedBy(webhook, "creating a PV naming a claim placed on no node", createPV(forClaim(unplaced)))
-	refusedBy(webhook, "creating a PV naming another driver's claim placed on it", createPV(forClaim(otherPlaced)))
+	j.allowed("creating its PV naming its claim", createPV(forClaim(mine)))
+	j.refusedBy(webhook+": node agent "+clusterobjects.NodeAgentUser(nodeA)+" (node "+nodeA+")", "creating a PV naming node B's claim", createPV(forClaim(theirs)))
+	j.refusedBy(webhook, "creating a PV naming a claim placed on no node", createPV(forClaim(unplaced)))
+	j.refusedBy(webhook, "creating a PV naming another driver's claim placed on it", createPV(forClaim(otherPlaced)))
 	stale := forClaim(theirs)
 	stale.Spec.ClaimRef.UID = uuid.NewUUID()
 	stale.Name, stale.Spec.CSI.VolumeHandle = ownership.VolumeIDFor(stale.Spec.ClaimRef.UID), ownership.VolumeIDFor(stale.Spec.ClaimRef.UID)
-	allowed("creating a PV naming a claim of node B's name but another UID (one the PV controller releases)", createPV(stale))
+	j.allowed("creating a PV naming a claim of node B's name but another UID (one the PV controller releases)", createPV(stale))
 	nfs := pv(ownership.VolumeIDFor(mine.UID), nodeA, corev1.PersistentVolumeReclaimDelete, mine.UID)
 	nfs.Spec.CSI = nil
 	nfs.Spec.NFS = &corev1.NFSVolumeSource{Server: "attacker.example.com", Path: "/"}
-	refused(clusterobjects.VolumesPolicyName, "creating an NFS PV for its claim", createPV(nfs))
+	j.refused(clusterobjects.VolumesPolicyName, "creating an NFS PV for its claim", createPV(nfs))
 	handle := pv(ownership.VolumeIDFor(mine.UID), nodeA, corev1.PersistentVolumeReclaimDelete, mine.UID)
 	handle.Spec.CSI.VolumeHandle = ownership.VolumeIDFor(theirs.UID)
-	refused(clusterobjects.VolumesPolicyName, "creating a PV whose handle is another claim's volume", createPV(handle))
-	refused(clusterobjects.VolumesPolicyName, "pointing its PV at another claim", patchPV("pvc-"+e.NS+"-a",
+	j.refused(clusterobjects.VolumesPolicyName, "creating a PV whose handle is another claim's volume", createPV(handle))
+	j.refused(clusterobjects.VolumesPolicyName, "pointing its PV at another claim", patchPV("pvc-"+e.NS+"-a",
 		[]byte(`{"spec":{"claimRef":{"name":"`+theirs.Name+`","uid":"`+string(theirs.UID)+`"}}}`)))
-	refused(clusterobjects.VolumesPolicyName, "giving its PV a node affinity", patchPV("pvc-"+e.NS+"-a",
+	j.refused(clusterobjects.VolumesPolicyName, "giving its PV a node affinity", patchPV("pvc-"+e.NS+"-a",
 		[]byte(`{"spec":{"nodeAffinity":{"required":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"In","values":["`+nodeB+`"]}]}]}}}}`)))
 
 	// Capacity objects, in the namespace nodes publish in (the only one
@@ -391,28 +402,28 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 		_, err := caps.Create(ctx, c, metav1.CreateOptions{DryRun: dry})
 		return err
 	}
-	allowed("publishing its capacity", createCap(capObject(nodeA, nodeA)))
+	j.allowed("publishing its capacity", createCap(capObject(nodeA, nodeA)))
 	inUsers := capObject(nodeA, nodeA)
 	inUsers.Namespace = e.NS
 	_, err = a.StorageV1().CSIStorageCapacities(e.NS).Create(ctx, inUsers, metav1.CreateOptions{DryRun: dry})
-	refusedBy(`cannot create resource "csistoragecapacities" in API group "storage.k8s.io" in the namespace "`+e.NS+`"`,
+	j.refusedBy(`cannot create resource "csistoragecapacities" in API group "storage.k8s.io" in the namespace "`+e.NS+`"`,
 		"publishing its capacity in a users' namespace", err)
 	elsewhere := capObject(nodeA, nodeA)
 	elsewhere.NodeTopology.MatchLabels[names.TopologyKeyHostname] = "elsewhere"
-	refusedBy(webhook+": node agent "+clusterobjects.NodeAgentUser(nodeA)+" (node "+nodeA+") may publish capacity only for its own host",
+	j.refusedBy(webhook+": node agent "+clusterobjects.NodeAgentUser(nodeA)+" (node "+nodeA+") may publish capacity only for its own host",
 		"publishing capacity for another host", createCap(elsewhere))
 	otherCap := capObject(nodeA, nodeA)
 	otherCap.StorageClassName = otherClass
-	refusedBy(webhook, "publishing capacity for another driver's class", createCap(otherCap))
-	refused(clusterobjects.CapacityPolicyName, "publishing node B's capacity", createCap(capObject(nodeB, nodeB)))
-	refused(clusterobjects.CapacityPolicyName, "publishing capacity labelled its own for node B", createCap(capObject(nodeA, nodeB)))
-	refused(clusterobjects.CapacityPolicyName, "publishing capacity owned by no Node", createCap(capObject(nodeA, "")))
+	j.refusedBy(webhook, "publishing capacity for another driver's class", createCap(otherCap))
+	j.refused(clusterobjects.CapacityPolicyName, "publishing node B's capacity", createCap(capObject(nodeB, nodeB)))
+	j.refused(clusterobjects.CapacityPolicyName, "publishing capacity labelled its own for node B", createCap(capObject(nodeA, nodeB)))
+	j.refused(clusterobjects.CapacityPolicyName, "publishing capacity owned by no Node", createCap(capObject(nodeA, "")))
 	everywhere := capObject(nodeA, nodeA)
 	everywhere.NodeTopology = &metav1.LabelSelector{}
-	refused(clusterobjects.CapacityPolicyName, "publishing its capacity for every node", createCap(everywhere))
+	j.refused(clusterobjects.CapacityPolicyName, "publishing its capacity for every node", createCap(everywhere))
 	zone := capObject(nodeA, nodeA)
 	zone.NodeTopology.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "topology.kubernetes.io/zone", Operator: metav1.LabelSelectorOpExists}}
-	refused(clusterobjects.CapacityPolicyName, "publishing its capacity with more than its host", createCap(zone))
+	j.refused(clusterobjects.CapacityPolicyName, "publishing its capacity with more than its host", createCap(zone))
 	theirCap, err := e.Client.StorageV1().CSIStorageCapacities(capacity.DefaultNamespace).Create(ctx, capObject(nodeB, ""), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -420,8 +431,8 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 	t.Cleanup(func() {
 		_ = e.Client.StorageV1().CSIStorageCapacities(theirCap.Namespace).Delete(context.Background(), theirCap.Name, metav1.DeleteOptions{})
 	})
-	refused(clusterobjects.CapacityPolicyName, "deleting node B's capacity", caps.Delete(ctx, theirCap.Name, metav1.DeleteOptions{DryRun: dry}))
+	j.refused(clusterobjects.CapacityPolicyName, "deleting node B's capacity", caps.Delete(ctx, theirCap.Name, metav1.DeleteOptions{DryRun: dry}))
 	theirCap.Capacity = resource.NewQuantity(0, resource.BinarySI)
 	_, err = caps.Update(ctx, theirCap, metav1.UpdateOptions{DryRun: dry})
-	refused(clusterobjects.CapacityPolicyName, "zeroing node B's capacity", err)
+	j.refused(clusterobjects.CapacityPolicyName, "zeroing node B's capacity", err)
 }

@@ -52,22 +52,7 @@ func TestLongNodeNamesOwnOnly(t *testing.T) {
 	e.CreateNode(nodeA, hostA)
 	b := e.CreateNode(nodeB, hostB)
 
-	allowed := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Errorf("%s: refused: %v", what, err)
-		}
-	}
-	refusedBy := func(by, what string, err error) {
-		t.Helper()
-		switch {
-		case err == nil:
-			t.Errorf("%s: allowed, want refused by %s", what, by)
-		case !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), by):
-			t.Errorf("%s: %v, want refused by %s", what, err, by)
-		}
-	}
-	policy := func(name string) string { return "ValidatingAdmissionPolicy '" + name + "'" }
+	j := judge{t}
 	webhook := `admission webhook "` + clusterobjects.WebhookCheckName + `" denied the request`
 
 	mine := e.CreateClaim(controllertest.Claim{Name: "mine", Node: nodeA})
@@ -123,17 +108,17 @@ func TestLongNodeNamesOwnOnly(t *testing.T) {
 		return fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, ownership.AnnNodeName, node)
 	}
 
-	allowed("growing its PV", patchPV(myPV.Name, grow))
-	allowed("deleting its PV", deletePV(myPV.Name))
-	allowed("creating its PV for its claim", createPV(pv(nodeA, mine.UID, mine.Name, corev1.PersistentVolumeReclaimDelete)))
-	refusedBy(policy(clusterobjects.VolumesPolicyName), "growing node B's PV", patchPV(theirPV.Name, grow))
-	refusedBy(policy(clusterobjects.VolumesPolicyName), "deleting node B's Retain PV", deletePV(theirPV.Name))
-	refusedBy(policy(clusterobjects.VolumesPolicyName), "naming node B's PV its own", patchPV(theirPV.Name, nameIt(nodeA)))
-	refusedBy(policy(clusterobjects.VolumesPolicyName), "naming its PV node B's", patchPV(myPV.Name, nameIt(nodeB)))
-	refusedBy(policy(clusterobjects.VolumesPolicyName), "creating a PV named node B's", createPV(pv(nodeB, mine.UID, mine.Name, corev1.PersistentVolumeReclaimDelete)))
+	j.allowed("growing its PV", patchPV(myPV.Name, grow))
+	j.allowed("deleting its PV", deletePV(myPV.Name))
+	j.allowed("creating its PV for its claim", createPV(pv(nodeA, mine.UID, mine.Name, corev1.PersistentVolumeReclaimDelete)))
+	j.refusedBy(byPolicy(clusterobjects.VolumesPolicyName), "growing node B's PV", patchPV(theirPV.Name, grow))
+	j.refusedBy(byPolicy(clusterobjects.VolumesPolicyName), "deleting node B's Retain PV", deletePV(theirPV.Name))
+	j.refusedBy(byPolicy(clusterobjects.VolumesPolicyName), "naming node B's PV its own", patchPV(theirPV.Name, nameIt(nodeA)))
+	j.refusedBy(byPolicy(clusterobjects.VolumesPolicyName), "naming its PV node B's", patchPV(myPV.Name, nameIt(nodeB)))
+	j.refusedBy(byPolicy(clusterobjects.VolumesPolicyName), "creating a PV named node B's", createPV(pv(nodeB, mine.UID, mine.Name, corev1.PersistentVolumeReclaimDelete)))
 	hashB := pv(nodeA, mine.UID, mine.Name, corev1.PersistentVolumeReclaimDelete)
 	hashB.Labels[ownership.LabelNode] = ownership.NodeLabelValue(nodeB)
-	refusedBy(webhook, "creating a PV named its own but labelled with node B's hash", createPV(hashB))
+	j.refusedBy(webhook, "creating a PV named its own but labelled with node B's hash", createPV(hashB))
 
 	// Capacity objects, as package capacity writes them: owned by their
 	// Node, in the namespace the nodes publish in.
@@ -176,23 +161,23 @@ func TestLongNodeNamesOwnOnly(t *testing.T) {
 		c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: nodeA, UID: nodeAObj.UID}}
 	}
 	_, err = caps.Create(ctx, capObject(nodeAObj, hostA), metav1.CreateOptions{DryRun: dry})
-	allowed("publishing its capacity", err)
-	allowed("zeroing its capacity", update(myCap, zero))
-	allowed("deleting its capacity", caps.Delete(ctx, myCap.Name, metav1.DeleteOptions{DryRun: dry}))
-	refusedBy(policy(clusterobjects.CapacityPolicyName), "zeroing node B's capacity", update(theirCap, zero))
-	refusedBy(policy(clusterobjects.CapacityPolicyName), "taking node B's capacity as its own", update(theirCap, takeOver))
-	refusedBy(policy(clusterobjects.CapacityPolicyName), "deleting node B's capacity", caps.Delete(ctx, theirCap.Name, metav1.DeleteOptions{DryRun: dry}))
+	j.allowed("publishing its capacity", err)
+	j.allowed("zeroing its capacity", update(myCap, zero))
+	j.allowed("deleting its capacity", caps.Delete(ctx, myCap.Name, metav1.DeleteOptions{DryRun: dry}))
+	j.refusedBy(byPolicy(clusterobjects.CapacityPolicyName), "zeroing node B's capacity", update(theirCap, zero))
+	j.refusedBy(byPolicy(clusterobjects.CapacityPolicyName), "taking node B's capacity as its own", update(theirCap, takeOver))
+	j.refusedBy(byPolicy(clusterobjects.CapacityPolicyName), "deleting node B's capacity", caps.Delete(ctx, theirCap.Name, metav1.DeleteOptions{DryRun: dry}))
 	relabelled := capObject(nodeAObj, hostA)
 	relabelled.Labels[ownership.LabelNode] = ownership.NodeLabelValue(nodeB)
 	_, err = caps.Create(ctx, relabelled, metav1.CreateOptions{DryRun: dry})
-	refusedBy(webhook, "publishing its capacity labelled with node B's hash", err)
-	refusedBy(policy(clusterobjects.CapacityPolicyName), "labelling its capacity with node B's hash", update(myCap, func(c *storagev1.CSIStorageCapacity) {
+	j.refusedBy(webhook, "publishing its capacity labelled with node B's hash", err)
+	j.refusedBy(byPolicy(clusterobjects.CapacityPolicyName), "labelling its capacity with node B's hash", update(myCap, func(c *storagev1.CSIStorageCapacity) {
 		c.Labels[ownership.LabelNode] = ownership.NodeLabelValue(nodeB)
 	}))
 
 	// The administrator's writes are not the policies' to judge.
 	_, err = pvs.Patch(ctx, theirPV.Name, types.MergePatchType, []byte(grow), metav1.PatchOptions{DryRun: dry})
-	allowed("the administrator growing node B's PV", err)
+	j.allowed("the administrator growing node B's PV", err)
 }
 
 // TestLongNodeNamesBackfilled: a long-named node's PV made by a Plinth

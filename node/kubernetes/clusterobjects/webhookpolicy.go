@@ -119,19 +119,7 @@ func webhookConfigPolicy(policyName, resource, name string, fields []string) *ad
 func WebhookConfigPolicyBindings() []*admissionv1.ValidatingAdmissionPolicyBinding {
 	var bindings []*admissionv1.ValidatingAdmissionPolicyBinding
 	for _, p := range WebhookConfigPolicies() {
-		equivalent := admissionv1.Equivalent
-		bindings = append(bindings, &admissionv1.ValidatingAdmissionPolicyBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Labels: map[string]string{labelManagedBy: managedBy}},
-			Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
-				PolicyName:        p.Name,
-				ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
-				MatchResources: &admissionv1.MatchResources{
-					NamespaceSelector: &metav1.LabelSelector{},
-					ObjectSelector:    &metav1.LabelSelector{},
-					MatchPolicy:       &equivalent,
-				},
-			},
-		})
+		bindings = append(bindings, denyBinding(p.Name))
 	}
 	return bindings
 }
