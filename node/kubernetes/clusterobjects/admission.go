@@ -188,8 +188,8 @@ func claimsPolicy() *admissionv1.ValidatingAdmissionPolicy {
 			// its form).
 			{Name: "labelled", Expression: fmt.Sprintf("object.metadata.?labels[?'%[1]s'].orValue('') == "+
 				"(variables.newSelected == '' ? '%[2]s' : variables.newSelected) || "+
-				"size(variables.newSelected) > 63 && object.metadata.?labels[?'%[1]s'].orValue('').matches('^h-[0-9a-f]{40}$')",
-				ownership.LabelNode, ownership.LabelUnplaced)},
+				"size(variables.newSelected) > %[3]d && object.metadata.?labels[?'%[1]s'].orValue('').matches('%[4]s')",
+				ownership.LabelNode, ownership.LabelUnplaced, validation.LabelValueMaxLength, ownership.HashedLabelPattern)},
 			// An unbound claim placed on the node handed back (the
 			// selected-node annotation removed) and nothing else
 			// changed. Its reverse, a placement, is never a node's.
@@ -345,7 +345,7 @@ func claimProvisioner(obj string) string {
 // node's: ownVolume and ownCapacity add what names the node in full.
 func ownLabel(obj string) string {
 	label := fmt.Sprintf("%s.metadata.?labels[?'%s'].orValue('')", obj, ownership.LabelNode)
-	return fmt.Sprintf("(size(variables.node) <= %d ? %[2]s == variables.node : %[2]s.matches('^h-[0-9a-f]{40}$'))", validation.LabelValueMaxLength, label)
+	return fmt.Sprintf("(size(variables.node) <= %d ? %[2]s == variables.node : %[2]s.matches('%[3]s'))", validation.LabelValueMaxLength, label, ownership.HashedLabelPattern)
 }
 
 // ownVolume is a CEL expression: the PV obj is the requesting node's. Its

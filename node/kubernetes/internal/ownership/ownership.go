@@ -190,7 +190,12 @@ func NodeNameOfLabel(v string) (name string, ok bool) {
 	return v, true
 }
 
-var hashedLabel = regexp.MustCompile(`^h-[0-9a-f]{40}$`)
+// HashedLabelPattern is the form of a hashed LabelNode value (see
+// NodeLabelValue), as a regular expression: the admission policies, which
+// cannot compute the hash, check this form instead.
+const HashedLabelPattern = `^h-[0-9a-f]{40}$`
+
+var hashedLabel = regexp.MustCompile(HashedLabelPattern)
 
 // NodeHostname returns the kubernetes.io/hostname label of node nodeName,
 // which is what the node affinity of its PVs names. A node whose kubelet
