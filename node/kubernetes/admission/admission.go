@@ -42,6 +42,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	kjson "sigs.k8s.io/json"
 
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
@@ -109,7 +110,7 @@ func serveReview(rw http.ResponseWriter, r *http.Request, decide func(context.Co
 		return
 	}
 	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
+	if err := decode(body, &review); err != nil || review.Request == nil {
 		http.Error(rw, fmt.Sprintf("not an AdmissionReview with a request: %v", err), http.StatusBadRequest)
 		return
 	}
@@ -127,6 +128,15 @@ func serveReview(rw http.ResponseWriter, r *http.Request, decide func(context.Co
 	_, _ = rw.Write(out)
 }
 
+// decode reads JSON into v as the API server does: keys match fields in
+// their exact case. encoding/json would also take "ClaimRef" for
+// claimRef, the last such key winning, and so could judge another object
+// than the one the API server stores. (The API server re-encodes the
+// objects it sends, so this is a second wall, not the first.)
+func decode(data []byte, v any) error {
+	return kjson.UnmarshalCaseSensitivePreserveInts(data, v)
+}
+
 // admit decides one request by the kind of object a node agent creates.
 func (w *Webhook) admit(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	id := clusterobjects.IdentityOf(req.UserInfo)
@@ -140,7 +150,7 @@ func (w *Webhook) admit(ctx context.Context, req *admissionv1.AdmissionRequest) 
 	switch req.Kind {
 	case metav1.GroupVersionKind{Version: "v1", Kind: "PersistentVolume"}:
 		var pv corev1.PersistentVolume
-		if err := json.Unmarshal(req.Object.Raw, &pv); err != nil {
+		if err := decode(req.Object.Raw, &pv); err != nil {
 			return refused(metav1.StatusReasonBadRequest, http.StatusBadRequest, fmt.Sprintf("decoding the PersistentVolume: %v", err))
 		}
 		if r := w.admitLabel(id, "PV "+pv.Name, pv.Labels); r != nil {
@@ -149,7 +159,7 @@ func (w *Webhook) admit(ctx context.Context, req *admissionv1.AdmissionRequest) 
 		return w.admitVolume(ctx, id, &pv)
 	case metav1.GroupVersionKind{Group: "storage.k8s.io", Version: "v1", Kind: "CSIStorageCapacity"}:
 		var c storagev1.CSIStorageCapacity
-		if err := json.Unmarshal(req.Object.Raw, &c); err != nil {
+		if err := decode(req.Object.Raw, &c); err != nil {
 			return refused(metav1.StatusReasonBadRequest, http.StatusBadRequest, fmt.Sprintf("decoding the CSIStorageCapacity: %v", err))
 		}
 		if r := w.admitLabel(id, "CSIStorageCapacity "+c.Namespace+"/"+c.Name+c.GenerateName, c.Labels); r != nil {

@@ -245,3 +245,28 @@ func TestAdmitCapacity(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodingIsCaseSensitive: a PV whose JSON names node b's claim under
+// "claimRef", the key the API server reads and stores, and its own under
+// "ClaimRef" after it, is judged by the claim the API server sees.
+// (encoding/json would take the last key of either case, and admit it.)
+func TestDecodingIsCaseSensitive(t *testing.T) {
+	mine := claim("mine", "u-mine", names.DriverName, "a")
+	theirs := claim("theirs", "u-theirs", names.DriverName, "b")
+	w, err := New(fake.NewClientset(mine, theirs), logtree.New().LeveledFor("admission"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentA := authenticationv1.UserInfo{Username: clusterobjects.NodeAgentUser("a"), Groups: []string{clusterobjects.NodeAgentGroup}}
+	req := request(t, agentA, Probe("a", mine))
+	theirRef, err := json.Marshal(Probe("a", theirs).Spec.ClaimRef)
+	if err != nil {
+		t.Fatal(err)
+	}
+	twice := bytes.Replace(req.Object.Raw, []byte(`"claimRef":`), append(append([]byte(`"claimRef":`), theirRef...), []byte(`,"ClaimRef":`)...), 1)
+	if bytes.Equal(twice, req.Object.Raw) {
+		t.Fatal("the PV's JSON has no claimRef to double")
+	}
+	req.Object.Raw = twice
+	expect(t, w.admit(t.Context(), req), "is placed on node b")
+}

@@ -49,11 +49,11 @@ func (w *Webhook) label(req *admissionv1.AdmissionRequest) *admissionv1.Admissio
 		return allowed()
 	}
 	var claim, old corev1.PersistentVolumeClaim
-	if err := json.Unmarshal(req.Object.Raw, &claim); err != nil {
+	if err := decode(req.Object.Raw, &claim); err != nil {
 		return refused(metav1.StatusReasonBadRequest, http.StatusBadRequest, fmt.Sprintf("decoding the PersistentVolumeClaim: %v", err))
 	}
 	if req.Operation == admissionv1.Update {
-		if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
+		if err := decode(req.OldObject.Raw, &old); err != nil {
 			return refused(metav1.StatusReasonBadRequest, http.StatusBadRequest, fmt.Sprintf("decoding the old PersistentVolumeClaim: %v", err))
 		}
 	}
