@@ -141,7 +141,11 @@ func releaseFiller(t *testing.T, w *world, ns, pod string) {
 		}
 		return false, fmt.Errorf("still there (%v)", err)
 	})
-	await.For(t, ctx, 3*time.Minute, "node "+w.node.Name()+" without disk pressure", func() (bool, error) {
+	// Once the claim is written the disk is full for real, and the
+	// kubelet may report DiskPressure; it keeps the condition for its
+	// evictionPressureTransitionPeriod (5 minutes by default) after the
+	// filler's room is free again.
+	await.For(t, ctx, 7*time.Minute, "node "+w.node.Name()+" without disk pressure", func() (bool, error) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, w.node.Name(), metav1.GetOptions{})
 		if err != nil {
 			return false, err
