@@ -15,10 +15,14 @@ import (
 	"source.plinth.dev/test/images"
 )
 
-// shareClaimSize is the claim the filling pod must not take room from: a
-// few percent of the VM's 2 GiB data disk, so that what a full node share
-// leaves free (the claim's promised room) stays above the kubelet's 1%
-// eviction threshold.
+// shareClaimSize is the claim the filling pod must not take room from,
+// and the size of a second claim of the claimant's that nothing writes:
+// each a few percent of the VM's 2 GiB data disk. With the node share
+// full and the first claim written, what is left free is the second
+// claim's promised room, above the kubelet's 1% eviction threshold, so
+// that the node never comes under disk pressure (whose reclaim would
+// delete the images later tests run, and whose condition the kubelet
+// keeps for 5 minutes after it ends).
 const (
 	shareClaimSize  = "64Mi"
 	shareClaimBytes = 64 << 20
@@ -69,14 +73,16 @@ func TestFullEmptyDirLeavesClaimsTheirRoom(t *testing.T) {
 	defer cancel()
 	ns := newNamespace(t, w, "share")
 	cs := w.cp.Client
-	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim("claim", corev1.PersistentVolumeFilesystem, shareClaimSize), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"claim", "spare"} {
+		if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim(name, corev1.PersistentVolumeFilesystem, shareClaimSize), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	claimant := sharePod("claimant", claimantScript)
 	c := &claimant.Spec.Containers[0]
 	c.Env = []corev1.EnvVar{{Name: "BYTES", Value: fmt.Sprint(shareClaimBytes)}}
-	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "claim", MountPath: "/claim"})
-	claimant.Spec.Volumes = append(claimant.Spec.Volumes, claimVolume("claim"))
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "claim", MountPath: "/claim"}, corev1.VolumeMount{Name: "spare", MountPath: "/spare"})
+	claimant.Spec.Volumes = append(claimant.Spec.Volumes, claimVolume("claim"), claimVolume("spare"))
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, claimant, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
