@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/kubernetes"
 
 	"source.plinth.dev/node/kubernetes/capacity"
 	"source.plinth.dev/node/kubernetes/clusterobjects"
@@ -53,6 +54,26 @@ func (j judge) refused(policy, what string, err error) {
 
 // byPolicy is how a refusal by the admission policy name begins.
 func byPolicy(name string) string { return "ValidatingAdmissionPolicy '" + name + "'" }
+
+// dryPVs writes PVs as the client c, in dry runs.
+type dryPVs struct {
+	ctx context.Context
+	c   kubernetes.Interface
+}
+
+func (d dryPVs) createPV(p *corev1.PersistentVolume) error {
+	_, err := d.c.CoreV1().PersistentVolumes().Create(d.ctx, p, metav1.CreateOptions{DryRun: dry})
+	return err
+}
+
+func (d dryPVs) patchPV(name string, body []byte) error {
+	_, err := d.c.CoreV1().PersistentVolumes().Patch(d.ctx, name, types.MergePatchType, body, metav1.PatchOptions{DryRun: dry})
+	return err
+}
+
+func (d dryPVs) deletePV(name string) error {
+	return d.c.CoreV1().PersistentVolumes().Delete(d.ctx, name, metav1.DeleteOptions{DryRun: dry})
+}
 
 // dry asks the API server to admit a request without storing it: the
 // admission policy runs, nothing changes.
@@ -325,28 +346,18 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 		return []byte(`{"metadata":{"labels":{"` + ownership.LabelNode + `":"` + ownership.NodeLabelValue(node) + `"}}}`)
 	}
 	grow := []byte(`{"spec":{"capacity":{"storage":"2Mi"}}}`)
-	patchPV := func(name string, body []byte) error {
-		_, err := a.CoreV1().PersistentVolumes().Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{DryRun: dry})
-		return err
-	}
-	deletePV := func(name string) error {
-		return a.CoreV1().PersistentVolumes().Delete(ctx, name, metav1.DeleteOptions{DryRun: dry})
-	}
-	createPV := func(p *corev1.PersistentVolume) error {
-		_, err := a.CoreV1().PersistentVolumes().Create(ctx, p, metav1.CreateOptions{DryRun: dry})
-		return err
-	}
-	j.allowed("creating its PV for its claim", createPV(pv(ownership.VolumeIDFor(mine.UID), nodeA, corev1.PersistentVolumeReclaimDelete, mine.UID)))
-	j.allowed("growing its PV", patchPV("pvc-"+e.NS+"-a", grow))
-	j.allowed("deleting its PV", deletePV("pvc-"+e.NS+"-a"))
-	j.allowed("deleting node B's Released Delete PV", deletePV("pvc-"+e.NS+"-b-delete"))
-	j.refused(clusterobjects.VolumesPolicyName, "creating a PV for node B", createPV(pv(ownership.VolumeIDFor(theirs.UID), nodeB, corev1.PersistentVolumeReclaimDelete, theirs.UID)))
-	j.refused(clusterobjects.VolumesPolicyName, "creating a PV not named for its claim", createPV(pv(ownership.VolumeIDFor(theirs.UID), nodeA, corev1.PersistentVolumeReclaimDelete, mine.UID)))
-	j.refused(clusterobjects.VolumesPolicyName, "growing node B's PV", patchPV("pvc-"+e.NS+"-b-retain", grow))
-	j.refused(clusterobjects.VolumesPolicyName, "taking node B's PV", patchPV("pvc-"+e.NS+"-b-retain", relabel(nodeA)))
-	j.refused(clusterobjects.VolumesPolicyName, "giving its PV to node B", patchPV("pvc-"+e.NS+"-a", relabel(nodeB)))
-	j.refused(clusterobjects.VolumesPolicyName, "deleting node B's Retain PV", deletePV("pvc-"+e.NS+"-b-retain"))
-	j.refused(clusterobjects.VolumesPolicyName, "deleting another driver's Released Delete PV", deletePV(otherPV.Name))
+	agent := dryPVs{ctx, a}
+	j.allowed("creating its PV for its claim", agent.createPV(pv(ownership.VolumeIDFor(mine.UID), nodeA, corev1.PersistentVolumeReclaimDelete, mine.UID)))
+	j.allowed("growing its PV", agent.patchPV("pvc-"+e.NS+"-a", grow))
+	j.allowed("deleting its PV", agent.deletePV("pvc-"+e.NS+"-a"))
+	j.allowed("deleting node B's Released Delete PV", agent.deletePV("pvc-"+e.NS+"-b-delete"))
+	j.refused(clusterobjects.VolumesPolicyName, "creating a PV for node B", agent.createPV(pv(ownership.VolumeIDFor(theirs.UID), nodeB, corev1.PersistentVolumeReclaimDelete, theirs.UID)))
+	j.refused(clusterobjects.VolumesPolicyName, "creating a PV not named for its claim", agent.createPV(pv(ownership.VolumeIDFor(theirs.UID), nodeA, corev1.PersistentVolumeReclaimDelete, mine.UID)))
+	j.refused(clusterobjects.VolumesPolicyName, "growing node B's PV", agent.patchPV("pvc-"+e.NS+"-b-retain", grow))
+	j.refused(clusterobjects.VolumesPolicyName, "taking node B's PV", agent.patchPV("pvc-"+e.NS+"-b-retain", relabel(nodeA)))
+	j.refused(clusterobjects.VolumesPolicyName, "giving its PV to node B", agent.patchPV("pvc-"+e.NS+"-a", relabel(nodeB)))
+	j.refused(clusterobjects.VolumesPolicyName, "deleting node B's Retain PV", agent.deletePV("pvc-"+e.NS+"-b-retain"))
+	j.refused(clusterobjects.VolumesPolicyName, "deleting another driver's Released Delete PV", agent.deletePV(otherPV.Name))
 	// The webhook: PVs the policies admit, whose claimRef names a claim.
 	forClaim := func(claim *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
 		p := pv(ownership.VolumeIDFor(claim.UID), nodeA, corev1.PersistentVolumeReclaimDelete, claim.UID)
@@ -358,24 +369,24 @@ func TestNodeWritesOwnOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	webhook := `admission webhook "` + clusterobjects.WebhookCheckName + `" denied the request`
-	j.allowed("creating its PV naming its claim", createPV(forClaim(mine)))
-	j.refusedBy(webhook+": node agent "+clusterobjects.NodeAgentUser(nodeA)+" (node "+nodeA+")", "creating a PV naming node B's claim", createPV(forClaim(theirs)))
-	j.refusedBy(webhook, "creating a PV naming a claim placed on no node", createPV(forClaim(unplaced)))
-	j.refusedBy(webhook, "creating a PV naming another driver's claim placed on it", createPV(forClaim(otherPlaced)))
+	j.allowed("creating its PV naming its claim", agent.createPV(forClaim(mine)))
+	j.refusedBy(webhook+": node agent "+clusterobjects.NodeAgentUser(nodeA)+" (node "+nodeA+")", "creating a PV naming node B's claim", agent.createPV(forClaim(theirs)))
+	j.refusedBy(webhook, "creating a PV naming a claim placed on no node", agent.createPV(forClaim(unplaced)))
+	j.refusedBy(webhook, "creating a PV naming another driver's claim placed on it", agent.createPV(forClaim(otherPlaced)))
 	stale := forClaim(theirs)
 	stale.Spec.ClaimRef.UID = uuid.NewUUID()
 	stale.Name, stale.Spec.CSI.VolumeHandle = ownership.VolumeIDFor(stale.Spec.ClaimRef.UID), ownership.VolumeIDFor(stale.Spec.ClaimRef.UID)
-	j.allowed("creating a PV naming a claim of node B's name but another UID (one the PV controller releases)", createPV(stale))
+	j.allowed("creating a PV naming a claim of node B's name but another UID (one the PV controller releases)", agent.createPV(stale))
 	nfs := pv(ownership.VolumeIDFor(mine.UID), nodeA, corev1.PersistentVolumeReclaimDelete, mine.UID)
 	nfs.Spec.CSI = nil
 	nfs.Spec.NFS = &corev1.NFSVolumeSource{Server: "attacker.example.com", Path: "/"}
-	j.refused(clusterobjects.VolumesPolicyName, "creating an NFS PV for its claim", createPV(nfs))
+	j.refused(clusterobjects.VolumesPolicyName, "creating an NFS PV for its claim", agent.createPV(nfs))
 	handle := pv(ownership.VolumeIDFor(mine.UID), nodeA, corev1.PersistentVolumeReclaimDelete, mine.UID)
 	handle.Spec.CSI.VolumeHandle = ownership.VolumeIDFor(theirs.UID)
-	j.refused(clusterobjects.VolumesPolicyName, "creating a PV whose handle is another claim's volume", createPV(handle))
-	j.refused(clusterobjects.VolumesPolicyName, "pointing its PV at another claim", patchPV("pvc-"+e.NS+"-a",
+	j.refused(clusterobjects.VolumesPolicyName, "creating a PV whose handle is another claim's volume", agent.createPV(handle))
+	j.refused(clusterobjects.VolumesPolicyName, "pointing its PV at another claim", agent.patchPV("pvc-"+e.NS+"-a",
 		[]byte(`{"spec":{"claimRef":{"name":"`+theirs.Name+`","uid":"`+string(theirs.UID)+`"}}}`)))
-	j.refused(clusterobjects.VolumesPolicyName, "giving its PV a node affinity", patchPV("pvc-"+e.NS+"-a",
+	j.refused(clusterobjects.VolumesPolicyName, "giving its PV a node affinity", agent.patchPV("pvc-"+e.NS+"-a",
 		[]byte(`{"spec":{"nodeAffinity":{"required":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"In","values":["`+nodeB+`"]}]}]}}}}`)))
 
 	// Capacity objects, in the namespace nodes publish in (the only one

@@ -92,33 +92,23 @@ func TestLongNodeNamesOwnOnly(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = pvs.Delete(ctx, p.Name, metav1.DeleteOptions{}) })
 	}
-	patchPV := func(name, body string) error {
-		_, err := a.CoreV1().PersistentVolumes().Patch(ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{DryRun: dry})
-		return err
-	}
-	deletePV := func(name string) error {
-		return a.CoreV1().PersistentVolumes().Delete(ctx, name, metav1.DeleteOptions{DryRun: dry})
-	}
-	createPV := func(p *corev1.PersistentVolume) error {
-		_, err := a.CoreV1().PersistentVolumes().Create(ctx, p, metav1.CreateOptions{DryRun: dry})
-		return err
-	}
-	grow := `{"spec":{"capacity":{"storage":"2Mi"}}}`
-	nameIt := func(node string) string {
-		return fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, ownership.AnnNodeName, node)
+	writes := dryPVs{ctx, a}
+	grow := []byte(`{"spec":{"capacity":{"storage":"2Mi"}}}`)
+	nameIt := func(node string) []byte {
+		return fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, ownership.AnnNodeName, node)
 	}
 
-	j.allowed("growing its PV", patchPV(myPV.Name, grow))
-	j.allowed("deleting its PV", deletePV(myPV.Name))
-	j.allowed("creating its PV for its claim", createPV(pv(nodeA, mine.UID, mine.Name, corev1.PersistentVolumeReclaimDelete)))
-	j.refusedBy(byPolicy(clusterobjects.VolumesPolicyName), "growing node B's PV", patchPV(theirPV.Name, grow))
-	j.refusedBy(byPolicy(clusterobjects.VolumesPolicyName), "deleting node B's Retain PV", deletePV(theirPV.Name))
-	j.refusedBy(byPolicy(clusterobjects.VolumesPolicyName), "naming node B's PV its own", patchPV(theirPV.Name, nameIt(nodeA)))
-	j.refusedBy(byPolicy(clusterobjects.VolumesPolicyName), "naming its PV node B's", patchPV(myPV.Name, nameIt(nodeB)))
-	j.refusedBy(byPolicy(clusterobjects.VolumesPolicyName), "creating a PV named node B's", createPV(pv(nodeB, mine.UID, mine.Name, corev1.PersistentVolumeReclaimDelete)))
+	j.allowed("growing its PV", writes.patchPV(myPV.Name, grow))
+	j.allowed("deleting its PV", writes.deletePV(myPV.Name))
+	j.allowed("creating its PV for its claim", writes.createPV(pv(nodeA, mine.UID, mine.Name, corev1.PersistentVolumeReclaimDelete)))
+	j.refusedBy(byPolicy(clusterobjects.VolumesPolicyName), "growing node B's PV", writes.patchPV(theirPV.Name, grow))
+	j.refusedBy(byPolicy(clusterobjects.VolumesPolicyName), "deleting node B's Retain PV", writes.deletePV(theirPV.Name))
+	j.refusedBy(byPolicy(clusterobjects.VolumesPolicyName), "naming node B's PV its own", writes.patchPV(theirPV.Name, nameIt(nodeA)))
+	j.refusedBy(byPolicy(clusterobjects.VolumesPolicyName), "naming its PV node B's", writes.patchPV(myPV.Name, nameIt(nodeB)))
+	j.refusedBy(byPolicy(clusterobjects.VolumesPolicyName), "creating a PV named node B's", writes.createPV(pv(nodeB, mine.UID, mine.Name, corev1.PersistentVolumeReclaimDelete)))
 	hashB := pv(nodeA, mine.UID, mine.Name, corev1.PersistentVolumeReclaimDelete)
 	hashB.Labels[ownership.LabelNode] = ownership.NodeLabelValue(nodeB)
-	j.refusedBy(webhook, "creating a PV named its own but labelled with node B's hash", createPV(hashB))
+	j.refusedBy(webhook, "creating a PV named its own but labelled with node B's hash", writes.createPV(hashB))
 
 	// Capacity objects, as package capacity writes them: owned by their
 	// Node, in the namespace the nodes publish in.
@@ -176,7 +166,7 @@ func TestLongNodeNamesOwnOnly(t *testing.T) {
 	}))
 
 	// The administrator's writes are not the policies' to judge.
-	_, err = pvs.Patch(ctx, theirPV.Name, types.MergePatchType, []byte(grow), metav1.PatchOptions{DryRun: dry})
+	_, err = pvs.Patch(ctx, theirPV.Name, types.MergePatchType, grow, metav1.PatchOptions{DryRun: dry})
 	j.allowed("the administrator growing node B's PV", err)
 }
 
