@@ -275,12 +275,7 @@ func eventsPolicy() *admissionv1.ValidatingAdmissionPolicy {
 // variable "node" (the requesting node) before vars, and a first check
 // that there is one before checks. Every check's refusal is Forbidden.
 func policy(name string, rule admissionv1.Rule, ops []admissionv1.OperationType, vars []admissionv1.Variable, checks []admissionv1.Validation) *admissionv1.ValidatingAdmissionPolicy {
-	// The fields the API server would default are set, so that what Ensure
-	// reads back equals this.
-	fail := admissionv1.Fail
-	equivalent := admissionv1.Equivalent
 	all := admissionv1.AllScopes
-	forbidden := metav1.StatusReasonForbidden
 	rule.APIVersions, rule.Scope = []string{"v1"}, &all
 	node := admissionv1.Variable{Name: "node", Expression: fmt.Sprintf(
 		"request.userInfo.username.startsWith('%[1]s') ? request.userInfo.username.substring(%[2]d) : request.userInfo.?extra[?'%[3]s'].orValue(['']).join('')",
@@ -289,6 +284,18 @@ func policy(name string, rule admissionv1.Rule, ops []admissionv1.OperationType,
 		Expression:        "variables.node != ''",
 		MessageExpression: "'node agent ' + request.userInfo.username + ' names no node: it may not write claims, PVs, capacity or Events'",
 	}}, checks...)
+	return denyPolicy(name, admissionv1.NamedRuleWithOperations{RuleWithOperations: admissionv1.RuleWithOperations{Operations: ops, Rule: rule}},
+		nodeAgents(), append([]admissionv1.Variable{node}, vars...), checks)
+}
+
+// denyPolicy is a policy called name over rule, for the requests that
+// match, refusing what one of checks refuses, as Forbidden. The fields the
+// API server would default are set, so that what is read back (Ensure,
+// the manifests' tests) equals this.
+func denyPolicy(name string, rule admissionv1.NamedRuleWithOperations, match admissionv1.MatchCondition,
+	vars []admissionv1.Variable, checks []admissionv1.Validation) *admissionv1.ValidatingAdmissionPolicy {
+	fail, equivalent := admissionv1.Fail, admissionv1.Equivalent
+	forbidden := metav1.StatusReasonForbidden
 	for i := range checks {
 		checks[i].Reason = &forbidden
 	}
@@ -300,10 +307,10 @@ func policy(name string, rule admissionv1.Rule, ops []admissionv1.OperationType,
 				NamespaceSelector: &metav1.LabelSelector{},
 				ObjectSelector:    &metav1.LabelSelector{},
 				MatchPolicy:       &equivalent,
-				ResourceRules:     []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{Operations: ops, Rule: rule}}},
+				ResourceRules:     []admissionv1.NamedRuleWithOperations{rule},
 			},
-			MatchConditions: []admissionv1.MatchCondition{nodeAgents()},
-			Variables:       append([]admissionv1.Variable{node}, vars...),
+			MatchConditions: []admissionv1.MatchCondition{match},
+			Variables:       vars,
 			Validations:     checks,
 		},
 	}

@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // RBAC can let the admission server update its two webhook
@@ -65,10 +64,7 @@ func WebhookConfigPolicies() []*admissionv1.ValidatingAdmissionPolicy {
 // webhookConfigPolicy is one of WebhookConfigPolicies: over the
 // configuration name of resource, whose webhooks have fields.
 func webhookConfigPolicy(policyName, resource, name string, fields []string) *admissionv1.ValidatingAdmissionPolicy {
-	// The fields the API server would default are set, so that what is
-	// read back equals this.
-	fail, equivalent, all := admissionv1.Fail, admissionv1.Equivalent, admissionv1.AllScopes
-	forbidden := metav1.StatusReasonForbidden
+	all := admissionv1.AllScopes
 	var same []string
 	for _, f := range fields {
 		// Optional on both sides: a field left out stays left out.
@@ -82,36 +78,24 @@ func webhookConfigPolicy(policyName, resource, name string, fields []string) *ad
 	for _, f := range []string{"labels", "annotations", "ownerReferences", "finalizers"} {
 		metadata = append(metadata, fmt.Sprintf("object.metadata.?%[1]s == oldObject.metadata.?%[1]s", f))
 	}
-	return &admissionv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: policyName, Labels: map[string]string{labelManagedBy: managedBy}},
-		Spec: admissionv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: &fail,
-			MatchConstraints: &admissionv1.MatchResources{
-				NamespaceSelector: &metav1.LabelSelector{},
-				ObjectSelector:    &metav1.LabelSelector{},
-				MatchPolicy:       &equivalent,
-				ResourceRules: []admissionv1.NamedRuleWithOperations{{
-					ResourceNames: []string{name},
-					RuleWithOperations: admissionv1.RuleWithOperations{
-						Operations: []admissionv1.OperationType{admissionv1.Update},
-						Rule: admissionv1.Rule{APIGroups: []string{admissionv1.GroupName}, APIVersions: []string{"v1"},
-							Resources: []string{resource}, Scope: &all},
-					},
-				}},
-			},
-			MatchConditions: []admissionv1.MatchCondition{{
-				Name: "admission-server",
-				Expression: fmt.Sprintf("request.userInfo.username == '%s' || request.userInfo.username == '%s'",
-					AdmissionUser, AdmissionServiceAccountUser()),
-			}},
-			Validations: []admissionv1.Validation{{
-				Expression: strings.Join(metadata, " && ") + " && size(object.?webhooks.orValue([])) == size(oldObject.?webhooks.orValue([])) && " +
-					"object.?webhooks.orValue([]).all(w, oldObject.?webhooks.orValue([]).exists(o, " + strings.Join(same, " && ") + "))",
-				MessageExpression: "'the admission server ' + request.userInfo.username + ' may change only the caBundle of " + name + "'",
-				Reason:            &forbidden,
-			}},
+	rule := admissionv1.NamedRuleWithOperations{
+		ResourceNames: []string{name},
+		RuleWithOperations: admissionv1.RuleWithOperations{
+			Operations: []admissionv1.OperationType{admissionv1.Update},
+			Rule: admissionv1.Rule{APIGroups: []string{admissionv1.GroupName}, APIVersions: []string{"v1"},
+				Resources: []string{resource}, Scope: &all},
 		},
 	}
+	server := admissionv1.MatchCondition{
+		Name: "admission-server",
+		Expression: fmt.Sprintf("request.userInfo.username == '%s' || request.userInfo.username == '%s'",
+			AdmissionUser, AdmissionServiceAccountUser()),
+	}
+	return denyPolicy(policyName, rule, server, nil, []admissionv1.Validation{{
+		Expression: strings.Join(metadata, " && ") + " && size(object.?webhooks.orValue([])) == size(oldObject.?webhooks.orValue([])) && " +
+			"object.?webhooks.orValue([]).all(w, oldObject.?webhooks.orValue([]).exists(o, " + strings.Join(same, " && ") + "))",
+		MessageExpression: "'the admission server ' + request.userInfo.username + ' may change only the caBundle of " + name + "'",
+	}})
 }
 
 // WebhookConfigPolicyBindings apply each of WebhookConfigPolicies,
