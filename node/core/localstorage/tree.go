@@ -84,11 +84,14 @@ func (d *Directory) Mode() fs.FileMode { return d.mode }
 // Contains reports whether p, once cleaned, is d itself or lies below it.
 // The check is lexical: it does not resolve symlinks, so callers that act on
 // p must still refuse to follow links they did not create.
-func (d *Directory) Contains(p string) bool {
+func (d *Directory) Contains(p string) bool { return Within(p, d.FullPath()) }
+
+// Within reports whether the absolute path p, once cleaned, is base itself
+// or lies below it. Like Contains, it is lexical.
+func Within(p, base string) bool {
 	if !filepath.IsAbs(p) {
 		return false
 	}
-	base := d.FullPath()
 	rel, err := filepath.Rel(base, filepath.Clean(p))
 	if err != nil {
 		return false

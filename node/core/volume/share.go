@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
+	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/pkg/fsquota"
 )
 
@@ -171,7 +171,7 @@ func (m *Manager) shareDirs(dirs []string) (on, off []string, err error) {
 			return nil, nil, err
 		}
 		for _, o := range own {
-			if within(real, o) || within(o, real) {
+			if localstorage.Within(real, o) || localstorage.Within(o, real) {
 				return nil, nil, fmt.Errorf("%w: directory %s overlaps Plinth's own %s", ErrInvalid, real, o)
 			}
 		}
@@ -185,11 +185,6 @@ func (m *Manager) shareDirs(dirs []string) (on, off []string, err error) {
 		on = append(on, real)
 	}
 	return on, off, nil
-}
-
-// within reports whether path is dir or lies below it.
-func within(path, dir string) bool {
-	return path == dir || strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/")
 }
 
 func addRestored(sum *fsquota.Restored, r fsquota.Restored) {
