@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	kjson "sigs.k8s.io/json"
 
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
@@ -75,7 +76,7 @@ func post(t *testing.T, h http.Handler, body []byte) (*admissionv1.AdmissionRequ
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, clusterobjects.WebhookPath, bytes.NewReader(body)))
 	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(body, &review); err != nil || review.Request == nil {
 		if rec.Code < 400 || rec.Code > 499 {
 			t.Fatalf("no review (%v) answered %d %q, want a 4xx", err, rec.Code, rec.Body.String())
 		}
@@ -124,7 +125,7 @@ func checkNodeWrite(t *testing.T, req *admissionv1.AdmissionRequest, r *admissio
 	switch req.Kind {
 	case fuzzPVKind:
 		var pv corev1.PersistentVolume
-		if err := json.Unmarshal(req.Object.Raw, &pv); err != nil {
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(req.Object.Raw, &pv); err != nil {
 			badRequest(err)
 			return
 		}
@@ -140,7 +141,7 @@ func checkNodeWrite(t *testing.T, req *admissionv1.AdmissionRequest, r *admissio
 		}
 	case fuzzCapKind:
 		var c storagev1.CSIStorageCapacity
-		if err := json.Unmarshal(req.Object.Raw, &c); err != nil {
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(req.Object.Raw, &c); err != nil {
 			badRequest(err)
 			return
 		}
@@ -173,14 +174,14 @@ func checkLabel(t *testing.T, req *admissionv1.AdmissionRequest, r *admissionv1.
 		return
 	}
 	var c, old corev1.PersistentVolumeClaim
-	if err := json.Unmarshal(req.Object.Raw, &c); err != nil {
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(req.Object.Raw, &c); err != nil {
 		if r.Allowed || r.Result.Code != http.StatusBadRequest {
 			t.Fatalf("claim %q does not decode (%v), yet answered %+v", req.Object.Raw, err, r)
 		}
 		return
 	}
 	if req.Operation == admissionv1.Update {
-		if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(req.OldObject.Raw, &old); err != nil {
 			if r.Allowed || r.Result.Code != http.StatusBadRequest {
 				t.Fatalf("old claim %q does not decode (%v), yet answered %+v", req.OldObject.Raw, err, r)
 			}
