@@ -96,6 +96,38 @@ func RestoreTree(ctx context.Context, dir string, id uint32, pace func(context.C
 	return r, nil
 }
 
+// RestoreAt is RestoreTree for the one entry name of the directory open
+// as dirfd (O_PATH will do), without descending into it: it gives the
+// entry project ID id (and a directory PROJINHERIT) when it lacks them,
+// and reports whether it did. It is the check of a file just written,
+// cheap enough to make for every change a watch reports (a handful of
+// system calls); RestoreTree is the walk that finds the rest.
+//
+// It follows no symbolic link (name included), opens no device, FIFO or
+// socket, and leaves a mount point alone, as RestoreTree does.
+func RestoreAt(ctx context.Context, dirfd int, name string, id uint32) (Restored, error) {
+	var r Restored
+	if id == 0 {
+		return r, fmt.Errorf("restoring the project ID of %s: project ID 0 is the default project of every file", name)
+	}
+	var st unix.Statx_t
+	if err := unix.Statx(dirfd, "", unix.AT_EMPTY_PATH, unix.STATX_TYPE, &st); err != nil {
+		return r, fmt.Errorf("restoring the project ID of %s: stat of its directory: %w", name, err)
+	}
+	pfd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return r, fmt.Errorf("restoring the project ID of %s: %w", name, &os.PathError{Op: "open", Path: name, Err: err})
+	}
+	w := &treeWalk{ctx: ctx, id: id, r: &r, shallow: true, dev: [2]uint32{st.Dev_major, st.Dev_minor}}
+	if err := w.entry(pfd, name, 1); err != nil {
+		return r, fmt.Errorf("restoring the project ID of %s: %w", name, err)
+	}
+	if r.Failed > 0 {
+		return r, fmt.Errorf("restoring the project ID: %s", r.FirstFailure)
+	}
+	return r, nil
+}
+
 type treeWalk struct {
 	ctx  context.Context
 	id   uint32
@@ -103,6 +135,8 @@ type treeWalk struct {
 	r    *Restored
 	// dev is the top directory's device.
 	dev [2]uint32
+	// shallow: examine the first entry only (RestoreAt).
+	shallow bool
 }
 
 // entry examines the object open (O_PATH) as pfd at rel, repairs its
@@ -137,7 +171,7 @@ func (w *treeWalk) entry(pfd int, rel string, depth int) error {
 	if err := w.repair(fd, rel, isDir, int64(st.Blocks)*512); err != nil {
 		w.fail(err)
 	}
-	if !isDir {
+	if !isDir || w.shallow {
 		return nil
 	}
 	if depth >= MaxTreeDepth {

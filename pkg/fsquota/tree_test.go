@@ -159,3 +159,57 @@ func TestRestoreTreeStaysOutOfMounts(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoreAtPutsOneEntryBack moves a file of a volume into a
+// neighbour's project, and checks that RestoreAt on its name puts it back
+// (the bytes counting against its own project again), leaves the right
+// ones alone, and neither follows a symbolic link nor opens a FIFO.
+func TestRestoreAtPutsOneEntryBack(t *testing.T) {
+	for _, fs := range quotaFS {
+		t.Run(fs.disk, func(t *testing.T) {
+			ctx := context.Background()
+			dir, id := volume(t, fs.disk, fsquota.Limits{Bytes: 4 * MiB, Inodes: 1000})
+			other, otherID := volume(t, fs.disk, fsquota.Limits{Bytes: 4 * MiB, Inodes: 1000})
+			moved := filepath.Join(dir, "moved")
+			if err := writeFile(moved, MiB); err != nil {
+				t.Fatal(err)
+			}
+			if err := fsquota.SetProjectID(moved, otherID, false); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(filepath.Join(other, "x"), filepath.Join(dir, "link")); err != nil {
+				t.Fatal(err)
+			}
+			if err := writeFile(filepath.Join(other, "x"), 4096); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Mkfifo(filepath.Join(dir, "fifo"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(dfd)
+
+			r, err := fsquota.RestoreAt(ctx, dfd, "moved", id)
+			if err != nil || r.Strays != 1 || r.StrayBytes < MiB || r.FirstStray != "moved" {
+				t.Errorf("RestoreAt of the moved file = %+v, %v; want it put back, 1 MiB", r, err)
+			}
+			if got, _, err := fsquota.ProjectID(moved); err != nil || got != id {
+				t.Errorf("the moved file's project after RestoreAt: %d, %v; want %d", got, err, id)
+			}
+			for _, name := range []string{"moved", "link", "fifo"} {
+				if r, err := fsquota.RestoreAt(ctx, dfd, name, id); err != nil || r.Strays != 0 {
+					t.Errorf("RestoreAt of %s = %+v, %v; want nothing to do", name, r, err)
+				}
+			}
+			if got, _, err := fsquota.ProjectID(filepath.Join(other, "x")); err != nil || got != otherID {
+				t.Errorf("the link's target is in project %d (%v); RestoreAt followed the link", got, err)
+			}
+			if _, err := fsquota.RestoreAt(ctx, dfd, "gone", id); !errors.Is(err, unix.ENOENT) {
+				t.Errorf("RestoreAt of a missing entry: %v, want ENOENT", err)
+			}
+		})
+	}
+}
