@@ -12,6 +12,8 @@
 //	               the node share's quota set up (Config.NodeShare)
 //	  network      lo, uplink, default route, node IP (booted node with a configuration)
 //	  nodeshare    fits the node share's limit to the volumes' promise, audits its trees
+//	  quotawatch   puts files moved out of their volume's project quota back as they are
+//	               written (quotawatch.go; where quotas are enforced)
 //	  <service>... e.g. "kubernetes", "csi", added by the command from its config
 //
 // Every service is handed the same Env, and in it the same volume.Manager:
@@ -110,8 +112,9 @@ type Config struct {
 	Services []Service
 }
 
-// dataDirName, volumesName, networkName and nodeShareName are the names of
-// the root's own runnables; services cannot take them.
+// dataDirName, volumesName, networkName, nodeShareName and quotaWatchName
+// (quotawatch.go) are the names of the root's own runnables; services
+// cannot take them.
 const (
 	dataDirName   = "datadir"
 	volumesName   = "volumes"
@@ -129,7 +132,7 @@ func (c *Config) validate() error {
 	if m := c.DataMount; m != nil && (m.Source == "" || m.FSType == "") {
 		return fmt.Errorf("node config: data mount needs a source and a filesystem type, have %q and %q", m.Source, m.FSType)
 	}
-	seen := map[string]bool{dataDirName: true, volumesName: true, networkName: true, nodeShareName: true}
+	seen := map[string]bool{dataDirName: true, volumesName: true, networkName: true, nodeShareName: true, quotaWatchName: true}
 	for _, s := range c.Services {
 		// The supervisor's rule for runnable names; checking it here
 		// turns a typo into a start-up error instead of a root restart loop.
@@ -188,12 +191,15 @@ func Root(cfg Config) (supervisor.Runnable, error) {
 			return fmt.Errorf("creating kubelet tree: %w", err)
 		}
 		env := &Env{Root: cfg.Root, Volumes: vols, NodeName: cfg.NodeName}
-		group := make(map[string]supervisor.Runnable, len(cfg.Services)+1)
+		group := make(map[string]supervisor.Runnable, len(cfg.Services)+2)
 		for _, s := range cfg.Services {
 			group[s.Name] = s.Runnable(env)
 		}
 		if vols.ShareActive() {
 			group[nodeShareName] = nodeShareRunnable(vols, nodeShareInterval, shareAuditInterval)
+		}
+		if vols.CapacityEnforced() {
+			group[quotaWatchName] = quotaWatchRunnable(vols)
 		}
 		if len(group) > 0 {
 			if err := supervisor.RunGroup(ctx, group); err != nil {

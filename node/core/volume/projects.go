@@ -4,6 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"source.plinth.dev/pkg/fsquota"
 )
@@ -40,6 +45,85 @@ func (m *Manager) RestoreProjectIDs(ctx context.Context, id string, pace func(co
 		return r, fmt.Errorf("restoring the project IDs of volume %s: %w", id, err)
 	}
 	return r, nil
+}
+
+// RestoreEntry checks one entry that a watch of the data filesystem saw
+// change: the entry name of the directory open as dir (O_PATH will do).
+// When dir is a filesystem volume's directory or lies below one, id names
+// that volume, and the entry gets the volume's project ID back if it had
+// another (fsquota.RestoreAt: the entry alone, not what is below it);
+// r.Strays then counts it. Anywhere else (the volumes directory itself,
+// where block images live, or outside it) id is "" and nothing is done.
+//
+// It is the quick answer to a process that moved a file of its volume
+// into another project and writes into it: the file counts against its
+// own volume again as soon as a write to it is seen. A stray found here
+// may have company (a directory moved along with it); RestoreProjectIDs
+// walks the volume for those.
+//
+// Where dir lies is read from the kernel's name of the open directory, a
+// directory's one path: a rename moves it within its volume only (XFS
+// refuses renames between projects). An entry removed meanwhile, and a
+// volume being created or deleted, have nothing to restore.
+func (m *Manager) RestoreEntry(ctx context.Context, dir int, name string) (id string, r fsquota.Restored, err error) {
+	id = m.volumeOfDir(dir)
+	if id == "" || m.ProjectIDs == nil {
+		return "", r, nil
+	}
+	pid, err := m.entryProject(id)
+	if err != nil || pid == 0 {
+		return id, r, err
+	}
+	r, err = fsquota.RestoreAt(ctx, dir, name, pid)
+	if errors.Is(err, unix.ENOENT) {
+		return id, r, nil
+	}
+	if err != nil {
+		return id, r, fmt.Errorf("volume %s: %w", id, err)
+	}
+	return id, r, nil
+}
+
+// volumeOfDir returns the ID of the filesystem volume whose directory is,
+// or holds, the directory open as dir, or "".
+func (m *Manager) volumeOfDir(dir int) string {
+	p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(dir))
+	if err != nil {
+		return ""
+	}
+	rel, ok := strings.CutPrefix(p, m.Data.Volumes.FullPath()+"/")
+	if !ok {
+		return ""
+	}
+	id, _, _ := strings.Cut(rel, "/")
+	if ValidateID(id) != nil {
+		// A removed directory's name ends in " (deleted)".
+		return ""
+	}
+	return id
+}
+
+// entryProject returns the project ID of filesystem volume id, or 0 when
+// it has none to restore (a block volume, one made while quotas were not
+// enforced, or one being created or deleted). It reads the ID on the
+// volume's directory and that ID's claim (ownProject), the cheap way for
+// every change a watch reports.
+func (m *Manager) entryProject(id string) (uint32, error) {
+	unlock := m.locks.Lock(id)
+	defer unlock()
+	mode, dir, _, err := m.locate(id)
+	if errors.Is(err, ErrNotFound) || (err == nil && mode != Filesystem) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("volume %s: %w", id, err)
+	}
+	carried, _, err := fsquota.ProjectID(dir)
+	if err != nil {
+		return 0, fmt.Errorf("volume %s: %w", id, err)
+	}
+	pid, _, err := m.ownProject(id, carried)
+	return pid, err
 }
 
 // projectOf returns the directory of filesystem volume id and the project

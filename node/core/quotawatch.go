@@ -1,0 +1,222 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"golang.org/x/time/rate"
+
+	"source.plinth.dev/node/core/volume"
+	"source.plinth.dev/pkg/fanotify"
+	"source.plinth.dev/pkg/logtree"
+	"source.plinth.dev/pkg/supervisor"
+)
+
+// The quota watch: a process that may change the project ID of its files
+// (FS_IOC_FSSETXATTR; Plinth's own runtime refuses it, other clusters'
+// do not) can move a file of its volume into a neighbour's project and
+// fill the neighbour's quota. The kernel raises no event for the move
+// itself (fsquota's TestProjectIDChangeIsNotNotified), but it does for
+// every write that follows, and the write is what takes the neighbour's
+// room. So the watch follows every write, creation and rename on the data
+// filesystem (pkg/fanotify), checks the project ID of each entry written
+// in a filesystem volume (volume.Manager.RestoreEntry), puts a stray
+// back at once, and then walks its volume for the rest
+// (volume.Manager.RestoreProjectIDs). The quota audit's periodic walks
+// stay: they also find what the watch cannot see (stores through a
+// shared mapping, events lost to a queue overflow while no walk ran).
+const (
+	quotaWatchName = "quotawatch"
+	// quotaWatchMask is what the watch follows: writes (Modify, and
+	// CloseWrite for stores through a mapping, seen at close), and new
+	// entries (Create, MovedTo; OnDir for directories), which take an
+	// inode of whichever project their directory gives them.
+	quotaWatchMask = fanotify.Modify | fanotify.CloseWrite | fanotify.Create | fanotify.MovedTo | fanotify.OnDir
+	// quotaWatchBatch is how long events gather in the kernel's queue
+	// between two reads. The kernel merges the events of one entry while
+	// they wait, so a writer's millions of writes to a file cost one
+	// check per batch; it is also most of how late the watch is.
+	quotaWatchBatch = 250 * time.Millisecond
+	// quotaWalkGap is the least time between two of the watch's walks of
+	// one volume: a stray found meanwhile is put back by RestoreEntry
+	// already, and the walk that follows the gap finds the rest.
+	quotaWalkGap = 10 * time.Second
+	// quotaWalkRate is the most entries a second the watch's walks
+	// examine: ten times the audit's pace, since a walk here answers an
+	// escape in progress, and bounded, since a pod can provoke walks.
+	quotaWalkRate = 20000
+)
+
+// quotaWatchRunnable runs the quota watch over vols' filesystem volumes.
+// Where the kernel or the data filesystem cannot watch by file handles,
+// or the process may not, it says so once and ends: the audit's walks are
+// then what puts strays back.
+func quotaWatchRunnable(vols *volume.Manager) supervisor.Runnable {
+	return func(ctx context.Context) error {
+		log := supervisor.Logger(ctx)
+		dir := vols.Data.Volumes.FullPath()
+		w, err := fanotify.Open(dir, quotaWatchMask)
+		if errors.Is(err, fanotify.ErrUnsupported) || errors.Is(err, unix.EPERM) {
+			log.Warningf("quota watch: off (%v); files a process moves out of its volume's project quota are put back by the quota audit's periodic walks only", err)
+			supervisor.Signal(ctx, supervisor.SignalDone)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		defer w.Close()
+		walks := &quotaWalks{vols: vols, pending: map[string]bool{}, wake: make(chan struct{}, 1)}
+		if err := supervisor.Run(ctx, "walks", walks.run); err != nil {
+			return err
+		}
+		log.Infof("quota watch: on, over the filesystem of %s", dir)
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		for {
+			events, err := w.Read(ctx)
+			if err != nil {
+				return err
+			}
+			checkEntries(ctx, log, vols, w, events, walks)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(quotaWatchBatch):
+			}
+		}
+	}
+}
+
+// checkEntries checks the entries of one batch of events, and asks for a
+// walk of each volume where a stray was found, or of every volume when
+// events were lost.
+func checkEntries(ctx context.Context, log logtree.LeveledLogger, vols *volume.Manager, w *fanotify.Watch, events []fanotify.Event, walks *quotaWalks) {
+	for _, ev := range events {
+		if ev.Overflow {
+			log.Warning("quota watch: the event queue overflowed; walking every filesystem volume")
+			walks.addAll()
+			continue
+		}
+		if ev.Name == "" {
+			continue
+		}
+		dir, err := w.OpenDir(ev.Dir)
+		if err != nil {
+			continue // removed since
+		}
+		id, r, err := vols.RestoreEntry(ctx, dir, ev.Name)
+		unix.Close(dir)
+		if err != nil {
+			log.Warningf("quota watch: %v", err)
+			continue
+		}
+		if r.Strays > 0 {
+			log.Warningf("quota watch: volume %s: put %q (%d bytes) back into the volume's project quota: a process had moved it out and was writing to it",
+				id, ev.Name, r.StrayBytes)
+			walks.add(id)
+		}
+	}
+}
+
+// quotaWalks walks the volumes the watch asks for, one at a time, each at
+// most once per quotaWalkGap.
+type quotaWalks struct {
+	vols *volume.Manager
+	mu   sync.Mutex
+	// pending are the volumes to walk; all asks for every one.
+	pending map[string]bool
+	all     bool
+	wake    chan struct{}
+}
+
+func (q *quotaWalks) add(id string) {
+	q.mu.Lock()
+	q.pending[id] = true
+	q.mu.Unlock()
+	q.poke()
+}
+
+func (q *quotaWalks) addAll() {
+	q.mu.Lock()
+	q.all = true
+	q.mu.Unlock()
+	q.poke()
+}
+
+func (q *quotaWalks) poke() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the volumes asked for and forgets them.
+func (q *quotaWalks) take() (ids []string, all bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for id := range q.pending {
+		ids = append(ids, id)
+	}
+	clear(q.pending)
+	all, q.all = q.all, false
+	return ids, all
+}
+
+// run walks what is asked for until ctx ends. A volume walked less than
+// quotaWalkGap ago waits for the gap to pass.
+func (q *quotaWalks) run(ctx context.Context) error {
+	log := supervisor.Logger(ctx)
+	limiter := rate.NewLimiter(quotaWalkRate, quotaWalkRate/10)
+	last := map[string]time.Time{}
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-q.wake:
+		}
+		ids, all := q.take()
+		if all {
+			ids = append(ids, q.filesystemVolumes(ctx, log)...)
+		}
+		for _, id := range ids {
+			if wait := quotaWalkGap - time.Since(last[id]); wait > 0 {
+				q.mu.Lock()
+				q.pending[id] = true
+				q.mu.Unlock()
+				time.AfterFunc(wait, q.poke)
+				continue
+			}
+			last[id] = time.Now()
+			r, err := q.vols.RestoreProjectIDs(ctx, id, limiter.Wait)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err != nil {
+				log.Warningf("quota watch: %v", err)
+			}
+			if r.Strays > 0 {
+				log.Warningf("quota watch: volume %s: put %d entries holding %d bytes back into the volume's project quota (the first: %s)",
+					id, r.Strays, r.StrayBytes, r.FirstStray)
+			}
+		}
+	}
+}
+
+// filesystemVolumes lists the IDs of the filesystem volumes.
+func (q *quotaWalks) filesystemVolumes(ctx context.Context, log logtree.LeveledLogger) []string {
+	entries, err := q.vols.List(ctx)
+	if err != nil {
+		log.Warningf("quota watch: %v", err)
+		return nil
+	}
+	var ids []string
+	for _, e := range entries {
+		if e.Mode == volume.Filesystem && e.Pending == "" && e.Problem == "" {
+			ids = append(ids, e.ID)
+		}
+	}
+	return ids
+}

@@ -1,0 +1,196 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"source.plinth.dev/node/core/localstorage"
+	"source.plinth.dev/node/core/volume"
+	"source.plinth.dev/pkg/fsquota"
+	"source.plinth.dev/pkg/logtree"
+	"source.plinth.dev/pkg/supervisor"
+	"source.plinth.dev/test/ktest"
+)
+
+// quotaWatchBound is how soon the watch must have put a moved file back:
+// well under the quota audit's 10-minute walks, which are not running
+// here, and well over the watch's batch and a walk of a small volume, so
+// that a slow VM does not fail the test.
+const quotaWatchBound = 5 * time.Second
+
+const mib = 1 << 20
+
+// TestQuotaWatchPutsMovedFileBack plays a process that may change project
+// IDs (a pod on a cluster whose runtime does not refuse the ioctl): it
+// moves a file of its volume A into neighbour B's project and fills B's
+// quota by writing into it. With the node's root running, the quota
+// watch puts the file back into A's project within quotaWatchBound, and B
+// has its room again. The negative control, without the watch, shows the
+// move persisting for as long: nothing else in the test repairs it.
+func TestQuotaWatchPutsMovedFileBack(t *testing.T) {
+	ktest.RequireVM(t)
+	for _, watched := range []bool{true, false} {
+		name := map[bool]string{true: "watched", false: "unwatched"}[watched]
+		t.Run(name, func(t *testing.T) {
+			vols, lt := quotaWatchNode(t, watched)
+			ctx := context.Background()
+			a := createVolume(t, vols, "pvc-a", 64*mib)
+			b := createVolume(t, vols, "pvc-b", 4*mib)
+			idA, _, err := fsquota.ProjectID(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			idB, _, err := fsquota.ProjectID(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if watched {
+				eventually(t, "the watch to start", func() bool { return strings.Contains(logs(t, lt), "quota watch: on") })
+			}
+
+			// The move and the write. Whether the write fills B
+			// before the watch steps in is a race the watch may
+			// win; the control shows that without it B ends full.
+			file := filepath.Join(a, "escape")
+			if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := fsquota.SetProjectID(file, idB, false); err != nil {
+				t.Fatal(err)
+			}
+			fillFile(t, file, 4*mib)
+
+			start := time.Now()
+			deadline := start.Add(quotaWatchBound)
+			var id uint32
+			var used int64
+			for {
+				id, _, err = fsquota.ProjectID(file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				st, err := vols.Stat(ctx, "pvc-b")
+				if err != nil {
+					t.Fatal(err)
+				}
+				used = st.UsedBytes
+				if (id == idA && used < mib) || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			werr := writeNew(filepath.Join(b, "own"), 2*mib)
+			t.Logf("after %s: the file is in project %d (A is %d, B %d); B uses %d bytes; writing 2 MiB into B: %v",
+				time.Since(start).Round(time.Millisecond), id, idA, idB, used, werr)
+			if !watched {
+				if id != idB || !errors.Is(werr, unix.ENOSPC) {
+					t.Fatalf("without the watch the move did not persist (project %d, B's write %v): this test cannot tell the watch's work from something else's", id, werr)
+				}
+				return
+			}
+			if id != idA || used >= mib || werr != nil {
+				t.Fatalf("within %s the watch did not put the moved file back into volume A's project and give B its room", quotaWatchBound)
+			}
+			if l := logs(t, lt); !strings.Contains(l, "put \"escape\"") {
+				t.Errorf("the watch did not say what it put back:\n%s", l)
+			}
+		})
+	}
+}
+
+// quotaWatchNode starts the node's root over a data directory on the VM's
+// XFS with project quotas, without services, and returns its volume
+// engine. Without watched, only the volume engine is made: no root, no
+// watch.
+func quotaWatchNode(t *testing.T, watched bool) (*volume.Manager, *logtree.LogTree) {
+	t.Helper()
+	var root localstorage.Root
+	if err := root.Place(ktest.TempDir(t, "xfs")); err != nil {
+		t.Fatal(err)
+	}
+	if !watched {
+		if err := root.Data.MkdirAll(); err != nil {
+			t.Fatal(err)
+		}
+		dd, err := PrepareDataDir(&root.Data, DataDirOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		vols, err := volume.New(volume.Config{Data: &root.Data, QuotaError: dd.QuotaProbeError()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return vols, nil
+	}
+	got := make(chan *Env, 1)
+	r, err := Root(Config{Root: &root, NodeName: "node-a", Services: []Service{envService("probe", got)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, lt := supervisor.TestHarness(t, r)
+	env := waitEnv(t, got)
+	if !env.Volumes.CapacityEnforced() {
+		t.Fatal("the VM's XFS does not enforce project quotas")
+	}
+	return env.Volumes, lt
+}
+
+// createVolume makes filesystem volume id of size bytes and returns its
+// directory.
+func createVolume(t *testing.T, vols *volume.Manager, id string, size int64) string {
+	t.Helper()
+	if _, err := vols.Create(context.Background(), id, volume.Filesystem, size); err != nil {
+		t.Fatal(err)
+	}
+	_, dir, err := vols.Locate(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// fillFile appends up to n bytes to file in 64 KiB writes, stopping at
+// the first ENOSPC (the quota its project charges is full), and syncs.
+func fillFile(t *testing.T, file string, n int) {
+	t.Helper()
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 64<<10)
+	for written := 0; written < n; written += len(chunk) {
+		if _, err := f.Write(chunk); errors.Is(err, unix.ENOSPC) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Sync(); err != nil && !errors.Is(err, unix.ENOSPC) {
+		t.Fatal(err)
+	}
+}
+
+// writeNew writes n bytes to a new file and syncs it (with delayed
+// allocation a quota may only bite at fsync).
+func writeNew(path string, n int) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(make([]byte, n))
+	if serr := f.Sync(); err == nil {
+		err = serr
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
