@@ -11,6 +11,7 @@ import (
 
 	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/pkg/fanotify"
+	"source.plinth.dev/pkg/fsquota"
 	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/supervisor"
 )
@@ -23,8 +24,8 @@ import (
 // every write that follows, and the write is what takes the neighbour's
 // room. So the watch follows every write, creation and rename on the data
 // filesystem (pkg/fanotify), checks the project ID of each entry written
-// in a filesystem volume (volume.Manager.RestoreEntry), puts a stray
-// back at once, and then walks its volume for the rest
+// in a filesystem volume (volume.Manager.ProjectOfDir,
+// fsquota.RestoreAt), puts a stray back at once, and then walks its volume for the rest
 // (volume.Manager.RestoreProjectIDs). The quota audit's periodic walks
 // stay: they also find what the watch cannot see (stores through a
 // shared mapping, events lost to a queue overflow while no walk ran).
@@ -41,7 +42,7 @@ const (
 	// check per batch; it is also most of how late the watch is.
 	quotaWatchBatch = 250 * time.Millisecond
 	// quotaWalkGap is the least time between two of the watch's walks of
-	// one volume: a stray found meanwhile is put back by RestoreEntry
+	// one volume: a stray found meanwhile is put back by its check
 	// already, and the walk that follows the gap finds the rest.
 	quotaWalkGap = 10 * time.Second
 	// quotaWalkRate is the most entries a second the watch's walks
@@ -91,8 +92,18 @@ func quotaWatchRunnable(vols *volume.Manager) supervisor.Runnable {
 
 // checkEntries checks the entries of one batch of events, and asks for a
 // walk of each volume where a stray was found, or of every volume when
-// events were lost.
+// events were lost. Each directory of the batch is opened and mapped to
+// its volume once (a writer of many files in one directory costs one
+// check per file, not one lookup of its volume each).
 func checkEntries(ctx context.Context, log logtree.LeveledLogger, vols *volume.Manager, w *fanotify.Watch, events []fanotify.Event, walks *quotaWalks) {
+	dirs := map[string]*batchDir{}
+	defer func() {
+		for _, d := range dirs {
+			if d.fd >= 0 {
+				unix.Close(d.fd)
+			}
+		}
+	}()
 	for _, ev := range events {
 		if ev.Overflow {
 			log.Warning("quota watch: the event queue overflowed; walking every filesystem volume")
@@ -102,22 +113,49 @@ func checkEntries(ctx context.Context, log logtree.LeveledLogger, vols *volume.M
 		if ev.Name == "" {
 			continue
 		}
-		dir, err := w.OpenDir(ev.Dir)
-		if err != nil {
+		d := dirs[ev.Dir.Key()]
+		if d == nil {
+			d = openBatchDir(log, vols, w, ev.Dir)
+			dirs[ev.Dir.Key()] = d
+		}
+		if d.pid == 0 {
+			continue
+		}
+		r, err := fsquota.RestoreAt(ctx, d.fd, ev.Name, d.pid)
+		if errors.Is(err, unix.ENOENT) {
 			continue // removed since
 		}
-		id, r, err := vols.RestoreEntry(ctx, dir, ev.Name)
-		unix.Close(dir)
 		if err != nil {
-			log.Warningf("quota watch: %v", err)
+			log.Warningf("quota watch: volume %s: %v", d.id, err)
 			continue
 		}
 		if r.Strays > 0 {
 			log.Warningf("quota watch: volume %s: put %q (%d bytes) back into the volume's project quota: a process had moved it out and was writing to it",
-				id, ev.Name, r.StrayBytes)
-			walks.add(id)
+				d.id, ev.Name, r.StrayBytes)
+			walks.add(d.id)
 		}
 	}
+}
+
+// batchDir is a directory of a batch's events: open as fd (-1 if not),
+// in volume id whose project is pid (0: nothing to check there).
+type batchDir struct {
+	fd  int
+	id  string
+	pid uint32
+}
+
+// openBatchDir opens the directory of handle h and finds its volume.
+func openBatchDir(log logtree.LeveledLogger, vols *volume.Manager, w *fanotify.Watch, h fanotify.Handle) *batchDir {
+	fd, err := w.OpenDir(h)
+	if err != nil {
+		return &batchDir{fd: -1} // removed since
+	}
+	id, pid, err := vols.ProjectOfDir(fd)
+	if err != nil {
+		log.Warningf("quota watch: %v", err)
+	}
+	return &batchDir{fd: fd, id: id, pid: pid}
 }
 
 // quotaWalks walks the volumes the watch asks for, one at a time, each at

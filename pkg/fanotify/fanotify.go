@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -63,7 +64,7 @@ type Handle struct {
 }
 
 // Key is the handle as a comparable value, for maps.
-func (h Handle) Key() string { return fmt.Sprintf("%d:%x", h.Type, h.Bytes) }
+func (h Handle) Key() string { return strconv.Itoa(int(h.Type)) + ":" + string(h.Bytes) }
 
 // Event is one change, or the loss of some (Overflow).
 type Event struct {

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"source.plinth.dev/pkg/fsquota"
 )
 
@@ -47,41 +45,26 @@ func (m *Manager) RestoreProjectIDs(ctx context.Context, id string, pace func(co
 	return r, nil
 }
 
-// RestoreEntry checks one entry that a watch of the data filesystem saw
-// change: the entry name of the directory open as dir (O_PATH will do).
-// When dir is a filesystem volume's directory or lies below one, id names
-// that volume, and the entry gets the volume's project ID back if it had
-// another (fsquota.RestoreAt: the entry alone, not what is below it);
-// r.Strays then counts it. Anywhere else (the volumes directory itself,
-// where block images live, or outside it) id is "" and nothing is done.
+// ProjectOfDir says which filesystem volume the directory open as dir
+// (O_PATH will do) belongs to, and that volume's project ID: the ID every
+// entry below dir should carry (fsquota.RestoreAt puts it back on one).
+// When dir is in no filesystem volume (the volumes directory itself,
+// where block images live, or outside it), or in one that has no project
+// to restore (made while quotas were not enforced, or being created or
+// deleted), id is "" or pid 0.
 //
-// It is the quick answer to a process that moved a file of its volume
-// into another project and writes into it: the file counts against its
-// own volume again as soon as a write to it is seen. A stray found here
-// may have company (a directory moved along with it); RestoreProjectIDs
-// walks the volume for those.
-//
-// Where dir lies is read from the kernel's name of the open directory, a
+// It is how a watch of the data filesystem, which reports a change by
+// its directory, finds the volume a file written belongs to. Where dir
+// lies is read from the kernel's name of the open directory, a
 // directory's one path: a rename moves it within its volume only (XFS
-// refuses renames between projects). An entry removed meanwhile, and a
-// volume being created or deleted, have nothing to restore.
-func (m *Manager) RestoreEntry(ctx context.Context, dir int, name string) (id string, r fsquota.Restored, err error) {
+// refuses renames between projects).
+func (m *Manager) ProjectOfDir(dir int) (id string, pid uint32, err error) {
 	id = m.volumeOfDir(dir)
 	if id == "" || m.ProjectIDs == nil {
-		return "", r, nil
+		return id, 0, nil
 	}
-	pid, err := m.entryProject(id)
-	if err != nil || pid == 0 {
-		return id, r, err
-	}
-	r, err = fsquota.RestoreAt(ctx, dir, name, pid)
-	if errors.Is(err, unix.ENOENT) {
-		return id, r, nil
-	}
-	if err != nil {
-		return id, r, fmt.Errorf("volume %s: %w", id, err)
-	}
-	return id, r, nil
+	pid, err = m.entryProject(id)
+	return id, pid, err
 }
 
 // volumeOfDir returns the ID of the filesystem volume whose directory is,
@@ -107,7 +90,7 @@ func (m *Manager) volumeOfDir(dir int) string {
 // it has none to restore (a block volume, one made while quotas were not
 // enforced, or one being created or deleted). It reads the ID on the
 // volume's directory and that ID's claim (ownProject), the cheap way for
-// every change a watch reports.
+// every directory a watch reports.
 func (m *Manager) entryProject(id string) (uint32, error) {
 	unlock := m.locks.Lock(id)
 	defer unlock()
