@@ -95,6 +95,8 @@ var goSpecs = []goSpec{
 	},
 	setQuota("xfs"),
 	setQuota("ext4"),
+	quotaWatch("rewrite", "a busy writer: 4 KiB overwritten in one file per op, whose events the kernel merges into one per batch"),
+	quotaWatch("files", "many files: one of 10,000 files truncated, written (4 KiB) and closed per op, in turn, one check per file and batch"),
 }
 
 func foreignRSS(state, when string) goSpec {
@@ -130,6 +132,20 @@ func resize(kind, what, where string) goSpec {
 			{Bench: regexp.MustCompile(`^Resize` + kind + `$`), Metric: "ms-kcm-event-median", Series: "kube-controller-manager event", Scale: msToS},
 			{Bench: regexp.MustCompile(`^Resize` + kind + `$`), Metric: "ms-visible-median", Series: "plinth: size visible", Scale: msToS},
 		},
+	}
+}
+
+// quotaWatch is the cost of the quota watch (node/core, issue 37) to a
+// writer in a filesystem volume, for one kind of work.
+func quotaWatch(work, what string) goSpec {
+	return goSpec{
+		Pkg: "source.plinth.dev/node/core",
+		Result: result.Result{
+			Name: "quota-watch-" + work, Title: "A writer in a filesystem volume with and without the quota watch: " + work,
+			Y: seconds, Baseline: "unwatched",
+			Notes: []string{"The node's root (with its quota watch) against the volume engine alone, on the VM's XFS; " + what + ".", vmNote, countedNote},
+		},
+		Rules: []goRule{{Bench: regexp.MustCompile(`^QuotaWatchWriteCost/work=` + work + `/impl=(?P<series>.+)$`), Metric: "ns/op", Scale: nsPerOp}},
 	}
 }
 

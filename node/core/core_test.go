@@ -48,7 +48,7 @@ func envService(name string, got chan<- *Env) Service {
 	}}
 }
 
-func waitEnv(t *testing.T, ch <-chan *Env) *Env {
+func waitEnv(t testing.TB, ch <-chan *Env) *Env {
 	t.Helper()
 	select {
 	case env := <-ch:
