@@ -18,10 +18,12 @@ import (
 // move its files to another project as it happens: on XFS,
 // FS_IOC_FSSETXATTR raises no fanotify event (FAN_ATTRIB, the event of
 // chmod and chown), as the kernel's fileattr path calls no fsnotify hook.
-// A chmod of the same file, the control, does. So the quota audit's walk,
-// and on Plinth's own nodes the runc wrapper that refuses the ioctl
-// (docs/security.md), are what answer the move. If this test fails, a
-// kernel now reports the change, and a watch could detect it in seconds.
+// A chmod of the same file, the control, does. So the node answers the
+// writes that follow the move, not the move: the quota watch of node/core
+// (TestQuotaWatchPutsMovedFileBack), the quota audit's walk, and on
+// Plinth's own nodes the runc wrapper that refuses the ioctl
+// (docs/security.md). If this test fails, a kernel now reports the
+// change, and the watch could follow it too.
 func TestProjectIDChangeIsNotNotified(t *testing.T) {
 	dir := ktest.TempDir(t, "xfs")
 	file := filepath.Join(dir, "file")
