@@ -104,15 +104,23 @@ func TestVolumesSurviveReboot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		prefix := "FOUND boot=" + node.Status.NodeInfo.BootID
+		prefix := foundPrefix(node.Status.NodeInfo.BootID)
 		line, err := waitLog(ctx, w, ns, pod.Name, prefix, 5*time.Minute)
 		if err != nil {
 			t.Fatalf("after the %s reboot: %v", how, err)
 		}
-		if want := prefix + " " + found; line != want {
+		if want := prefix + found; line != want {
 			t.Errorf("after the %s reboot the pod read %q, want %q", how, line, want)
 		}
 	}
+}
+
+// foundPrefix starts the line the reboot test's pod prints on the boot
+// with bootID, up to the markers it read: the boot ID ends at the space,
+// so that no line of another boot (nor, for an empty ID, of any boot)
+// starts with it.
+func foundPrefix(bootID string) string {
+	return "FOUND boot=" + bootID + " "
 }
 
 func claim(name string, mode corev1.PersistentVolumeMode, size string) *corev1.PersistentVolumeClaim {
@@ -172,10 +180,8 @@ func waitLog(ctx context.Context, w *world, ns, pod, prefix string, timeout time
 	for {
 		b, err := w.cp.Client.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(ctx)
 		if err == nil {
-			for _, l := range strings.Split(string(b), "\n") {
-				if strings.HasPrefix(l, prefix) {
-					return l, nil
-				}
+			if l, ok := lineWithPrefix(string(b), prefix); ok {
+				return l, nil
 			}
 			last = string(b)
 		} else {
@@ -187,4 +193,14 @@ func waitLog(ctx context.Context, w *world, ns, pod, prefix string, timeout time
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+// lineWithPrefix returns the first line of log that starts with prefix.
+func lineWithPrefix(log, prefix string) (string, bool) {
+	for l := range strings.Lines(log) {
+		if l = strings.TrimSuffix(l, "\n"); strings.HasPrefix(l, prefix) {
+			return l, true
+		}
+	}
+	return "", false
 }
