@@ -34,6 +34,13 @@ type DataDirectory struct {
 	// and the kubelet (both root) walk it; pods see their volume through a
 	// bind mount or a device node, never through this path.
 	Volumes VolumesDirectory `dir:"volumes" mode:"0700"`
+	// Quarantine holds volumes whose PV and claim vanished (the orphan
+	// sweep's finds), in the same layout as Volumes, until a retention
+	// period ends or their PV comes back. It is on the data filesystem,
+	// so a volume moves in and out by one rename and keeps its quota and
+	// project ID; like Volumes it carries no project ID of its own (a
+	// rename into a directory of another project fails on XFS).
+	Quarantine VolumesDirectory `dir:"quarantine" mode:"0700"`
 	// State is plinth-node's persistent runtime state.
 	State StateDirectory `dir:"state" mode:"0700"`
 }
@@ -64,6 +71,12 @@ type StateDirectory struct {
 	// but whose data directory has no such mark is looking at another
 	// disk than the one its volumes are on.
 	DataID File `file:"data-id" mode:"0644"`
+	// ClusterID names the Kubernetes cluster (its kube-system namespace's
+	// UID) whose PVs the volumes here belong to, written with the first
+	// volume (volume.Manager.ClusterID): a node pointed at another
+	// cluster, which has none of these PVs, must not take their absence
+	// for a deletion.
+	ClusterID File `file:"cluster-id" mode:"0644"`
 }
 
 // EphemeralDirectory is runtime state that is meaningless after a reboot:

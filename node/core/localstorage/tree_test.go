@@ -183,6 +183,7 @@ func TestMkdirAllCreatesDeclaredModes(t *testing.T) {
 		want := map[string]fs.FileMode{
 			"data":                       0o755,
 			"data/volumes":               0o700,
+			"data/quarantine":            0o700,
 			"data/state":                 0o700,
 			"data/state/projects":        0o700,
 			"data/state/operations":      0o700,

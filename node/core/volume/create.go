@@ -113,6 +113,11 @@ func (m *Manager) Create(ctx context.Context, id string, mode Mode, bytes int64,
 
 	unlock := m.locks.Lock(id)
 	defer unlock()
+	// A volume in quarantine is this ID's data: its consumer is back
+	// (quarantine.go), and gets it rather than an empty volume beside it.
+	if _, err := m.restore(id); err != nil {
+		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
+	}
 	cur, err := m.current(id)
 	switch {
 	case err == nil:

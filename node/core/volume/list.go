@@ -179,7 +179,8 @@ func (m *Manager) releaseStrayClaim(pid uint32, owner string) (Recovery, bool) {
 	unlock := m.locks.Lock(owner)
 	defer unlock()
 	fsPath, _ := m.paths(owner)
-	if in, err := m.readIntent(owner); err != nil || in != nil || isDir(fsPath) {
+	qfs, _ := m.quarantinePaths(owner) // a quarantined volume keeps its ID
+	if in, err := m.readIntent(owner); err != nil || in != nil || isDir(fsPath) || isDir(qfs) {
 		return Recovery{}, false
 	}
 	r := Recovery{ID: owner, Action: fmt.Sprintf("released project ID %d of a volume that no longer exists", pid)}

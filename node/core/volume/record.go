@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"source.plinth.dev/node/core/localstorage"
 )
@@ -39,6 +40,9 @@ func ParseReclaimPolicy(s string) (ReclaimPolicy, error) {
 // operations (unlike an intent) and is removed together with the volume.
 type record struct {
 	ReclaimPolicy ReclaimPolicy `json:"reclaimPolicy"`
+	// QuarantinedAt is when the volume was moved into quarantine
+	// (quarantine.go); it means nothing while the volume is elsewhere.
+	QuarantinedAt time.Time `json:"quarantinedAt,omitzero"`
 }
 
 func (m *Manager) recordFile(id string) (localstorage.File, error) {

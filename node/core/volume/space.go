@@ -195,14 +195,28 @@ func (m *Manager) checkSpace(size int64, r Overcommit) error {
 // have not used yet (where quotas are enforced), and over block volumes the
 // part of their image that is not allocated.
 func (m *Manager) promisedBytes() (promised, unallocated int64, err error) {
-	entries, err := m.Data.Volumes.List()
+	// Quarantined volumes keep their promise: a restored one must find
+	// its room (quarantine.go).
+	for _, dir := range []*localstorage.VolumesDirectory{&m.Data.Volumes, &m.Data.Quarantine} {
+		p, u, err := m.promisedIn(dir)
+		if err != nil {
+			return 0, 0, err
+		}
+		promised, unallocated = promised+p, unallocated+u
+	}
+	return promised, unallocated, nil
+}
+
+// promisedIn is promisedBytes over the volumes in dir.
+func (m *Manager) promisedIn(dir *localstorage.VolumesDirectory) (promised, unallocated int64, err error) {
+	entries, err := dir.List()
 	if err != nil {
 		return 0, 0, fmt.Errorf("checking free space: %w", err)
 	}
 	enforced := m.CapacityEnforced()
 	for _, e := range entries {
 		if e.Kind == localstorage.VolumeBlock {
-			img, err := m.Data.Volumes.Block(e.ID)
+			img, err := dir.Block(e.ID)
 			if err != nil {
 				continue
 			}
@@ -216,11 +230,11 @@ func (m *Manager) promisedBytes() (promised, unallocated int64, err error) {
 		if e.Kind != localstorage.VolumeFilesystem || !enforced {
 			continue
 		}
-		dir, err := m.Data.Volumes.Filesystem(e.ID)
+		vol, err := dir.Filesystem(e.ID)
 		if err != nil {
 			continue
 		}
-		q, err := fsquota.GetQuota(dir.FullPath())
+		q, err := fsquota.GetQuota(vol.FullPath())
 		if err != nil {
 			// A directory without quota (or one removed meanwhile)
 			// promises nothing measurable.

@@ -181,6 +181,10 @@ type Manager struct {
 	dataIDMu sync.Mutex
 	dataID   string
 
+	// clusterMu serialises reading and writing the cluster ID
+	// (cluster.go).
+	clusterMu sync.Mutex
+
 	// share is the node share (share.go).
 	share shareState
 
