@@ -135,8 +135,9 @@ func TestWorkqueueProvider(t *testing.T) {
 	}
 }
 
-// TestVolumeCollector creates real volumes and checks the counts and
-// sizes a gather reports, before and after the collector is unregistered.
+// TestVolumeCollector creates real volumes, quarantines one, and checks
+// the counts and sizes a gather reports, and the quarantined volume it
+// lists, before and after the collector is unregistered.
 func TestVolumeCollector(t *testing.T) {
 	m, reg := newMetrics(t)
 	d, qerr := volumetest.DataDir(t, t.TempDir())
@@ -149,6 +150,17 @@ func TestVolumeCollector(t *testing.T) {
 		if _, err := vols.Create(ctx, fmt.Sprintf("v%d", i), mode, 4<<20); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// v3, whose Delete PV vanished: in quarantine, no more a volume.
+	if _, err := vols.Create(ctx, "v3", volume.Filesystem, 4<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := vols.SetReclaimPolicy(ctx, "v3", volume.ReclaimDelete); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Unix(1_800_000_000, 0)
+	if err := vols.Quarantine(ctx, "v3", at); err != nil {
+		t.Fatal(err)
 	}
 	unwatch, err := m.WatchVolumes(vols)
 	if err != nil {
@@ -165,6 +177,7 @@ func TestVolumeCollector(t *testing.T) {
 		{"plinth_volumes_allocated_bytes", []string{"mode", "filesystem"}, 8 << 20},
 		{"plinth_volumes_allocated_bytes", []string{"mode", "block"}, 4 << 20},
 		{"plinth_volume_leftovers", nil, 0},
+		{"plinth_volume_quarantined_since_seconds", []string{"volume", "v3", "mode", "filesystem"}, float64(at.Unix())},
 	} {
 		if got := f.Value(c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)

@@ -21,7 +21,7 @@ const scrapeTimeout = 10 * time.Second
 type VolumeCollector struct {
 	vols *volume.Manager
 
-	size, avail, allocated, count, leftovers *prometheus.Desc
+	size, avail, allocated, count, leftovers, quarantined *prometheus.Desc
 }
 
 // NewVolumeCollector returns a collector over vols.
@@ -46,12 +46,18 @@ func NewVolumeCollector(vols *volume.Manager) *VolumeCollector {
 		// or a file the node does not recognise (left to the operator).
 		leftovers: prometheus.NewDesc(Namespace+"_volume_leftovers",
 			"Entries in the volumes directory that are not complete volumes (interrupted operations, unknown files).", nil, nil),
+		// quarantined lists the volumes whose Delete PV vanished, one
+		// series each (they are few, and each is data an operator may
+		// want back): an alert on its presence catches a restore gone
+		// wrong within the retention.
+		quarantined: prometheus.NewDesc(Namespace+"_volume_quarantined_since_seconds",
+			"Volumes in quarantine (their Delete PV vanished), by volume ID and mode: the Unix time they were moved there (0 if unknown).", []string{"volume", "mode"}, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *VolumeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.size, c.avail, c.allocated, c.count, c.leftovers} {
+	for _, d := range []*prometheus.Desc{c.size, c.avail, c.allocated, c.count, c.leftovers, c.quarantined} {
 		ch <- d
 	}
 }
@@ -80,6 +86,18 @@ func (c *VolumeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.allocated, prometheus.GaugeValue, float64(s.Allocated[mode]), mode.String())
 	}
 	ch <- prometheus.MustNewConstMetric(c.leftovers, prometheus.GaugeValue, float64(s.Leftovers))
+	qs, err := c.vols.Quarantined(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.quarantined, err)
+		return
+	}
+	for _, q := range qs {
+		since := 0.0
+		if !q.Since.IsZero() {
+			since = float64(q.Since.Unix())
+		}
+		ch <- prometheus.MustNewConstMetric(c.quarantined, prometheus.GaugeValue, since, q.ID, q.Mode.String())
+	}
 }
 
 // Summary is what the volume metrics say about a listing.
