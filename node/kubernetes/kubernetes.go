@@ -73,6 +73,9 @@ type Options struct {
 	Burst int
 	// OrphanGracePeriod is the provisioner's (zero: its default).
 	OrphanGracePeriod time.Duration
+	// OrphanRetention is how long the provisioner keeps a volume in
+	// quarantine (zero: its default).
+	OrphanRetention time.Duration
 	// CapacityNamespace holds the node's CSIStorageCapacity objects
 	// (empty: capacity.DefaultNamespace).
 	CapacityNamespace string

@@ -85,6 +85,7 @@ func (s *service) controllers(base controller.Base) (map[string]supervisor.Runna
 		Base:                    base,
 		Volumes:                 vols,
 		OrphanGracePeriod:       s.o.OrphanGracePeriod,
+		OrphanRetention:         s.o.OrphanRetention,
 		TestOnlyNoOrphanRemoval: s.o.TestOnlyNoOrphanRemoval,
 	})
 	if err != nil {

@@ -111,7 +111,9 @@ func (o *options) flagSet(out io.Writer) *flag.FlagSet {
 	fs.Float64Var(&o.kube.QPS, "kube-api-qps", kubernetes.DefaultQPS, "queries per second to the Kubernetes API (client-side rate limit; Events have their own smaller budget)")
 	fs.IntVar(&o.kube.Burst, "kube-api-burst", kubernetes.DefaultBurst, "burst of queries to the Kubernetes API above --kube-api-qps")
 	fs.DurationVar(&o.kube.OrphanGracePeriod, "orphan-grace-period", provisioner.DefaultOrphanGracePeriod,
-		"how long a volume must have had no PV and no claim before the provisioner removes it")
+		"how long a volume must have had no PV and no claim before the provisioner acts on it: a crash leftover that never had a PV is removed, a volume whose Delete PV vanished is moved into quarantine")
+	fs.DurationVar(&o.kube.OrphanRetention, "orphan-retention", provisioner.DefaultOrphanRetention,
+		"how long a volume stays in quarantine (its Delete PV vanished without being released here) before its data is removed; a PV of its name made meanwhile gets it back")
 	fs.DurationVar(&o.kube.RemovedNodeGracePeriod, "removed-node-grace-period", noderemoval.DefaultGracePeriod,
 		"how long a node with Plinth volumes must have no Node object before its claims get a NodeRemoved Event and its released PVs are deleted (one surviving node acts)")
 	fs.DurationVar(&o.kube.VolumeHealthInterval, "volume-health-interval", volumehealth.DefaultInterval,
@@ -201,8 +203,8 @@ func (o *options) complete() error {
 			return err
 		}
 	}
-	if o.kube.QPS <= 0 || o.kube.Burst <= 0 || o.kube.OrphanGracePeriod <= 0 || o.kube.VolumeHealthInterval <= 0 || o.kube.VolumeAuditInterval <= 0 || o.kube.RemovedNodeGracePeriod <= 0 {
-		return errors.New("--kube-api-qps, --kube-api-burst, --orphan-grace-period, --removed-node-grace-period, --volume-health-interval and --volume-audit-interval must be positive")
+	if o.kube.QPS <= 0 || o.kube.Burst <= 0 || o.kube.OrphanGracePeriod <= 0 || o.kube.OrphanRetention <= 0 || o.kube.VolumeHealthInterval <= 0 || o.kube.VolumeAuditInterval <= 0 || o.kube.RemovedNodeGracePeriod <= 0 {
+		return errors.New("--kube-api-qps, --kube-api-burst, --orphan-grace-period, --orphan-retention, --removed-node-grace-period, --volume-health-interval and --volume-audit-interval must be positive")
 	}
 	if o.verbosity < 0 {
 		return fmt.Errorf("-v %d: verbosity cannot be negative", o.verbosity)

@@ -101,7 +101,8 @@ func StorageClass() *storagev1.StorageClass {
 // audit log of a real node):
 //   - provisioner: watch claims and classes, read its Node; create, read,
 //     delete PVs of its node (an informer of them, live reads before
-//     destroying data);
+//     destroying data); read namespace kube-system, whose UID names the
+//     cluster its volumes belong to;
 //   - resizer: patch PVs and claim status; read a claim and its PV again
 //     after a write conflict;
 //   - both: create Events, and patch them when they repeat;
@@ -139,6 +140,9 @@ func ClusterRole() *rbacv1.ClusterRole {
 			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims/status"}, Verbs: []string{"patch"}},
 			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
+			// The cluster's identity, which the provisioner records with
+			// its volumes and checks before it removes any.
+			{APIGroups: []string{""}, Resources: []string{"namespaces"}, ResourceNames: []string{"kube-system"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csidrivers"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csinodes"}, Verbs: []string{"list", "watch"}},

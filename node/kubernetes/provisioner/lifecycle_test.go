@@ -32,8 +32,8 @@ import (
 // whole life of volumes at the same time: provisioning, deletion of
 // Released PVs of a Delete class, Released PVs of a Retain class kept (and
 // one of them deleted by an administrator), and the orphan sweep with a
-// short grace period. After a settle each node has exactly its own volumes
-// and records, every PV names the node that holds its volume, every Event
+// short grace period. After a settle each node has exactly its own volumes,
+// quarantined volumes (the orphan whose Delete PV vanished) and records, every PV names the node that holds its volume, every Event
 // about a deletion comes from the node that deleted, and the audit log
 // shows that neither node named a PV or claim of the other in any call.
 func TestTwoNodes(t *testing.T) {
@@ -58,6 +58,8 @@ func TestTwoNodes(t *testing.T) {
 		claims   map[string]*corev1.PersistentVolumeClaim // by role
 		removed  []string                                 // orphans the sweep must remove
 		retained []string                                 // orphans it must keep
+		// quarantined: orphans it must move into quarantine
+		quarantined []string
 	}
 	nodes := []*world{{env: a, tag: "a"}, {env: b, tag: "b"}}
 	// Orphans, made before the nodes start: a crash leftover (no record),
@@ -81,9 +83,12 @@ func TestTwoNodes(t *testing.T) {
 		for _, p := range []volume.ReclaimPolicy{volume.ReclaimUnrecorded, volume.ReclaimDelete, volume.ReclaimRetain} {
 			id := ownership.VolumeIDFor(uuid.NewUUID())
 			mk(id, p)
-			if p == volume.ReclaimRetain {
+			switch p {
+			case volume.ReclaimRetain:
 				w.retained = append(w.retained, id)
-			} else {
+			case volume.ReclaimDelete:
+				w.quarantined = append(w.quarantined, id)
+			default:
 				w.removed = append(w.removed, id)
 			}
 		}
@@ -205,6 +210,20 @@ func TestTwoNodes(t *testing.T) {
 		for _, v := range append([]string{id(w, "keep-retain"), id(w, "release-retain")}, w.retained...) {
 			wantRecords[v] = volume.ReclaimRetain
 		}
+		for _, v := range w.quarantined {
+			wantRecords[v] = volume.ReclaimDelete
+		}
+		qs, err := w.Vols.Quarantined(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var inQuarantine []string
+		for _, q := range qs {
+			inQuarantine = append(inQuarantine, q.ID)
+		}
+		if !slices.Equal(inQuarantine, slices.Sorted(slices.Values(w.quarantined))) {
+			t.Errorf("node %s has in quarantine %v, want %v", w.Node, inQuarantine, w.quarantined)
+		}
 		ents, err := os.ReadDir(w.Vols.Data.State.Records.FullPath())
 		if err != nil {
 			t.Fatal(err)
@@ -245,16 +264,16 @@ func TestTwoNodes(t *testing.T) {
 		}
 	}
 	for _, w := range nodes {
-		checkNodeActs(t, w.env, w.removed, w.retained, w.claims)
+		checkNodeActs(t, w.env, w.removed, w.retained, w.quarantined, w.claims)
 	}
 }
 
 // checkNodeActs checks from the outside what node e did: the Events on its
-// Node report the removal of exactly the orphans in removed and the
-// keeping of those in retained, every Event it sent about a deletion is
+// Node report the removal of exactly the orphans in removed, the keeping
+// of those in retained and the quarantine of those in quarantined, every Event it sent about a deletion is
 // about its own volumes, and (from the API server's audit log) every PV
 // or claim it named in a call is one of its own.
-func checkNodeActs(t *testing.T, e *env, removed, retained []string, claims map[string]*corev1.PersistentVolumeClaim) {
+func checkNodeActs(t *testing.T, e *env, removed, retained, quarantined []string, claims map[string]*corev1.PersistentVolumeClaim) {
 	t.Helper()
 	own := map[string]bool{}
 	ownClaims := map[string]bool{}
@@ -262,10 +281,10 @@ func checkNodeActs(t *testing.T, e *env, removed, retained []string, claims map[
 		own[ownership.VolumeIDFor(pvc.UID)] = true
 		ownClaims[pvc.Name] = true
 	}
-	for _, id := range append(slices.Clone(removed), retained...) {
+	for _, id := range slices.Concat(removed, retained, quarantined) {
 		own[id] = true
 	}
-	var gotRemoved, gotRetained []string
+	var gotRemoved, gotRetained, gotQuarantined []string
 	for _, ev := range e.Events(types.UID(e.Node)) {
 		if ev.Source.Host != e.Node {
 			t.Errorf("Event on node %s from %q: %s", e.Node, ev.Source.Host, ev.Message)
@@ -275,9 +294,11 @@ func checkNodeActs(t *testing.T, e *env, removed, retained []string, claims map[
 			gotRemoved = append(gotRemoved, volumeIn(ev.Message))
 		case ReasonOrphanRetained:
 			gotRetained = append(gotRetained, volumeIn(ev.Message))
+		case ReasonOrphanQuarantined:
+			gotQuarantined = append(gotQuarantined, volumeIn(ev.Message))
 		}
 	}
-	for what, c := range map[string][2][]string{"removed": {gotRemoved, removed}, "kept": {gotRetained, retained}} {
+	for what, c := range map[string][2][]string{"removed": {gotRemoved, removed}, "kept": {gotRetained, retained}, "quarantined": {gotQuarantined, quarantined}} {
 		got, want := slices.Sorted(slices.Values(c[0])), slices.Sorted(slices.Values(c[1]))
 		if !slices.Equal(got, want) {
 			t.Errorf("node %s reports orphans %s: %v, want %v", e.Node, what, got, want)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,7 +31,15 @@ import (
 //     policy is Delete (its PV was deleted before we could release it);
 //   - all of this has been true on every check for the whole grace period,
 //     which is far longer than informer lag and than the gap between
-//     creating a volume and creating its PV.
+//     creating a volume and creating its PV;
+//   - the node is connected to the cluster the volume was made in
+//     (quarantine.go).
+//
+// A volume recorded as Delete is then not removed but moved into
+// quarantine, and removed after a retention period unless its PV comes
+// back (quarantine.go): its PV was seen, and its absence may be a restore
+// of the cluster's etcd rather than a deletion. Only a volume with no
+// record, which never had a PV, is removed at once.
 //
 // A volume recorded as Retain whose PV and claim are gone (an administrator
 // deleted a retained PV by hand) is reported, with a Warning Event on the
@@ -51,6 +60,7 @@ func orphanCheckInterval(grace time.Duration) time.Duration {
 
 func (r *run) reconcileOrphansLoop(ctx context.Context) {
 	grace := r.OrphanGracePeriod
+	r.adoptCluster(ctx)
 	ticker := r.clock.NewTicker(orphanCheckInterval(grace))
 	defer ticker.Stop()
 	for {
@@ -65,12 +75,24 @@ func (r *run) reconcileOrphansLoop(ctx context.Context) {
 	}
 }
 
-// reconcileOrphans runs one orphan check.
+// reconcileOrphans runs one orphan check, and one of the quarantine, if
+// the node is connected to the cluster its volumes were made in.
 func (r *run) reconcileOrphans(ctx context.Context, grace time.Duration) error {
 	entries, err := r.Volumes.List(ctx)
 	if err != nil {
 		return fmt.Errorf("listing volumes: %w", err)
 	}
+	quarantined, err := r.Volumes.Quarantined(ctx)
+	if err != nil {
+		return fmt.Errorf("listing quarantined volumes: %w", err)
+	}
+	// The cluster's identity is read live, at most once a round and only
+	// when a volume is due: a node with nothing to act on costs the API
+	// server nothing.
+	inCluster := sync.OnceValues(func() (bool, error) {
+		return r.inRecordedCluster(ctx, len(entries)+len(quarantined))
+	})
+	defer r.reconcileQuarantine(ctx, quarantined, inCluster)
 	now := r.clock.Now()
 	present := make(map[string]bool, len(entries))
 	for _, e := range entries {
@@ -96,7 +118,7 @@ func (r *run) reconcileOrphans(ctx context.Context, grace time.Duration) error {
 		if now.Sub(first) < grace {
 			continue
 		}
-		if err := r.removeOrphan(ctx, id, now.Sub(first)); err != nil {
+		if err := r.removeOrphan(ctx, id, now.Sub(first), inCluster); err != nil {
 			r.log.Warningf("removing orphaned volume %s: %v", id, err)
 		}
 	}
@@ -194,7 +216,7 @@ func (r *run) candidateSince(id string, now time.Time) time.Time {
 	first, ok := r.firstSeen[id]
 	if !ok {
 		r.firstSeen[id] = now
-		r.log.Infof("volume %s has no PV and no claim; removing it if that is still so in %s", id, r.OrphanGracePeriod)
+		r.log.Infof("volume %s has no PV and no claim; removing it (or, if it had a Delete PV, moving it into quarantine) if that is still so in %s", id, r.OrphanGracePeriod)
 		return now
 	}
 	return first
@@ -227,7 +249,7 @@ func (r *run) nodeRef() *corev1.ObjectReference {
 
 // removeOrphan re-checks an orphan under the volume's lock, with a live read
 // of its PV, and removes it.
-func (r *run) removeOrphan(ctx context.Context, id string, age time.Duration) error {
+func (r *run) removeOrphan(ctx context.Context, id string, age time.Duration, inCluster func() (bool, error)) error {
 	unlock := r.locks.Lock(id)
 	defer unlock()
 	if !r.unreferenced(id) {
@@ -251,6 +273,16 @@ func (r *run) removeOrphan(ctx context.Context, id string, age time.Duration) er
 		r.reportKept(id, why)
 		return nil
 	}
+	if ok, err := inCluster(); !ok {
+		return err // said once by inRecordedCluster
+	}
+	if p, err := r.Volumes.ReclaimPolicy(ctx, id); err != nil || p != volume.ReclaimUnrecorded {
+		if err != nil {
+			return err
+		}
+		// Its PV was seen: its absence may be a restore, not a deletion.
+		return r.quarantineOrphan(ctx, id, age)
+	}
 	start := time.Now()
 	err = r.Volumes.Delete(ctx, id)
 	r.Metrics.Observe(metrics.Delete, start, metrics.Reason(err))
@@ -258,10 +290,10 @@ func (r *run) removeOrphan(ctx context.Context, id string, age time.Duration) er
 		return fmt.Errorf("deleting volume: %w", err)
 	}
 	r.forgetCandidate(id)
-	r.log.Infof("audit: deleted orphaned volume %s and its data: no PV and no claim referred to it for %s", id, age.Round(time.Second))
+	r.log.Infof("audit: deleted orphaned volume %s and its data: it never had a PV, and no claim referred to it for %s", id, age.Round(time.Second))
 	// No PV or claim is left to carry the Event; the node is where the
 	// volume lived, and `kubectl describe node` is where one looks.
 	r.recorder.Eventf(r.nodeRef(), corev1.EventTypeNormal, ReasonOrphanDeleted,
-		"Deleted orphaned volume %s and its data: no PV and no claim referred to it for %s", id, age.Round(time.Second))
+		"Deleted orphaned volume %s and its data: it never had a PV, and no claim referred to it for %s", id, age.Round(time.Second))
 	return nil
 }

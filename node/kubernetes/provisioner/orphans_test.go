@@ -2,6 +2,8 @@ package provisioner
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,7 +21,8 @@ import (
 // TestOrphanedByHandDeletedPV: an administrator deletes PVs by hand. The
 // volume of a Retain PV (and of a PV patched from Delete to Retain before
 // its deletion) is kept past the grace period and reported on the Node; the
-// volume of a Delete PV deleted by hand is removed after the grace period.
+// volume of a Delete PV deleted by hand is moved into quarantine after the
+// grace period, whole, and removed after the retention period.
 func TestOrphanedByHandDeletedPV(t *testing.T) {
 	e := newEnv(t, true)
 	ctx := context.Background()
@@ -27,6 +30,7 @@ func TestOrphanedByHandDeletedPV(t *testing.T) {
 	e.CreateClass(retainClass, corev1.PersistentVolumeReclaimRetain, nil)
 	c := e.controller()
 	c.OrphanGracePeriod = 2 * time.Second
+	c.OrphanRetention = 8 * time.Second
 	e.start(c)
 
 	e.CreateClaim(controllertest.Claim{Name: "keep", Class: retainClass})
@@ -35,6 +39,10 @@ func TestOrphanedByHandDeletedPV(t *testing.T) {
 	_, keepPV := e.WaitBound("keep")
 	_, patchedPV := e.WaitBound("patched")
 	_, delPV := e.WaitBound("del")
+	delData := filepath.Join(e.Vols.Data.Volumes.FullPath(), delPV.Name, "data")
+	if err := os.WriteFile(delData, []byte("precious"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	// The policies as recorded on the node, the patched one after its PV
 	// changed to Retain.
@@ -81,11 +89,19 @@ func TestOrphanedByHandDeletedPV(t *testing.T) {
 		})
 	}
 
-	// Delete: an orphan like any other, removed after the grace period.
-	controllertest.Eventually(t, 30*time.Second, "Delete volume removed", func() (bool, error) {
+	// Delete: moved into quarantine after the grace period, whole ...
+	controllertest.Eventually(t, 30*time.Second, "Delete volume quarantined", func() (bool, error) {
 		return !slices.Contains(e.VolumeIDs(), delPV.Name), nil
 	})
-	e.WaitEvent(types.UID(e.Node), ReasonOrphanDeleted, delPV.Name)
+	quarantined := filepath.Join(e.Vols.Data.Quarantine.FullPath(), delPV.Name, "data")
+	if got, err := os.ReadFile(quarantined); err != nil || string(got) != "precious" {
+		t.Errorf("quarantined data %q, %v; want %q", got, err, "precious")
+	}
+	ev := e.WaitEvent(types.UID(e.Node), ReasonOrphanQuarantined, delPV.Name)
+	if ev.Type != corev1.EventTypeWarning {
+		t.Errorf("%s Event is %s, want Warning", ReasonOrphanQuarantined, ev.Type)
+	}
+	quarantinedAt := time.Now()
 
 	// Retain: kept, well past the grace period ...
 	if wait := 3*c.OrphanGracePeriod - time.Since(gone); wait > 0 {
@@ -107,6 +123,14 @@ func TestOrphanedByHandDeletedPV(t *testing.T) {
 			t.Errorf("%s Event for %s: %s %q; want a Warning saying it is kept for reclaim policy Retain", ReasonOrphanRetained, pv.Name, ev.Type, ev.Message)
 		}
 	}
+	// ... and removed once its retention is over, not before.
+	controllertest.Eventually(t, 30*time.Second, "quarantined volume removed", func() (bool, error) {
+		return !controllertest.FileExists(filepath.Dir(quarantined)), nil
+	})
+	if waited := time.Since(quarantinedAt); waited < c.OrphanRetention-c.OrphanGracePeriod {
+		t.Errorf("quarantined volume removed %s after it was quarantined, before its retention of %s", waited, c.OrphanRetention)
+	}
+	e.WaitEvent(types.UID(e.Node), ReasonOrphanDeleted, delPV.Name)
 	for _, ev := range e.Events(types.UID(e.Node)) {
 		if ev.Reason == ReasonOrphanDeleted && (ev.InvolvedObject.Name != e.Node || !strings.Contains(ev.Message, delPV.Name)) {
 			t.Errorf("unexpected orphan deletion: %s", ev.Message)

@@ -20,7 +20,10 @@
 //     deletion is finished by the next run (the PV is still Released).
 //   - Nothing bound is ever touched: data is only removed for a PV the API
 //     server reports (live, not from cache) as Released with policy Delete,
-//     or for a volume that no PV and no claim refers to.
+//     or for a volume that no PV and no claim refers to, and then only
+//     after a quarantine if a Delete PV of it was ever seen (orphans.go),
+//     and never while the node is connected to another cluster than the
+//     one its volumes were made in (quarantine.go).
 package provisioner
 
 import (
@@ -42,6 +45,14 @@ const (
 	ReasonVolumeDeleteFailed    = "VolumeDeleteFailed"
 	ReasonOrphanDeleted         = "OrphanedVolumeDeleted"
 	ReasonOrphanRetained        = "OrphanedVolumeRetained"
+	// ReasonOrphanQuarantined: a volume whose Delete PV vanished was
+	// moved into quarantine, and ReasonOrphanRestored: it came back
+	// because its PV or claim did.
+	ReasonOrphanQuarantined = "OrphanedVolumeQuarantined"
+	ReasonOrphanRestored    = "OrphanedVolumeRestored"
+	// ReasonOtherCluster: the node is connected to another cluster than
+	// the one its volumes were made for, and deletes nothing of them.
+	ReasonOtherCluster = "VolumesOfAnotherCluster"
 	// ReasonVolumeMadeElsewhere: the claim's PV exists, but another node
 	// (or someone else) made it, not this node, on which the claim was
 	// placed.
@@ -53,6 +64,9 @@ const (
 	DefaultClaimWorkers      = 16
 	DefaultVolumeWorkers     = 4
 	DefaultOrphanGracePeriod = 10 * time.Minute
+	// DefaultOrphanRetention is long enough for an operator to notice a
+	// restore gone wrong over a weekend and put the PVs back.
+	DefaultOrphanRetention = 7 * 24 * time.Hour
 )
 
 // Volumes is the part of the volume manager (*volume.Manager) the
@@ -67,6 +81,15 @@ type Volumes interface {
 	// after the PV is gone (an administrator deleted a Retain PV).
 	SetReclaimPolicy(ctx context.Context, id string, p volume.ReclaimPolicy) error
 	ReclaimPolicy(ctx context.Context, id string) (volume.ReclaimPolicy, error)
+	// Quarantine, Restore, Quarantined and DeleteQuarantined keep the
+	// volumes whose Delete PV vanished (see quarantine.go).
+	Quarantine(ctx context.Context, id string, now time.Time) error
+	Restore(ctx context.Context, id string) error
+	Quarantined(ctx context.Context) ([]volume.QuarantinedVolume, error)
+	DeleteQuarantined(ctx context.Context, id string) error
+	// ClusterID and RecordCluster keep the cluster the volumes are of.
+	ClusterID() (string, error)
+	RecordCluster(id string) (string, error)
 	// Space measures what the data filesystem can still hold, by the
 	// accounting Create admits volumes with.
 	Space(ctx context.Context) (volume.Space, error)
@@ -95,6 +118,9 @@ type Config struct {
 	// before it is removed. It covers the lag of the informers and the time
 	// between creating a volume and creating its PV.
 	OrphanGracePeriod time.Duration
+	// OrphanRetention is how long a quarantined volume is kept before
+	// its data is removed.
+	OrphanRetention time.Duration
 	// TestOnlyNoOrphanRemoval turns the orphan reconciler off, so volumes
 	// a crash leaves without PV and claim stay. Only for tests: the crash
 	// test's negative control runs without it to show that its leak check
@@ -124,5 +150,6 @@ func New(cfg Config) (*Controller, error) {
 	cfg.ClaimWorkers = controller.OrDefault(cfg.ClaimWorkers, DefaultClaimWorkers)
 	cfg.VolumeWorkers = controller.OrDefault(cfg.VolumeWorkers, DefaultVolumeWorkers)
 	cfg.OrphanGracePeriod = controller.OrDefault(cfg.OrphanGracePeriod, DefaultOrphanGracePeriod)
+	cfg.OrphanRetention = controller.OrDefault(cfg.OrphanRetention, DefaultOrphanRetention)
 	return &Controller{Config: cfg}, nil
 }

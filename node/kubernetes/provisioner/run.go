@@ -54,6 +54,13 @@ type run struct {
 	elsewhere sync.Map
 
 	holds holds // see handBack
+
+	// clusterMu guards recordedCluster: the cluster was recorded on the
+	// node by this incarnation (recordCluster). otherCluster: the node
+	// said it is connected to another cluster (reportOtherCluster).
+	clusterMu       sync.Mutex
+	recordedCluster bool
+	otherCluster    atomic.Bool
 }
 
 // Run provisions and deletes volumes until ctx ends.

@@ -136,6 +136,9 @@ func (r *run) ensureVolume(ctx context.Context, pvc *corev1.PersistentVolumeClai
 	// claim that does not fit is refused here (ErrNoSpace, no volume),
 	// whatever the scheduler thought.
 	mode := req.volumeMode()
+	if err := r.recordCluster(ctx); err != nil {
+		return volume.Info{}, err
+	}
 	info, err := r.Volumes.Create(ctx, req.id, mode, req.bytes, req.params.CreateOptions(mode)...)
 	if err != nil {
 		switch {
@@ -281,6 +284,11 @@ func (r *run) syncVolume(ctx context.Context, name string) error {
 	if !exists {
 		r.volumeQ.Forget(name)
 		return nil
+	}
+	if owns, _ := ownership.OwnsVolume(pv, r.Driver, r.hostname); owns && pv.DeletionTimestamp == nil {
+		// A PV of a quarantined volume is back (a restore): its data
+		// first, then its record.
+		r.restoreQuarantined(ctx, pv.Name, "its PV "+pv.Name+" exists")
 	}
 	if err := r.recordPolicy(ctx, pv); err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
@@ -124,6 +125,11 @@ func TestRejectedPVLeavesNoVolume(t *testing.T) {
 // class, with a PV cache the watch never fills.
 func unitRun(t *testing.T, client *fake.Clientset) (*run, *fakeVolumes, string) {
 	t.Helper()
+	// The cluster's identity, which the provisioner records before it
+	// makes a volume.
+	if err := client.Tracker().Add(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: metav1.NamespaceSystem, UID: "cluster-uid"}}); err != nil {
+		t.Fatal(err)
+	}
 	claims := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{ownership.UIDIndex: ownership.IndexByUID})
 	pvc := testClaim()
 	if err := claims.Add(pvc); err != nil {
@@ -170,3 +176,12 @@ func TestMissedDeletionKeepsData(t *testing.T) {
 		t.Errorf("missed deletion of a Delete PV recorded %q, want %q", got, volume.ReclaimRetain)
 	}
 }
+
+func (f *fakeVolumes) Quarantine(context.Context, string, time.Time) error { return nil }
+func (f *fakeVolumes) Restore(context.Context, string) error               { return volume.ErrNotFound }
+func (f *fakeVolumes) Quarantined(context.Context) ([]volume.QuarantinedVolume, error) {
+	return nil, nil
+}
+func (f *fakeVolumes) DeleteQuarantined(context.Context, string) error { return nil }
+func (f *fakeVolumes) ClusterID() (string, error)                      { return "", nil }
+func (f *fakeVolumes) RecordCluster(id string) (string, error)         { return id, nil }
