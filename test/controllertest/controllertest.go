@@ -131,6 +131,39 @@ func ControlPlane(t testing.TB) *launch.ControlPlane {
 	return controlPlane.cp
 }
 
+// NewControlPlane starts a control plane of the test's own, stopped when
+// the test ends, for tests that do to a cluster what the shared one must
+// not suffer (restore its etcd) or that need a second cluster.
+func NewControlPlane(t testing.TB) *launch.ControlPlane {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a control plane (-short)")
+	}
+	dir, err := os.MkdirTemp("", "plinth-ctl-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cfg := launch.ControlPlaneConfig{Dir: dir}
+	if testing.Verbose() {
+		cfg.Log = os.Stderr
+	}
+	cp, err := launch.StartControlPlane(ctx, cfg)
+	if err != nil {
+		t.Fatalf("starting a control plane: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := cp.Stop(context.Background()); err != nil {
+			t.Errorf("stopping control plane: %v", err)
+		}
+		if !t.Failed() {
+			_ = os.RemoveAll(dir)
+		}
+	})
+	return cp
+}
+
 // NodeClient is a client of the control plane with a node agent's
 // restricted rights (the control plane's own node's identity, in the group
 // NodeProcess's per-node identities are in too), for tests that check what
@@ -162,7 +195,10 @@ func NodeAgentClient(t testing.TB, node string) kubernetes.Interface {
 // Env is one test's world: a namespace, a StorageClass, a node name and a
 // data directory with its volume manager.
 type Env struct {
-	T      testing.TB
+	T testing.TB
+	// CP is the control plane the env is in (ControlPlane's, or one of
+	// the test's own: NewEnvOn).
+	CP     *launch.ControlPlane
 	Client kubernetes.Interface
 	NS     string
 	Class  string
@@ -185,7 +221,12 @@ const (
 // data directory is on the VM's XFS disk with prjquota).
 func NewEnv(t testing.TB, allowUnenforced bool) *Env {
 	t.Helper()
-	cp := ControlPlane(t)
+	return NewEnvOn(t, ControlPlane(t), allowUnenforced)
+}
+
+// NewEnvOn is NewEnv in the control plane cp.
+func NewEnvOn(t testing.TB, cp *launch.ControlPlane, allowUnenforced bool) *Env {
+	t.Helper()
 	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
 	if len(name) > 40 {
 		name = name[:40]
@@ -208,7 +249,7 @@ func NewEnv(t testing.TB, allowUnenforced bool) *Env {
 	if err != nil {
 		t.Fatalf("creating namespace: %v", err)
 	}
-	e := &Env{T: t, Client: cp.Client, NS: name, Class: "sc-" + name, Node: "node-" + name}
+	e := &Env{T: t, CP: cp, Client: cp.Client, NS: name, Class: "sc-" + name, Node: "node-" + name}
 	e.CreateClass(e.Class, corev1.PersistentVolumeReclaimDelete, nil)
 	e.Dir = t.TempDir()
 	if ktest.InVM() {

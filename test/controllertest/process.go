@@ -229,7 +229,11 @@ func (e *Env) NodeProcess(t *testing.T, args ...string) *NodeProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig, err := ControlPlane(t).NodeAgentKubeconfig(e.Node)
+	cp := e.CP
+	if cp == nil {
+		cp = ControlPlane(t)
+	}
+	kubeconfig, err := cp.NodeAgentKubeconfig(e.Node)
 	if err != nil {
 		t.Fatal(err)
 	}
