@@ -41,6 +41,11 @@ type DataDirectory struct {
 	// project ID; like Volumes it carries no project ID of its own (a
 	// rename into a directory of another project fails on XFS).
 	Quarantine VolumesDirectory `dir:"quarantine" mode:"0700"`
+	// Snapshots holds one directory per snapshot of a volume
+	// (SnapshotDirectory): copy-on-write copies of volumes' data, which
+	// must be on the same filesystem as the volumes for a copy to share
+	// their blocks. 0700 for the same reason as Volumes.
+	Snapshots SnapshotsDirectory `dir:"snapshots" mode:"0700"`
 	// State is plinth-node's persistent runtime state.
 	State StateDirectory `dir:"state" mode:"0700"`
 }

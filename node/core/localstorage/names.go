@@ -87,6 +87,16 @@ func ValidateVolumeID(id string) error {
 	return nil
 }
 
+// ValidateSnapshotID checks a snapshot ID by the same rule as volume IDs
+// ("snapshot-" + a UUID is 45 characters), for the same reasons: it
+// becomes a directory name, a CSI snapshot handle and part of log lines.
+func ValidateSnapshotID(id string) error {
+	if err := dnsname.CheckLabel(id); err != nil {
+		return &NameError{Kind: "snapshot ID", Name: id, Reason: err.Error()}
+	}
+	return nil
+}
+
 // ValidateDriverName checks a CSI driver name as the CSI spec defines it: at
 // most 63 characters, domain-name notation (letters, digits, "-" and "."),
 // starting and ending with a letter or digit. Driver names become directory

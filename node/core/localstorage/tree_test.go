@@ -184,6 +184,7 @@ func TestMkdirAllCreatesDeclaredModes(t *testing.T) {
 			"data":                       0o755,
 			"data/volumes":               0o700,
 			"data/quarantine":            0o700,
+			"data/snapshots":             0o700,
 			"data/state":                 0o700,
 			"data/state/projects":        0o700,
 			"data/state/operations":      0o700,

@@ -1,0 +1,54 @@
+package volumetest
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"source.plinth.dev/test/ktest"
+)
+
+// ReflinkXFS returns an empty directory on an XFS that makes copy-on-write
+// copies (reflink=1), removed when the test ends. In the kernel-test VM it
+// is on the VM's xfs disk, with project quotas enforced. On the host,
+// whose kernel has XFS but no XFS quota support, it is a fresh sparse XFS
+// image of 1 GiB below the test's temporary directory, mounted through a
+// loop device (mount -o loop detaches it again at unmount): the place to
+// test copies without quotas. It needs root, and mkfs.xfs on the host.
+func ReflinkXFS(t testing.TB) string {
+	t.Helper()
+	if ktest.InVM() {
+		return ktest.TempDir(t, "xfs")
+	}
+	ktest.RequireRoot(t)
+	if _, err := exec.LookPath("mkfs.xfs"); err != nil {
+		t.Skip("needs mkfs.xfs (xfsprogs) on the host")
+	}
+	tmp := t.TempDir()
+	img := filepath.Join(tmp, "xfs.img")
+	if err := os.WriteFile(img, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mkfs.xfs", "-q", "-m", "reflink=1", img).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.xfs: %v: %s", err, out)
+	}
+	mnt := filepath.Join(tmp, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mounting %s: %v: %s", img, err, out)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(mnt, 0); err != nil {
+			t.Errorf("unmounting %s: %v", mnt, err)
+		}
+	})
+	return mnt
+}
