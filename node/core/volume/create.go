@@ -43,6 +43,8 @@ type CreateOption func(*createOptions)
 type createOptions struct {
 	rootDirMode fs.FileMode
 	overcommit  Overcommit
+	// source, when set, is what the volume is a copy of (clone.go).
+	source *copySource
 }
 
 // WithRootDirMode makes a filesystem volume's root directory mode perm
@@ -93,7 +95,9 @@ func FormatRootDirMode(perm fs.FileMode) string {
 // made. On failure (ErrNoSpace for a full disk, among others) nothing of
 // the volume is left behind. The root directory's mode is set when the
 // volume is made and not compared by later calls: the kubelet (applying
-// an fsGroup) and the pods themselves may change it afterwards.
+// an fsGroup) and the pods themselves may change it afterwards. With
+// FromSnapshot or FromVolume the volume is made as a copy (clone.go); one
+// that exists already is returned only if it was made from that source.
 func (m *Manager) Create(ctx context.Context, id string, mode Mode, bytes int64, opts ...CreateOption) (Info, error) {
 	if err := ctx.Err(); err != nil {
 		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
@@ -107,11 +111,14 @@ func (m *Manager) Create(ctx context.Context, id string, mode Mode, bytes int64,
 		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
 	}
 	o, err := m.createOptionsFor(mode, opts)
+	if err == nil {
+		err = o.source.check(m, id, o)
+	}
 	if err != nil {
 		return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
 	}
 
-	unlock := m.locks.Lock(id)
+	unlock := m.locks.Lock(append(o.source.lockKeys(), id)...)
 	defer unlock()
 	// A volume in quarantine is this ID's data: its consumer is back
 	// (quarantine.go), and gets it rather than an empty volume beside it.
@@ -122,6 +129,9 @@ func (m *Manager) Create(ctx context.Context, id string, mode Mode, bytes int64,
 	switch {
 	case err == nil:
 		if cur.Mode == mode && cur.CapacityBytes == size {
+			if err := o.source.matches(m, cur); err != nil {
+				return Info{}, fmt.Errorf("creating volume %s: %w", id, err)
+			}
 			return cur, nil
 		}
 		return Info{}, fmt.Errorf("creating %v volume %s of %d bytes: %w: it is a %v volume of %d bytes",
@@ -180,9 +190,12 @@ func (m *Manager) build(id string, mode Mode, size int64, o createOptions) error
 		return err
 	}
 	var err error
-	if mode == Filesystem {
+	switch {
+	case o.source != nil:
+		err = m.createCopy(id, mode, size, o)
+	case mode == Filesystem:
 		err = m.createFilesystem(id, size, o.rootDirMode, o.overcommit)
-	} else {
+	default:
 		err = m.createBlock(id, size, o.overcommit)
 	}
 	if err != nil {

@@ -106,7 +106,8 @@ type Recovery struct {
 }
 
 // Recover settles every interrupted operation (undoing interrupted
-// Creates, completing Deletes, trimming Expands) and releases project IDs
+// Creates, completing Deletes, trimming Expands, removing snapshots left
+// incomplete, whose Recovery.ID is "snapshot/<id>") and releases project IDs
 // claimed for volumes that no longer exist. Call it once at start, before
 // serving requests; it is also safe while requests are served, because it
 // takes each volume's lock. It returns what it did so the caller can log
@@ -135,6 +136,11 @@ func (m *Manager) Recover(ctx context.Context) ([]Recovery, error) {
 		if r, ok := m.recoverOne(id); ok {
 			done = append(done, r)
 		}
+	}
+	snaps, err := m.recoverSnapshots(ctx)
+	done = append(done, snaps...)
+	if err != nil {
+		return done, fmt.Errorf("recovering snapshots: %w", err)
 	}
 	if m.ProjectIDs == nil {
 		return done, nil

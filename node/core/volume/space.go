@@ -34,6 +34,19 @@ import (
 //   - A filesystem volume without quota (the operator allowed unenforced
 //     capacity) promises nothing that can be measured: only what it has
 //     written counts, through the free space.
+//   - A copy-on-write copy (a snapshot, or a volume made from a snapshot
+//     or another volume: snapshot.go, clone.go) shares its source's
+//     blocks: it takes no free space when it is made, but once either
+//     side overwrites what they share, the writer needs new blocks. So
+//     each copy's shared bytes count as promised, like a thick volume's
+//     unused room: a snapshot's what its data held when it was made
+//     (Snapshot.ReservedBytes), a volume copy's what it shared with its
+//     source (copyXattr). A fully allocated block volume therefore never
+//     fails a write because a snapshot holds its old blocks. The
+//     reservation is not reduced as the two sides diverge (finding out
+//     which blocks are still shared costs a walk of every extent): it
+//     errs on the side of room kept. Over-commit lends it out like any
+//     other promised room.
 //   - The node share (share.go: the kubelet's, containerd's and the pods'
 //     logs' directories on a booted node) has a reserve, which counts like
 //     a thick filesystem volume of that size: the part its files do not
@@ -91,7 +104,8 @@ type Space struct {
 	// Free is what the data filesystem reports available to its users.
 	Free int64
 	// Promised is the room filesystem volumes may still fill (the sum of
-	// their limits minus their usage); zero when quotas are not enforced.
+	// their limits minus their usage; zero when quotas are not enforced),
+	// plus what copy-on-write copies reserve for the blocks they share.
 	Promised int64
 	// Unallocated is the part of block images not allocated on the data
 	// filesystem (holes their pods' discards punched): free space that
@@ -185,7 +199,7 @@ func (m *Manager) checkSpace(size int64, r Overcommit) error {
 		if s.ShareReserve > 0 {
 			holes += fmt.Sprintf(", and %s to the node's reserve for its images, logs and emptyDirs", formatBytes(s.ShareReserve))
 		}
-		return fmt.Errorf("%w: %s requested, %s free on the data filesystem, of which %s are promised to existing filesystem volumes%s%s",
+		return fmt.Errorf("%w: %s requested, %s free on the data filesystem, of which %s are promised to existing filesystem volumes and snapshots%s%s",
 			ErrNoSpace, formatBytes(size), formatBytes(s.Free), formatBytes(s.Promised), over, holes)
 	}
 	return nil
@@ -225,7 +239,13 @@ func (m *Manager) promisedIn(dir *localstorage.VolumesDirectory) (promised, unal
 				continue // removed meanwhile
 			}
 			unallocated += imageHoles(&st)
+			promised += copyReserve(img.FullPath())
 			continue
+		}
+		if e.Kind == localstorage.VolumeFilesystem {
+			if dir, err := m.Data.Volumes.Filesystem(e.ID); err == nil {
+				promised += copyReserve(dir.FullPath())
+			}
 		}
 		if e.Kind != localstorage.VolumeFilesystem || !enforced {
 			continue
@@ -244,7 +264,22 @@ func (m *Manager) promisedIn(dir *localstorage.VolumesDirectory) (promised, unal
 			promised += int64(q.Limits.Bytes - q.UsedBytes)
 		}
 	}
-	return promised, unallocated, nil
+	snaps, err := m.snapshotsReserved()
+	if err != nil {
+		return 0, 0, fmt.Errorf("checking free space: %w", err)
+	}
+	return promised + snaps, unallocated, nil
+}
+
+// copyReserve is what a volume made as a copy (its directory or image at
+// path) keeps reserved for the blocks it shares (copyXattr): 0 for a
+// volume that is no copy, or whose record cannot be read.
+func copyReserve(path string) int64 {
+	_, shared, err := readCopyXattr(path)
+	if err != nil {
+		return 0
+	}
+	return shared
 }
 
 // imageHoles is how much of an image file (its stat) is not allocated:

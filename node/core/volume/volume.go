@@ -43,6 +43,7 @@ import (
 	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/pkg/fsquota"
 	"source.plinth.dev/pkg/keymutex"
+	"source.plinth.dev/pkg/reflink"
 )
 
 // Sentinel errors. Every error a Manager returns for one of these conditions
@@ -69,15 +70,17 @@ var (
 
 // Infeasible reports whether err means the request cannot be met as asked,
 // so that repeating it unchanged is pointless: it is malformed (ErrInvalid),
-// conflicts with an existing volume (ErrExists), or does not fit (ErrNoSpace,
-// ErrCapacityNotEnforced). Every other error (I/O, a cancelled context, a
+// conflicts with an existing volume (ErrExists), does not fit (ErrNoSpace,
+// ErrCapacityNotEnforced), or needs copies the data filesystem cannot make
+// (ErrCopyUnsupported). Every other error (I/O, a cancelled context, a
 // volume still in use) is transient. This is the one classification of
 // volume errors: the provisioner and the resizer report an infeasible
 // request and wait for it to change instead of retrying, and the CSI plugin
 // answers it with a code that tells the caller not to retry unchanged.
 func Infeasible(err error) bool {
 	return errors.Is(err, ErrInvalid) || errors.Is(err, ErrExists) ||
-		errors.Is(err, ErrNoSpace) || errors.Is(err, ErrCapacityNotEnforced)
+		errors.Is(err, ErrNoSpace) || errors.Is(err, ErrCapacityNotEnforced) ||
+		errors.Is(err, ErrCopyUnsupported)
 }
 
 // Mode is a volume's access type.
@@ -166,6 +169,10 @@ type Manager struct {
 	// set. Their size is then recorded but not enforced.
 	AllowUnenforced bool
 
+	// reflinkErr is nil when the data filesystem makes copy-on-write
+	// copies (snapshot.go), and otherwise says why not.
+	reflinkErr error
+
 	locks keymutex.Set
 	// changes is signalled after each operation that may have changed
 	// the data filesystem (see Changed).
@@ -243,6 +250,9 @@ func New(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("creating volume manager: %w: node share reserve %d is negative", ErrInvalid, cfg.Share.Reserve)
 	}
 	m := &Manager{Data: cfg.Data, QuotaError: cfg.QuotaError, AllowUnenforced: cfg.AllowUnenforced}
+	// Probed where snapshots are made, on the volumes' filesystem. A
+	// failure is kept, not returned: volumes work without copies.
+	m.reflinkErr = reflink.Probe(cfg.Data.Snapshots.FullPath())
 	m.share.cfg = cfg.Share
 	if cfg.QuotaError == nil {
 		ids, err := fsquota.NewIDAllocator(cfg.Data.State.Projects.FullPath(), FirstProjectID, LastProjectID)
