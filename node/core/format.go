@@ -45,8 +45,11 @@ func IsBlank(dev string) (bool, error) {
 // the blank check ever be wrong, mkfs.xfs itself refuses to overwrite a
 // filesystem it recognises. Version 5 XFS (the default) keeps project
 // quotas in their own inode, so prjquota at mount is all quotas need.
+// reflink=1 is the default since xfsprogs 5.1 and is what snapshots and
+// clones need (volume.ErrCopyUnsupported); it is asked for by name so an
+// mkfs.xfs with other defaults cannot leave it out silently.
 func mkfsArgs(dev string) []string {
-	return []string{"-q", "-L", "plinth-data", dev}
+	return []string{"-q", "-L", "plinth-data", "-m", "reflink=1", dev}
 }
 
 // formatIfBlank formats m's device as XFS if it is blank; it reports

@@ -43,6 +43,9 @@ func volumesRunnable(cfg Config, dd *DataDir) step[*volume.Manager] {
 			return nil, fmt.Errorf("recovering volumes: %w", err)
 		}
 		logCapacityRule(log, vols)
+		if err := vols.CopyOnWriteError(); err != nil {
+			log.Warningf("snapshots and clones will be refused: %v; volumes work as always. They need the data filesystem to be XFS made with reflink=1 (mkfs.xfs's default since xfsprogs 5.1).", err)
+		}
 		// Before any service starts: the kubelet and containerd write
 		// into the share from their first file.
 		share, err := vols.SetUpShare(ctx)

@@ -72,7 +72,9 @@ type Disk struct {
 func Disks() []Disk {
 	return []Disk{
 		// mkfs.xfs refuses images under 300 MB; sparse files cost nothing.
-		{Name: "xfs", FS: "xfs", Size: 512 << 20, Mkfs: []string{"mkfs.xfs", "-q", "-f"}, Options: "prjquota"},
+		// reflink=1, as on a node (core's mkfsArgs): snapshots and
+		// clones are tested here (volume's TestBlockSnapshotAndRestore).
+		{Name: "xfs", FS: "xfs", Size: 512 << 20, Mkfs: []string{"mkfs.xfs", "-q", "-f", "-m", "reflink=1"}, Options: "prjquota"},
 		{Name: "ext4", FS: "ext4", Size: 256 << 20, Mkfs: []string{"mkfs.ext4", "-q", "-F", "-O", "quota,project", "-E", "quotatype=prjquota"}, Options: "prjquota"},
 		// An XFS without quota options, to test that missing support is
 		// detected and explained.
@@ -85,7 +87,7 @@ func Disks() []Disk {
 		// what a failed fallocate leaves behind (volume's
 		// TestFailedExpansionOnXFSIsTrimmed). Sparse: mkfs writes
 		// about 65 MB of it.
-		{Name: "xfs-12g", FS: "xfs", Size: 12 << 30, Mkfs: []string{"mkfs.xfs", "-q", "-f"}},
+		{Name: "xfs-12g", FS: "xfs", Size: 12 << 30, Mkfs: []string{"mkfs.xfs", "-q", "-f", "-m", "reflink=1"}},
 	}
 }
 

@@ -39,8 +39,10 @@ func mountDataFS(ctx context.Context, image, mountPoint string, size int64) (*da
 		return nil, fmt.Errorf("sizing data image: %w", err)
 	}
 	// mkfs.xfs writes through the file, not the loop device, so nothing is
-	// attached yet when it fails.
-	if out, err := exec.CommandContext(ctx, "mkfs.xfs", "-q", image).CombinedOutput(); err != nil {
+	// attached yet when it fails. reflink=1 (the default since xfsprogs
+	// 5.1, named so other defaults cannot drop it): snapshots and clones
+	// need it.
+	if out, err := exec.CommandContext(ctx, "mkfs.xfs", "-q", "-m", "reflink=1", image).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("formatting data image: mkfs.xfs: %w: %s (install xfsprogs)", err, out)
 	}
 	dev, err := loop.Create(f, loop.Options{Autoclear: true})
