@@ -23,6 +23,16 @@ func ReflinkXFS(t testing.TB) string {
 	if ktest.InVM() {
 		return ktest.TempDir(t, "xfs")
 	}
+	return LoopXFS(t, 1<<30)
+}
+
+// LoopXFS mounts a fresh XFS (reflink=1, no quotas) of size bytes, a
+// sparse image below the test's temporary directory attached to a loop
+// device, and returns its mount point; it is unmounted (and the loop
+// device detached) when the test ends. The image takes host disk space
+// only as the filesystem is written. It needs root and mkfs.xfs.
+func LoopXFS(t testing.TB, size int64) string {
+	t.Helper()
 	ktest.RequireRoot(t)
 	if _, err := exec.LookPath("mkfs.xfs"); err != nil {
 		t.Skip("needs mkfs.xfs (xfsprogs) on the host")
@@ -32,7 +42,7 @@ func ReflinkXFS(t testing.TB) string {
 	if err := os.WriteFile(img, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Truncate(img, 1<<30); err != nil {
+	if err := os.Truncate(img, size); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command("mkfs.xfs", "-q", "-m", "reflink=1", img).CombinedOutput(); err != nil {

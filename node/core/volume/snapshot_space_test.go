@@ -124,7 +124,7 @@ func TestCopiesReserveWhatTheyShare(t *testing.T) {
 // settleFreeSpace waits until the data filesystem's usage stops changing:
 // XFS frees a deleted file's blocks in the background (inodegc), and a
 // syncfs does not always wait for that.
-func settleFreeSpace(t *testing.T, m *Manager) {
+func settleFreeSpace(t testing.TB, m *Manager) {
 	t.Helper()
 	last := usedBytes(t, m)
 	for range 100 {

@@ -23,6 +23,11 @@
 // so a volume whose consumer object is gone still says whether its data is
 // to be kept.
 //
+// Snapshots of volumes, and volumes made from a snapshot or another
+// volume, are copy-on-write copies on the same data filesystem
+// (snapshot.go, clone.go): crash-safe the same way, counted by the same
+// space accounting.
+//
 // The room a filesystem volume was promised is free space as far as the
 // filesystem knows; the node share (share.go) gives the node's other
 // writers on the data filesystem (the kubelet's and containerd's
