@@ -239,7 +239,8 @@ func (m *Manager) startSnapshot(s localstorage.SnapshotDirectory, rec snapshotRe
 }
 
 // heldBytes is what volume vol holds on the data filesystem now: its
-// quota's usage (0 where quotas are not enforced: nothing measurable), or
+// quota's usage (0 where quotas are not enforced, or the volume lost its
+// quota: nothing measurable; the copy then records what it measured), or
 // its image's allocated blocks. A copy shares that much with it.
 func (m *Manager) heldBytes(vol Info, fsPath, imgPath string) (int64, error) {
 	if vol.Mode == Block {
@@ -253,6 +254,9 @@ func (m *Manager) heldBytes(vol Info, fsPath, imgPath string) (int64, error) {
 		return 0, nil
 	}
 	q, err := m.quotaOf(vol.ID, fsPath)
+	if errors.Is(err, fsquota.ErrNoQuota) {
+		return 0, nil
+	}
 	if err != nil {
 		return 0, fmt.Errorf("reading the volume's usage: %w", err)
 	}
