@@ -39,6 +39,11 @@ import (
 //     full from the start (TestRestoredFilesystemVolumeQuotaHolds): the
 //     limit holds as for any volume.
 
+// ErrSmallerThanSource is matched, besides ErrInvalid, by the error of a
+// copy asked to be smaller than its source, so that the CSI layer can
+// answer it with the code the spec names for it (OUT_OF_RANGE).
+var ErrSmallerThanSource = errors.New("smaller than its source")
+
 // copySource is what a volume is copied from: a snapshot or a volume.
 type copySource struct {
 	snapshot, volume string
@@ -174,7 +179,7 @@ func (m *Manager) createCopy(id string, mode Mode, size int64, o createOptions) 
 		return fmt.Errorf("%w: %s is a %v volume's data; a %v volume cannot be made from it", ErrInvalid, o.source, src.mode, mode)
 	}
 	if size < src.size {
-		return fmt.Errorf("%w: %s is %s; a volume made from it must be at least that large, not %s", ErrInvalid, o.source, formatBytes(src.size), formatBytes(size))
+		return fmt.Errorf("%w: %w: %s is %s; a volume made from it must be at least that large, not %s", ErrInvalid, ErrSmallerThanSource, o.source, formatBytes(src.size), formatBytes(size))
 	}
 	if mode == Block {
 		return m.copyBlock(id, size, src, o)
