@@ -38,6 +38,10 @@ var goSpecs = []goSpec{
 			{Bench: regexp.MustCompile(`^Provision500$`), Metric: "PVCs-Bound/s", Series: "plinth provisioner", Scale: 500, Per: true},
 		},
 	},
+	copies("Block", "gib", "GiB of written image", "snapshot and restore under 50 ms, flat in the size (issue 39)",
+		"CreateSnapshot (one FICLONE of the image, fsync, records) and Create FromSnapshot of a written block volume."),
+	copies("Filesystem", "files", "files of 4 KiB", "in proportion to the files, not their bytes (issue 39)",
+		"CreateSnapshot (a tree walk, one FICLONE per file, syncfs) and Create FromSnapshot of a filesystem volume."),
 	foreignRSS("watched", "while both watch the 100,000 claims as they are created"),
 	foreignRSS("restarted", "after a restart, both having listed the 100,000 claims at start"),
 	resize("Block", "a block claim, size as BLKGETSIZE64 of the published device shows it, on the host", ""),
@@ -97,6 +101,19 @@ var goSpecs = []goSpec{
 	setQuota("ext4"),
 	quotaWatch("rewrite", "a busy writer: 4 KiB overwritten in one file per op, whose events the kernel merges into one per batch"),
 	quotaWatch("files", "many files: one of 10,000 files truncated, written (4 KiB) and closed per op, in turn, one check per file and batch"),
+}
+
+func copies(kind, key, xLabel, goal, what string) goSpec {
+	return goSpec{
+		Pkg: "source.plinth.dev/node/core/volume",
+		Result: result.Result{
+			Name: strings.ToLower(kind) + "-copies", Title: kind + " volume snapshot and restore against a full copy",
+			X: result.Axis{Label: xLabel}, Y: seconds, Baseline: "cp",
+			Goals: []string{goal},
+			Notes: []string{what + " On a loop-mounted XFS (reflink=1) on the host; cp is cp --reflink=never followed by a sync. B-used/op is the data filesystem's growth per operation.", countedNote},
+		},
+		Rules: []goRule{{Bench: regexp.MustCompile(`^` + kind + `Copies/` + key + `=(?P<x>\d+)/impl=(?P<series>.+)$`), Metric: "ns/op", Scale: nsPerOp}},
+	}
 }
 
 func foreignRSS(state, when string) goSpec {

@@ -17,23 +17,27 @@ import (
 // (one FICLONE each) against a full copy of its image (cp
 // --reflink=never, then fsync), on a loop-mounted XFS on the host, for
 // written images of the sizes in PLINTH_SNAPSHOT_BENCH_GIB (whole GiB,
-// comma-separated; default 1), on an XFS of three times that (the image,
+// comma-separated; default 1,4: flat in the size is the goal), on an XFS of three times that (the image,
 // the snapshot's reservation and the restore's). Each size needs about
 // twice its size of free host disk below the temporary directory while
 // the full copy runs. It
 // reports the data filesystem's growth per operation (B-used/op).
 //
-//	PLINTH_SNAPSHOT_BENCH_GIB=1,4 go test -run '^$' -bench BlockCopies -benchtime 5x ./node/core/volume
+// Sub-benchmarks are gib=N/impl=snapshot|restore|cp (the baseline), as
+// build/scripts/bench.sh and bench/report read them.
+//
+//	PLINTH_SNAPSHOT_BENCH_GIB=1,10 go test -run '^$' -bench BlockCopies -benchtime 5x ./node/core/volume
 func BenchmarkBlockCopies(b *testing.B) {
-	if os.Getenv("PLINTH_SNAPSHOT_BENCH_GIB") == "" {
-		os.Setenv("PLINTH_SNAPSHOT_BENCH_GIB", "1")
+	sizes := os.Getenv("PLINTH_SNAPSHOT_BENCH_GIB")
+	if sizes == "" {
+		sizes = "1,4"
 	}
-	for _, s := range strings.Split(os.Getenv("PLINTH_SNAPSHOT_BENCH_GIB"), ",") {
+	for _, s := range strings.Split(sizes, ",") {
 		gib, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || gib <= 0 {
 			b.Fatalf("PLINTH_SNAPSHOT_BENCH_GIB: %q is not a whole number of GiB", s)
 		}
-		b.Run(fmt.Sprintf("%dGiB", gib), func(b *testing.B) { benchBlockCopies(b, int64(gib)<<30) })
+		b.Run(fmt.Sprintf("gib=%d", gib), func(b *testing.B) { benchBlockCopies(b, int64(gib)<<30) })
 	}
 }
 
@@ -68,7 +72,7 @@ func benchBlockCopies(b *testing.B, size int64) {
 		settleFreeSpace(b, m)
 		return usedBytes(b, m)
 	}
-	b.Run("snapshot", func(b *testing.B) {
+	b.Run("impl=snapshot", func(b *testing.B) {
 		var grown int64
 		for i := 0; b.Loop(); i++ {
 			b.StopTimer()
@@ -89,7 +93,7 @@ func benchBlockCopies(b *testing.B, size int64) {
 	if _, err := m.CreateSnapshot(ctx, "src", "snap"); err != nil {
 		b.Fatal(err)
 	}
-	b.Run("restore", func(b *testing.B) {
+	b.Run("impl=restore", func(b *testing.B) {
 		var grown int64
 		for i := 0; b.Loop(); i++ {
 			b.StopTimer()
@@ -110,7 +114,7 @@ func benchBlockCopies(b *testing.B, size int64) {
 	if err := m.DeleteSnapshot(ctx, "snap"); err != nil {
 		b.Fatal(err)
 	}
-	b.Run("cp-reflink-never", func(b *testing.B) {
+	b.Run("impl=cp", func(b *testing.B) {
 		dst := img + ".copy"
 		var grown int64
 		for b.Loop() {
@@ -143,7 +147,8 @@ func benchBlockCopies(b *testing.B, size int64) {
 // restore (a tree walk, one FICLONE per file) against a full copy (cp -a
 // --reflink=never, then syncfs), for a volume of PLINTH_SNAPSHOT_BENCH_FILES
 // files of 4 KiB in directories of 1,000 (default 10,000), on a
-// loop-mounted XFS on the host.
+// loop-mounted XFS on the host. Sub-benchmarks are
+// files=N/impl=snapshot|restore|cp (the baseline).
 func BenchmarkFilesystemCopies(b *testing.B) {
 	files := 10000
 	if s := os.Getenv("PLINTH_SNAPSHOT_BENCH_FILES"); s != "" {
@@ -181,7 +186,7 @@ func BenchmarkFilesystemCopies(b *testing.B) {
 		settleFreeSpace(b, m)
 		return usedBytes(b, m)
 	}
-	b.Run(fmt.Sprintf("%dfiles/snapshot", files), func(b *testing.B) {
+	b.Run(fmt.Sprintf("files=%d/impl=snapshot", files), func(b *testing.B) {
 		var grown int64
 		for i := 0; b.Loop(); i++ {
 			b.StopTimer()
@@ -202,7 +207,7 @@ func BenchmarkFilesystemCopies(b *testing.B) {
 	if _, err := m.CreateSnapshot(ctx, "src", "snap"); err != nil {
 		b.Fatal(err)
 	}
-	b.Run(fmt.Sprintf("%dfiles/restore", files), func(b *testing.B) {
+	b.Run(fmt.Sprintf("files=%d/impl=restore", files), func(b *testing.B) {
 		var grown int64
 		for i := 0; b.Loop(); i++ {
 			b.StopTimer()
@@ -223,7 +228,7 @@ func BenchmarkFilesystemCopies(b *testing.B) {
 	if err := m.DeleteSnapshot(ctx, "snap"); err != nil {
 		b.Fatal(err)
 	}
-	b.Run(fmt.Sprintf("%dfiles/cp-reflink-never", files), func(b *testing.B) {
+	b.Run(fmt.Sprintf("files=%d/impl=cp", files), func(b *testing.B) {
 		dst := m.Data.Volumes.FullPath() + "/copy"
 		var grown int64
 		for b.Loop() {
