@@ -1,6 +1,7 @@
 package volumetest
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,7 +57,15 @@ func LoopXFS(t testing.TB, size int64) string {
 		t.Fatalf("mounting %s: %v: %s", img, err, out)
 	}
 	t.Cleanup(func() {
-		if err := unix.Unmount(mnt, 0); err != nil {
+		err := unix.Unmount(mnt, 0)
+		if errors.Is(err, unix.EBUSY) {
+			// A failed test may still hold a file open in it: detach
+			// it anyway, so that no mount outlives the test; the loop
+			// device goes when the last file closes.
+			t.Errorf("unmounting %s: %v (a file still open?); detaching it", mnt, err)
+			err = unix.Unmount(mnt, unix.MNT_DETACH)
+		}
+		if err != nil {
 			t.Errorf("unmounting %s: %v", mnt, err)
 		}
 	})

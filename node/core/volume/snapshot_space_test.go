@@ -63,6 +63,7 @@ func TestCopiesReserveWhatTheyShare(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer f.Close() // on failure; closed below otherwise
 		chunk := pattern(5, MiB)
 		for off := int64(0); off < size; off += MiB {
 			if _, err := f.WriteAt(chunk, off); err != nil {
