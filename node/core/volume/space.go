@@ -205,9 +205,10 @@ func (m *Manager) checkSpace(size int64, r Overcommit) error {
 	return nil
 }
 
-// promisedBytes sums, over filesystem volumes, the part of their quota they
-// have not used yet (where quotas are enforced), and over block volumes the
-// part of their image that is not allocated.
+// promisedBytes sums, over filesystem volumes (in use or quarantined), the
+// part of their quota they have not used yet (where quotas are enforced),
+// over block volumes the part of their image that is not allocated, and
+// the bytes copies and snapshots keep reserved for the blocks they share.
 func (m *Manager) promisedBytes() (promised, unallocated int64, err error) {
 	// Quarantined volumes keep their promise: a restored one must find
 	// its room (quarantine.go).
@@ -218,7 +219,11 @@ func (m *Manager) promisedBytes() (promised, unallocated int64, err error) {
 		}
 		promised, unallocated = promised+p, unallocated+u
 	}
-	return promised, unallocated, nil
+	snaps, err := m.snapshotsReserved()
+	if err != nil {
+		return 0, 0, fmt.Errorf("checking free space: %w", err)
+	}
+	return promised + snaps, unallocated, nil
 }
 
 // promisedIn is promisedBytes over the volumes in dir.
@@ -243,8 +248,8 @@ func (m *Manager) promisedIn(dir *localstorage.VolumesDirectory) (promised, unal
 			continue
 		}
 		if e.Kind == localstorage.VolumeFilesystem {
-			if dir, err := m.Data.Volumes.Filesystem(e.ID); err == nil {
-				promised += copyReserve(dir.FullPath())
+			if vol, err := dir.Filesystem(e.ID); err == nil {
+				promised += copyReserve(vol.FullPath())
 			}
 		}
 		if e.Kind != localstorage.VolumeFilesystem || !enforced {
@@ -264,11 +269,7 @@ func (m *Manager) promisedIn(dir *localstorage.VolumesDirectory) (promised, unal
 			promised += int64(q.Limits.Bytes - q.UsedBytes)
 		}
 	}
-	snaps, err := m.snapshotsReserved()
-	if err != nil {
-		return 0, 0, fmt.Errorf("checking free space: %w", err)
-	}
-	return promised + snaps, unallocated, nil
+	return promised, unallocated, nil
 }
 
 // copyReserve is what a volume made as a copy (its directory or image at
