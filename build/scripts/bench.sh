@@ -223,6 +223,9 @@ done
 # binaries are built (or found cached) now, not inside the first entry.
 build/scripts/apt-install.sh util-linux containernetworking-plugins
 PLINTH_K8S_BIN=$(third_party/kubernetes/build.sh)
+# The snapshot API (CRDs and snapshot-controller) every cluster has.
+PLINTH_SNAPSHOT_BIN=$(third_party/snapshotter/build.sh)
+export PLINTH_SNAPSHOT_BIN
 export PLINTH_K8S_BIN
 vm_ready=
 cp_args=()

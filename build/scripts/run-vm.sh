@@ -19,10 +19,11 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 build/scripts/apt-install.sh qemu-system-x86 iproute2
 k8s_bin=$(third_party/kubernetes/build.sh)
+snapshot_bin=$(third_party/snapshotter/build.sh)
 { read -r image; read -r kernel; } < <(build/scripts/nodeimage-test.sh)
 bin=${PLINTH_CACHE:-$HOME/.cache/plinth}/run-bin
 mkdir -p "$bin"
 go build -o "$bin/" ./test/nodevm/cmd/plinth-vm
 # shellcheck disable=SC2086
-exec "$bin/plinth-vm" --dir "${PLINTH_VM_DIR:-/tmp/plinth-vm}" --k8s-bin "$k8s_bin" \
+exec "$bin/plinth-vm" --dir "${PLINTH_VM_DIR:-/tmp/plinth-vm}" --k8s-bin "$k8s_bin" --snapshot-bin "$snapshot_bin" \
 	--kernel "$kernel/vmlinux" --image "$image" ${PLINTH_VM_ARGS:-}

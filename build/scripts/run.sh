@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run.sh — `make run`: a local single-node Kubernetes cluster with Plinth
-# storage (etcd, apiserver, controller-manager, scheduler, containerd, the
-# patched kubelet, plinth-node), until Ctrl-C. See test/launch.
+# storage (etcd, apiserver, controller-manager, scheduler,
+# snapshot-controller, containerd, the patched kubelet, plinth-node), until
+# Ctrl-C. See test/launch.
 #
 # Environment: PLINTH_RUN_DIR (work directory, default /tmp/plinth-run),
 # PLINTH_CACHE (binary cache), PLINTH_RUN_ARGS (extra plinth-launch flags).
@@ -27,6 +28,7 @@ fi
 
 build/scripts/apt-install.sh containerd runc containernetworking-plugins busybox-static xfsprogs iproute2 util-linux
 k8s_bin=$(third_party/kubernetes/build.sh)
+snapshot_bin=$(third_party/snapshotter/build.sh)
 gvisor_bin=$(third_party/gvisor/build.sh)
 # A fixed output directory lets go build skip linking when nothing changed
 # (it compares the build IDs of the existing binaries); the lock above keeps
@@ -39,4 +41,4 @@ go build -o "$bin/" ./test/launch/cmd/plinth-launch ./node/cmd/plinth-node
 # process groups and are stopped in order.
 # shellcheck disable=SC2086
 exec "$bin/plinth-launch" --dir "${PLINTH_RUN_DIR:-/tmp/plinth-run}" --k8s-bin "$k8s_bin" \
-	--gvisor-bin "$gvisor_bin" --plinth-node "$bin/plinth-node" ${PLINTH_RUN_ARGS:-}
+	--snapshot-bin "$snapshot_bin" --gvisor-bin "$gvisor_bin" --plinth-node "$bin/plinth-node" ${PLINTH_RUN_ARGS:-}

@@ -15,6 +15,9 @@ export PATH=/usr/local/go/bin:$PATH
 # nodeimage-test.sh installs it for the test images.
 build/scripts/apt-install.sh qemu-system-x86 iproute2 busybox-static
 PLINTH_K8S_BIN=$(third_party/kubernetes/build.sh)
+# The snapshot API (CRDs and snapshot-controller) every cluster has.
+PLINTH_SNAPSHOT_BIN=$(third_party/snapshotter/build.sh)
+export PLINTH_SNAPSHOT_BIN
 PLINTH_K8S_E2E_BIN=$(third_party/kubernetes/e2e/build.sh)
 export PLINTH_K8S_BIN PLINTH_K8S_E2E_BIN
 images=$(mktemp -d /tmp/plinth-suite-images.XXXXXX)

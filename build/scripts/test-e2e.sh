@@ -8,6 +8,9 @@ export PATH=/usr/local/go/bin:$PATH
 
 build/scripts/apt-install.sh containerd runc containernetworking-plugins busybox-static xfsprogs iproute2 util-linux
 PLINTH_K8S_BIN=$(third_party/kubernetes/build.sh)
+# The snapshot API (CRDs and snapshot-controller) every cluster has.
+PLINTH_SNAPSHOT_BIN=$(third_party/snapshotter/build.sh)
+export PLINTH_SNAPSHOT_BIN
 export PLINTH_K8S_BIN
 # gVisor (runsc and its containerd shim) for the pods of RuntimeClass gvisor.
 PLINTH_GVISOR_BIN=$(third_party/gvisor/build.sh)

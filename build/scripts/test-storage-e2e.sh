@@ -10,6 +10,9 @@ export PATH=/usr/local/go/bin:$PATH
 
 build/scripts/apt-install.sh containerd runc containernetworking-plugins busybox-static xfsprogs iproute2 util-linux
 PLINTH_K8S_BIN=$(third_party/kubernetes/build.sh)
+# The snapshot API (CRDs and snapshot-controller) every cluster has.
+PLINTH_SNAPSHOT_BIN=$(third_party/snapshotter/build.sh)
+export PLINTH_SNAPSHOT_BIN
 PLINTH_K8S_E2E_BIN=$(third_party/kubernetes/e2e/build.sh)
 export PLINTH_K8S_BIN PLINTH_K8S_E2E_BIN
 bin=$(mktemp -d /tmp/plinth-suite-bin.XXXXXX)

@@ -5,11 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # Controller tests (node/kubernetes/...) and test/launch run a real control
-# plane. Build (or find cached) the Kubernetes binaries first, so that no test
+# plane (test/launch's with the snapshot API too). Build (or find cached) the
+# Kubernetes binaries and the snapshot-controller first, so that no test
 # binary spends its 10-minute timeout on a cold build; the launcher's path
 # setup also checks for the CNI plugins; test/images packs busybox-static,
 # and build/nodeimage's tests use it as a static program.
 build/scripts/apt-install.sh containernetworking-plugins busybox-static
 PLINTH_K8S_BIN=$(third_party/kubernetes/build.sh)
-export PLINTH_K8S_BIN
+PLINTH_SNAPSHOT_BIN=$(third_party/snapshotter/build.sh)
+export PLINTH_K8S_BIN PLINTH_SNAPSHOT_BIN
 go test -count=1 ./...

@@ -91,7 +91,7 @@ func setUp() (*world, error) {
 	defer cancel()
 	w := &world{}
 	w.cp, err = launch.StartControlPlane(ctx, launch.ControlPlaneConfig{
-		Dir: filepath.Join(workDir, "cp"), Scheduler: true, StorageObjects: true,
+		Dir: filepath.Join(workDir, "cp"), Scheduler: true, StorageObjects: true, SnapshotAPI: true,
 	})
 	if err != nil {
 		return nil, err

@@ -24,16 +24,22 @@ func KubernetesBinaries(ctx context.Context, log io.Writer) (string, error) {
 	if dir := os.Getenv(BinEnv); dir != "" {
 		return dir, nil
 	}
+	return runBuildScript(ctx, log, "kubernetes")
+}
+
+// runBuildScript runs third_party/<name>/build.sh, which builds (or finds
+// in its cache) what it builds and prints the output directory last.
+func runBuildScript(ctx context.Context, log io.Writer, name string) (string, error) {
 	root, err := RepoRoot(".")
 	if err != nil {
 		return "", err
 	}
 	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, filepath.Join(root, "third_party", "kubernetes", "build.sh"))
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "third_party", name, "build.sh"))
 	cmd.Stdout = &out
 	cmd.Stderr = log
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("building Kubernetes binaries: %w", err)
+		return "", fmt.Errorf("running third_party/%s/build.sh: %w", name, err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	return lines[len(lines)-1], nil

@@ -40,6 +40,7 @@ func (c *Cluster) writeConfigs(node bool) error {
 		{c.Kubeconfig, "admin"},
 		{c.kubeconfigPath("controller-manager"), "controller-manager"},
 		{c.kubeconfigPath("scheduler"), "scheduler"},
+		{c.kubeconfigPath("snapshot-controller"), "snapshot-controller"},
 		{c.NodeKubeconfig, "plinth-node"},
 		{c.kubeconfigPath("plinth-admission"), "plinth-admission"},
 	} {

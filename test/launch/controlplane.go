@@ -32,6 +32,11 @@ type ControlPlaneConfig struct {
 	// pods with claims.
 	Scheduler      bool
 	StorageObjects bool
+	// SnapshotAPI also installs the snapshot.storage.k8s.io CRDs and
+	// starts the snapshot-controller (see Config.SnapshotBin, which
+	// SnapshotBin is): what a cluster with a node has.
+	SnapshotAPI bool
+	SnapshotBin string
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 }
@@ -67,7 +72,10 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (cp *Control
 	if logw == nil {
 		logw = io.Discard
 	}
-	c := &Cluster{cfg: Config{Dir: dir, KubernetesBin: cfg.KubernetesBin}, logw: logw, failed: make(chan struct{}), started: time.Now()}
+	c := &Cluster{
+		cfg:  Config{Dir: dir, KubernetesBin: cfg.KubernetesBin, SnapshotBin: cfg.SnapshotBin},
+		logw: logw, failed: make(chan struct{}), started: time.Now(), snapshots: cfg.SnapshotAPI,
+	}
 	c.Dir = dir
 	cp = &ControlPlane{Cluster: c}
 	defer func() {
@@ -132,6 +140,11 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (cp *Control
 	}
 	if cfg.StorageObjects {
 		if err := c.applyStorageObjects(ctx); err != nil {
+			return cp, err
+		}
+	}
+	if cfg.SnapshotAPI {
+		if err := c.startSnapshotAPI(ctx); err != nil {
 			return cp, err
 		}
 	}

@@ -1,5 +1,6 @@
 // Package launch runs a real single-node Kubernetes cluster on this host:
-// etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd,
+// etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the
+// snapshot-controller (with the snapshot.storage.k8s.io CRDs), containerd,
 // the patched kubelet and (when given) plinth-node, as child processes of
 // the caller, in one work directory.
 //
@@ -73,6 +74,12 @@ type Config struct {
 	// patched one, with losetup on its PATH: the kubelet most clusters run,
 	// block-volume pseudo-locks included.
 	UpstreamKubelet string
+	// SnapshotBin is the directory with the snapshot-controller and the
+	// snapshot.storage.k8s.io CRDs (what third_party/snapshotter/build.sh
+	// prints). Empty means SnapshotControllerBinaries (env
+	// PLINTH_SNAPSHOT_BIN, else build.sh). Every cluster has the snapshot
+	// API.
+	SnapshotBin string
 	// GVisorBin, when set, is the directory with runsc and
 	// containerd-shim-runsc-v1 (third_party/gvisor/build.sh): containerd
 	// gets the runtime handler GVisorHandler and the cluster the
@@ -145,6 +152,10 @@ type Paths struct {
 	LogDir string
 	// BinDir holds the Kubernetes binaries, kubectl included.
 	BinDir string
+	// SnapshotBin holds the snapshot-controller and its CRDs (crd/*.yaml)
+	// when the cluster has the snapshot API: every Cluster, and a
+	// ControlPlane with ControlPlaneConfig.SnapshotAPI. Empty otherwise.
+	SnapshotBin string
 	// GVisorBin holds runsc and its containerd shim when the cluster has
 	// the gVisor runtime (Config.GVisorBin); empty otherwise. See Runtimes.
 	GVisorBin string
@@ -182,6 +193,8 @@ type Cluster struct {
 	apiServerArgs []string
 	// audited is set when the API server keeps an audit log.
 	audited bool
+	// snapshots is set when the cluster has the snapshot API (startSnapshotAPI).
+	snapshots bool
 	// admission is the admission webhook this process serves.
 	admission *admissionServer
 

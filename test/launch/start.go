@@ -54,7 +54,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if logw == nil {
 		logw = io.Discard
 	}
-	c = &Cluster{cfg: cfg, logw: logw, failed: make(chan struct{}), started: time.Now()}
+	c = &Cluster{cfg: cfg, logw: logw, failed: make(chan struct{}), started: time.Now(), snapshots: true}
 	c.Dir = dir
 
 	lock, prev, err := acquireLock(ctx, cfg.WaitForLock, c.logf)
@@ -136,6 +136,11 @@ func (c *Cluster) initPaths(ctx context.Context, node bool) error {
 			return fmt.Errorf("kubernetes binaries in %s: %w", c.BinDir, err)
 		}
 	}
+	if c.snapshots {
+		if c.SnapshotBin, err = c.snapshotBinaries(ctx); err != nil {
+			return err
+		}
+	}
 	if c.GVisorBin = c.cfg.GVisorBin; c.GVisorBin != "" {
 		if err := checkGVisorBinaries(c.GVisorBin); err != nil {
 			return err
@@ -198,6 +203,7 @@ func (c *Cluster) initPaths(ctx context.Context, node bool) error {
 		{Name: "admin", CN: "plinth-admin", Orgs: []string{"system:masters"}},
 		{Name: "controller-manager", CN: "system:kube-controller-manager"},
 		{Name: "scheduler", CN: "system:kube-scheduler"},
+		{Name: "snapshot-controller", CN: "plinth-snapshot-controller", Orgs: []string{"system:masters"}},
 		{Name: "kubelet", CN: "system:node:" + c.NodeName, Orgs: []string{"system:nodes"}},
 		{Name: "kubelet-serving", CN: c.NodeName, Server: true, DNS: []string{c.NodeName, "localhost"}, IPs: serveIPs},
 		{Name: "apiserver-kubelet-client", CN: "kube-apiserver-kubelet-client", Orgs: []string{"system:masters"}},
@@ -283,6 +289,9 @@ func (c *Cluster) startAll(ctx context.Context) error {
 		return err
 	}
 	if err := c.applyRuntimeClasses(ctx); err != nil {
+		return err
+	}
+	if err := c.startSnapshotAPI(ctx); err != nil {
 		return err
 	}
 	// Pods are rejected until their namespace's default service account

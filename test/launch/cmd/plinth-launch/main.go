@@ -38,9 +38,10 @@ func main() {
 	var nodeArgs argList
 	flag.Var(&nodeArgs, "plinth-node-arg", "extra argument for plinth-node (repeatable), after launch.PlinthNodeArgs")
 	dataSize := flag.Int64("data-size-gib", 16, "size of the node's XFS data filesystem in GiB (sparse)")
+	snapshots := flag.String("snapshot-bin", os.Getenv(launch.SnapshotBinEnv), "directory with the snapshot-controller and its CRDs (default: build them)")
 	gvisor := flag.String("gvisor-bin", os.Getenv(launch.GVisorBinEnv), "directory with runsc and containerd-shim-runsc-v1 (empty: no gVisor RuntimeClass)")
 	flag.Parse()
-	cfg := launch.Config{Dir: *dir, KubernetesBin: *bin, DataSize: *dataSize << 30, GVisorBin: *gvisor, Log: os.Stderr}
+	cfg := launch.Config{Dir: *dir, KubernetesBin: *bin, SnapshotBin: *snapshots, DataSize: *dataSize << 30, GVisorBin: *gvisor, Log: os.Stderr}
 	if err := run(cfg, *plinthNode, nodeArgs); err != nil {
 		fmt.Fprintf(os.Stderr, "plinth-launch: %v\n", err)
 		var busy *launch.BusyError

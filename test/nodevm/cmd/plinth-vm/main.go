@@ -24,18 +24,19 @@ import (
 func main() {
 	dir := flag.String("dir", "/tmp/plinth-vm", "work directory: the node's disks and console logs stay, the control plane is started anew")
 	bin := flag.String("k8s-bin", os.Getenv(launch.BinEnv), "directory with the Kubernetes binaries (default: build them)")
+	snapshots := flag.String("snapshot-bin", os.Getenv(launch.SnapshotBinEnv), "directory with the snapshot-controller and its CRDs (default: build them)")
 	kernel := flag.String("kernel", "", "vmlinux to boot (test/ktest/kernel.sh prints its directory)")
 	image := flag.String("image", "", "the node image (initramfs) from build/scripts/nodeimage.sh")
 	fresh := flag.Bool("fresh", false, "start from a blank data disk (a new machine)")
 	console := flag.Bool("console", false, "print the VM's console on stderr (it is always in <dir>/node/console-N.log)")
 	flag.Parse()
-	if err := run(*dir, *bin, *kernel, *image, *fresh, *console); err != nil {
+	if err := run(*dir, *bin, *snapshots, *kernel, *image, *fresh, *console); err != nil {
 		fmt.Fprintf(os.Stderr, "plinth-vm: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(dir, bin, kernel, image string, fresh, console bool) error {
+func run(dir, bin, snapshots, kernel, image string, fresh, console bool) error {
 	if kernel == "" || image == "" {
 		return errors.New("-kernel and -image are required")
 	}
@@ -61,6 +62,7 @@ func run(dir, bin, kernel, image string, fresh, console bool) error {
 	start := time.Now()
 	cp, err := launch.StartControlPlane(ctx, launch.ControlPlaneConfig{
 		Dir: cpDir, KubernetesBin: bin, Scheduler: true, StorageObjects: true, Log: os.Stderr,
+		SnapshotAPI: true, SnapshotBin: snapshots,
 	})
 	if err != nil {
 		return err
