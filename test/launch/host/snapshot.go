@@ -30,7 +30,7 @@ type Snapshot struct {
 var clusterPrograms = map[string]bool{
 	"etcd": true, "kube-apiserver": true, "kube-controller-manager": true, "kube-scheduler": true,
 	"kubelet": true, "containerd": true, "containerd-shim": true, "containerd-shim-runc-v2": true,
-	"runc": true, "pause": true, "busybox": true, "plinth-node": true,
+	"runc": true, "pause": true, "busybox": true, "plinth-node": true, "snapshot-controller": true,
 	"containerd-shim-runsc-v1": true, "runsc": true,
 }
 
