@@ -24,10 +24,10 @@ import (
 //     cluster does not have. It is recorded before the first volume is
 //     made, and adopted at start by a node whose volumes predate it
 //     (or, if the API server cannot be read then, the first time the
-//     sweep is about to act). A node
-//     connected to another cluster sweeps nothing: no orphan is removed
-//     or quarantined and no quarantined volume is removed. It says so once, in its log and a Warning Event on its
-//     Node, and goes on serving.
+//     sweep is about to act). A node connected to another cluster sweeps
+//     nothing: no orphan is removed or quarantined and no quarantined
+//     volume is removed. It says so once, in its log and a Warning Event
+//     on its Node, and goes on serving.
 //   - A volume whose PV was seen with policy Delete, and is gone without
 //     having been released here, is moved into quarantine (volume.Manager
 //     Quarantine: one rename on the data filesystem; its room stays
