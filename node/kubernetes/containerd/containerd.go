@@ -29,7 +29,6 @@ import (
 	"time"
 
 	"source.plinth.dev/node/kubernetes/runcguard"
-	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/process"
 	"source.plinth.dev/pkg/supervisor"
 )
@@ -293,27 +292,6 @@ func (c Config) Runnable() supervisor.Runnable {
 // Ready reports whether containerd serves on its socket.
 func (c Config) Ready(ctx context.Context) error {
 	return process.UnixSocketReady(c.Socket)(ctx)
-}
-
-// ImportImages imports every *.tar (docker-archive or OCI layout tarball)
-// in dir into the CRI namespace, so the kubelet finds them without a
-// registry. Importing an image that is already there is cheap and
-// harmless, so this runs on every start. A missing dir imports nothing.
-func (c Config) ImportImages(ctx context.Context, log logtree.LeveledLogger, dir string) ([]string, error) {
-	tars, err := filepath.Glob(filepath.Join(dir, "*.tar"))
-	if err != nil {
-		return nil, fmt.Errorf("listing images in %s: %w", dir, err)
-	}
-	for _, t := range tars {
-		err := process.Run(ctx, log, process.Spec{
-			Path: c.ctr(),
-			Args: []string{"--address", c.Socket, "--namespace", Namespace, "images", "import", t},
-		})
-		if err != nil {
-			return nil, fmt.Errorf("importing image %s: %w", t, err)
-		}
-	}
-	return tars, nil
 }
 
 // CNI is the pod network of a node: one bridge, pod addresses from the

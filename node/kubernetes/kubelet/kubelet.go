@@ -293,8 +293,14 @@ type Node struct {
 	ImagesDir string
 }
 
-// Runnable starts containerd, waits until it serves, imports the images,
-// starts the kubelet and signals Healthy once the kubelet is healthy.
+// keepImagesInterval is how often the node checks that the images it
+// ships are still there (containerd.Config.KeepImages): a deleted sandbox
+// image stops every pod start until it is back. One check is one
+// `ctr images ls`.
+const keepImagesInterval = 10 * time.Second
+
+// Runnable starts containerd, waits until it serves, imports the images
+// and keeps them present, starts the kubelet and signals Healthy once the kubelet is healthy.
 func (n Node) Runnable() supervisor.Runnable {
 	return func(ctx context.Context) error {
 		log := supervisor.Logger(ctx)
@@ -313,6 +319,9 @@ func (n Node) Runnable() supervisor.Runnable {
 			return err
 		}
 		log.Infof("imported %d images from %s in %s", len(imported), n.ImagesDir, time.Since(start).Round(time.Millisecond))
+		if err := supervisor.Run(ctx, "images", n.Containerd.KeepImages(n.ImagesDir, keepImagesInterval)); err != nil {
+			return err
+		}
 		args, err := n.Kubelet.WriteFiles()
 		if err != nil {
 			return err
