@@ -26,7 +26,10 @@ import (
 // filesystem (pkg/fanotify), checks the project ID of each entry written
 // in a filesystem volume (volume.Manager.ProjectOfDir,
 // fsquota.RestoreAt), puts a stray back at once, and then walks its volume for the rest
-// (volume.Manager.RestoreProjectIDs). The quota audit's periodic walks
+// (volume.Manager.RestoreProjectIDs). An entry written outside every
+// volume that carries a volume's project ID is taken out of it the same
+// way (fsquota.ReleaseAt, releaseEntry): a process may move its emptyDir's
+// files into a neighbour's project as well as its volume's. The quota audit's periodic walks
 // stay: they also find what the watch cannot see (stores through a
 // shared mapping, events lost to a queue overflow while no walk ran).
 const (
@@ -115,47 +118,84 @@ func checkEntries(ctx context.Context, log logtree.LeveledLogger, vols *volume.M
 		}
 		d := dirs[ev.Dir.Key()]
 		if d == nil {
-			d = openBatchDir(log, vols, w, ev.Dir)
+			d = openBatchDir(ctx, log, vols, w, ev.Dir)
 			dirs[ev.Dir.Key()] = d
 		}
-		if d.pid == 0 {
-			continue
-		}
-		r, err := fsquota.RestoreAt(ctx, d.fd, ev.Name, d.pid)
-		if errors.Is(err, unix.ENOENT) {
-			continue // removed since
-		}
-		if err != nil {
-			log.Warningf("quota watch: volume %s: %v", d.id, err)
-			continue
-		}
-		if r.Strays > 0 {
-			log.Warningf("quota watch: volume %s: put %q (%d bytes) back into the volume's project quota: a process had moved it out and was writing to it",
-				d.id, ev.Name, r.StrayBytes)
-			walks.add(d.id)
+		switch {
+		case d.Project != 0:
+			checkVolumeEntry(ctx, log, d, ev.Name, walks)
+		case d.Outside:
+			releaseEntry(ctx, log, d, ev.Name)
 		}
 	}
 }
 
-// batchDir is a directory of a batch's events: open as fd (-1 if not),
-// in volume id whose project is pid (0: nothing to check there).
-type batchDir struct {
-	fd  int
-	id  string
-	pid uint32
+// checkVolumeEntry puts entry name of volume directory d back into its
+// volume's project if it left it, and asks for a walk of the volume.
+func checkVolumeEntry(ctx context.Context, log logtree.LeveledLogger, d *batchDir, name string, walks *quotaWalks) {
+	r, err := fsquota.RestoreAt(ctx, d.fd, name, d.Project)
+	if errors.Is(err, unix.ENOENT) {
+		return // removed since
+	}
+	if err != nil {
+		log.Warningf("quota watch: volume %s: %v", d.Volume, err)
+		return
+	}
+	if r.Strays > 0 {
+		log.Warningf("quota watch: volume %s: put %q (%d bytes) back into the volume's project quota: a process had moved it out and was writing to it",
+			d.Volume, name, r.StrayBytes)
+		walks.add(d.Volume)
+	}
 }
 
-// openBatchDir opens the directory of handle h and finds its volume.
-func openBatchDir(log logtree.LeveledLogger, vols *volume.Manager, w *fanotify.Watch, h fanotify.Handle) *batchDir {
+// releaseEntry takes entry name of directory d, outside every volume, out
+// of a volume's project if a process moved it into one: a pod that may
+// change project IDs could otherwise fill a neighbour volume's quota from
+// its emptyDir, its container's layer or its logs, which no volume's walk
+// sees. It costs what checkVolumeEntry costs, one FS_IOC_FSGETXATTR; no
+// walk follows, since no tree of the node is the volume's to walk (the
+// node share's audit walks the share's).
+func releaseEntry(ctx context.Context, log logtree.LeveledLogger, d *batchDir, name string) {
+	r, err := fsquota.ReleaseAt(ctx, d.fd, name, volume.FirstProjectID, volume.LastProjectID, d.Release)
+	if errors.Is(err, unix.ENOENT) {
+		return // removed since
+	}
+	if err != nil {
+		log.Warningf("quota watch: %s: %v", d.Path, err)
+		return
+	}
+	if r.Strays > 0 {
+		log.Warningf("quota watch: %s: gave %q (%d bytes) project ID %d: it lies outside every volume, and a process had moved it into a volume's project quota and was writing to it",
+			d.Path, name, r.StrayBytes, d.Release)
+	}
+}
+
+// batchDir is a directory of a batch's events, open as fd (-1 if not),
+// and what its entries should carry (nothing to check when neither
+// Project nor Outside is set).
+type batchDir struct {
+	fd int
+	volume.DirProject
+}
+
+// openBatchDir opens the directory of handle h and finds its volume. A
+// directory outside every volume is released itself too (releaseEntry,
+// once a batch): one a process moved into a volume's project with
+// PROJINHERIT gives that ID to every entry made in it.
+func openBatchDir(ctx context.Context, log logtree.LeveledLogger, vols *volume.Manager, w *fanotify.Watch, h fanotify.Handle) *batchDir {
 	fd, err := w.OpenDir(h)
 	if err != nil {
 		return &batchDir{fd: -1} // removed since
 	}
-	id, pid, err := vols.ProjectOfDir(fd)
+	dp, err := vols.ProjectOfDir(fd)
 	if err != nil {
 		log.Warningf("quota watch: %v", err)
 	}
-	return &batchDir{fd: fd, id: id, pid: pid}
+	d := &batchDir{fd: fd, DirProject: dp}
+	if d.Outside {
+		releaseEntry(ctx, log, d, ".")
+	}
+	return d
 }
 
 // quotaWalks walks the volumes the watch asks for, one at a time, each at

@@ -106,6 +106,80 @@ func TestQuotaWatchPutsMovedFileBack(t *testing.T) {
 	}
 }
 
+// TestQuotaWatchResetsOutsideFile plays the same process on a file outside
+// every volume: one in a directory beside volumes/ on the data filesystem,
+// standing for an emptyDir, a container's layer or a pod's log. It moves
+// the file into volume B's project and fills B's quota by writing into it.
+// With the node's root running, the quota watch gives the file project 0
+// (no node share is set up here) within quotaWatchBound, and B's write of
+// its full size succeeds. The negative control, without the watch, shows
+// the move persisting for as long.
+func TestQuotaWatchResetsOutsideFile(t *testing.T) {
+	ktest.RequireVM(t)
+	for _, watched := range []bool{true, false} {
+		name := map[bool]string{true: "watched", false: "unwatched"}[watched]
+		t.Run(name, func(t *testing.T) {
+			vols, lt := quotaWatchNode(t, watched)
+			ctx := context.Background()
+			b := createVolume(t, vols, "pvc-b", 4*mib)
+			idB, _, err := fsquota.ProjectID(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if watched {
+				eventually(t, "the watch to start", func() bool { return strings.Contains(logs(t, lt), "quota watch: on") })
+			}
+			outside := filepath.Join(filepath.Dir(vols.Data.Volumes.FullPath()), "emptydir")
+			if err := os.Mkdir(outside, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			file := filepath.Join(outside, "escape")
+			if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := fsquota.SetProjectID(file, idB, false); err != nil {
+				t.Fatal(err)
+			}
+			fillFile(t, file, 4*mib)
+
+			start := time.Now()
+			deadline := start.Add(quotaWatchBound)
+			var id uint32
+			var used int64
+			for {
+				id, _, err = fsquota.ProjectID(file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				st, err := vols.Stat(ctx, "pvc-b")
+				if err != nil {
+					t.Fatal(err)
+				}
+				used = st.UsedBytes
+				if (id == 0 && used < mib) || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			werr := writeNew(filepath.Join(b, "own"), 4*mib)
+			t.Logf("after %s: the outside file is in project %d (B is %d); B uses %d bytes; writing 4 MiB into B: %v",
+				time.Since(start).Round(time.Millisecond), id, idB, used, werr)
+			if !watched {
+				if id != idB || !errors.Is(werr, unix.ENOSPC) {
+					t.Fatalf("without the watch the move did not persist (project %d, B's write %v): this test cannot tell the watch's work from something else's", id, werr)
+				}
+				return
+			}
+			if id != 0 || used >= mib || werr != nil {
+				t.Fatalf("within %s the watch did not take the outside file out of volume B's project and give B its room", quotaWatchBound)
+			}
+			if l := logs(t, lt); !strings.Contains(l, "escape") {
+				t.Errorf("the watch did not say what it reset:\n%s", l)
+			}
+		})
+	}
+}
+
 // quotaWatchNode starts the node's root over a data directory on the VM's
 // XFS with project quotas, without services, and returns its volume
 // engine. Without watched, only the volume engine is made: no root, no

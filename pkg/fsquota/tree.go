@@ -106,10 +106,27 @@ func RestoreTree(ctx context.Context, dir string, id uint32, pace func(context.C
 // It follows no symbolic link (name included), opens no device, FIFO or
 // socket, and leaves a mount point alone, as RestoreTree does.
 func RestoreAt(ctx context.Context, dirfd int, name string, id uint32) (Restored, error) {
-	var r Restored
 	if id == 0 {
-		return r, fmt.Errorf("restoring the project ID of %s: project ID 0 is the default project of every file", name)
+		return Restored{}, fmt.Errorf("restoring the project ID of %s: project ID 0 is the default project of every file", name)
 	}
+	return restoreAt(&treeWalk{ctx: ctx, id: id}, dirfd, name)
+}
+
+// ReleaseAt is RestoreAt for an entry that must carry no ID of the range
+// [lo, hi] (the IDs of quotas it is not part of): when the entry carries
+// one, it gives it id instead (0, the default project, will do), and a
+// directory PROJINHERIT unless id is 0. An entry carrying any other ID is
+// left as it is. name "." checks the directory dirfd itself.
+func ReleaseAt(ctx context.Context, dirfd int, name string, lo, hi, id uint32) (Restored, error) {
+	if lo == 0 || lo > hi || (id >= lo && id <= hi) {
+		return Restored{}, fmt.Errorf("releasing the project ID of %s: invalid range [%d, %d] or ID %d", name, lo, hi, id)
+	}
+	return restoreAt(&treeWalk{ctx: ctx, id: id, only: [2]uint32{lo, hi}}, dirfd, name)
+}
+
+// restoreAt examines the one entry name of dirfd with w.
+func restoreAt(w *treeWalk, dirfd int, name string) (Restored, error) {
+	var r Restored
 	var st unix.Statx_t
 	if err := unix.Statx(dirfd, "", unix.AT_EMPTY_PATH, unix.STATX_TYPE, &st); err != nil {
 		return r, fmt.Errorf("restoring the project ID of %s: stat of its directory: %w", name, err)
@@ -118,7 +135,7 @@ func RestoreAt(ctx context.Context, dirfd int, name string, id uint32) (Restored
 	if err != nil {
 		return r, fmt.Errorf("restoring the project ID of %s: %w", name, &os.PathError{Op: "open", Path: name, Err: err})
 	}
-	w := &treeWalk{ctx: ctx, id: id, r: &r, shallow: true, dev: [2]uint32{st.Dev_major, st.Dev_minor}}
+	w.r, w.shallow, w.dev = &r, true, [2]uint32{st.Dev_major, st.Dev_minor}
 	if err := w.entry(pfd, name, 1); err != nil {
 		return r, fmt.Errorf("restoring the project ID of %s: %w", name, err)
 	}
@@ -137,6 +154,9 @@ type treeWalk struct {
 	dev [2]uint32
 	// shallow: examine the first entry only (RestoreAt).
 	shallow bool
+	// only, when set, is the range of IDs the walk takes away: entries
+	// carrying another keep it (ReleaseAt).
+	only [2]uint32
 }
 
 // entry examines the object open (O_PATH) as pfd at rel, repairs its
@@ -206,7 +226,11 @@ func (w *treeWalk) repair(fd int, rel string, isDir bool, allocated int64) error
 	if err != nil {
 		return fmt.Errorf("%s: FS_IOC_FSGETXATTR: %w", rel, err)
 	}
-	if x.Projid == w.id && (!isDir || x.Xflags&xflagProjInherit != 0) {
+	inherit := isDir && w.id != 0
+	if w.only[0] != 0 && (x.Projid < w.only[0] || x.Projid > w.only[1]) {
+		return nil
+	}
+	if x.Projid == w.id && (!inherit || x.Xflags&xflagProjInherit != 0) {
 		return nil
 	}
 	w.r.Strays++
@@ -217,7 +241,7 @@ func (w *treeWalk) repair(fd int, rel string, isDir bool, allocated int64) error
 		w.r.FirstStray = rel
 	}
 	x.Projid = w.id
-	if isDir {
+	if inherit {
 		x.Xflags |= xflagProjInherit
 	}
 	if err := setXattr(uintptr(fd), &x); err != nil {

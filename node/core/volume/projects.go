@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
+	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/pkg/fsquota"
 )
 
@@ -45,35 +47,81 @@ func (m *Manager) RestoreProjectIDs(ctx context.Context, id string, pace func(co
 	return r, nil
 }
 
+// DirProject is what ProjectOfDir finds for a directory of the data
+// filesystem: the project ID its entries should carry, or must not.
+type DirProject struct {
+	// Path is the directory's path, as the kernel names the open
+	// directory ("" when it could not be read).
+	Path string
+	// Volume is the filesystem volume the directory is in ("" if none),
+	// and Project the ID every entry below it should carry (0: none to
+	// restore, or not in a volume).
+	Volume  string
+	Project uint32
+	// Outside: the directory lies outside Plinth's own (the volumes and
+	// the state) on a node enforcing quotas, where no entry may carry a
+	// volume's project ID (FirstProjectID to LastProjectID). Release is
+	// the ID such an entry gets instead: ShareProjectID within the node
+	// share's trees, else 0 (releaseID says why).
+	Outside bool
+	Release uint32
+}
+
 // ProjectOfDir says which filesystem volume the directory open as dir
 // (O_PATH will do) belongs to, and that volume's project ID: the ID every
 // entry below dir should carry (fsquota.RestoreAt puts it back on one).
 // When dir is in no filesystem volume (the volumes directory itself,
 // where block images live, or outside it), or in one that has no project
 // to restore (made while quotas were not enforced, or being created or
-// deleted), id is "" or pid 0.
+// deleted), Volume is "" or Project 0. When dir is outside Plinth's own
+// directories, Outside says so, and Release is the ID an entry of dir
+// carrying a volume's project gets instead (fsquota.ReleaseAt).
 //
 // It is how a watch of the data filesystem, which reports a change by
 // its directory, finds the volume a file written belongs to. Where dir
 // lies is read from the kernel's name of the open directory, a
 // directory's one path: a rename moves it within its volume only (XFS
 // refuses renames between projects).
-func (m *Manager) ProjectOfDir(dir int) (id string, pid uint32, err error) {
-	id = m.volumeOfDir(dir)
-	if id == "" || m.ProjectIDs == nil {
-		return id, 0, nil
+func (m *Manager) ProjectOfDir(dir int) (DirProject, error) {
+	p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(dir))
+	if err != nil || m.ProjectIDs == nil {
+		return DirProject{Path: p}, nil
 	}
-	pid, err = m.entryProject(id)
-	return id, pid, err
+	d := DirProject{Path: p, Volume: m.volumeOfDir(p)}
+	if d.Volume != "" {
+		d.Project, err = m.entryProject(d.Volume)
+		return d, err
+	}
+	if filepath.IsAbs(p) && !m.Data.Volumes.Contains(p) && !m.Data.State.Contains(p) {
+		d.Outside, d.Release = true, m.releaseID(p)
+	}
+	return d, nil
+}
+
+// releaseID is the project ID an entry of directory dir, outside every
+// volume, gets when it carries a volume's: ShareProjectID within the node
+// share's trees, the ID the share's walks give everything there; else 0.
+// A file outside both carrying a volume's ID got it from a process (the
+// volumes' IDs are Plinth's, and Plinth gives them to nothing else), and
+// which ID it had before is not recorded anywhere: 0, the ID the kernel
+// gives a file whose directory passes none on, charges it to no quota,
+// where the share's ID would charge the share for files its walks do not
+// keep, and any other ID would be a quota Plinth does not know of.
+func (m *Manager) releaseID(dir string) uint32 {
+	if sh := m.share.set.Load(); sh != nil {
+		for _, d := range sh.dirs {
+			if localstorage.Within(dir, d) {
+				return ShareProjectID
+			}
+		}
+	}
+	return 0
 }
 
 // volumeOfDir returns the ID of the filesystem volume whose directory is,
-// or holds, the directory open as dir, or "".
-func (m *Manager) volumeOfDir(dir int) string {
-	p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(dir))
-	if err != nil {
-		return ""
-	}
+// or holds, the directory at path p (the kernel's name of an open
+// directory), or "".
+func (m *Manager) volumeOfDir(p string) string {
 	rel, ok := strings.CutPrefix(p, m.Data.Volumes.FullPath()+"/")
 	if !ok {
 		return ""
