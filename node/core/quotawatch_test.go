@@ -111,15 +111,28 @@ func TestQuotaWatchPutsMovedFileBack(t *testing.T) {
 // standing for an emptyDir, a container's layer or a pod's log. It moves
 // the file into volume B's project and fills B's quota by writing into it.
 // With the node's root running, the quota watch gives the file project 0
-// (no node share is set up here) within quotaWatchBound, and B's write of
-// its full size succeeds. The negative control, without the watch, shows
-// the move persisting for as long.
+// within quotaWatchBound (case watched; no node share is set up), or the
+// node share's project where the directory lies in a share tree (case
+// share), and B's write of its full size succeeds. The negative control,
+// without the watch, shows the move persisting for as long.
 func TestQuotaWatchResetsOutsideFile(t *testing.T) {
 	ktest.RequireVM(t)
-	for _, watched := range []bool{true, false} {
-		name := map[bool]string{true: "watched", false: "unwatched"}[watched]
-		t.Run(name, func(t *testing.T) {
-			vols, lt := quotaWatchNode(t, watched)
+	for _, tc := range []struct {
+		name           string
+		watched, share bool
+		want           uint32
+	}{
+		{"watched", true, false, 0},
+		{"share", true, true, volume.ShareProjectID},
+		{"unwatched", false, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var shareDirs []string
+			if tc.share {
+				shareDirs = []string{ktest.TempDir(t, "xfs")}
+			}
+			vols, lt := quotaWatchNode(t, tc.watched, shareDirs...)
+			watched := tc.watched
 			ctx := context.Background()
 			b := createVolume(t, vols, "pvc-b", 4*mib)
 			idB, _, err := fsquota.ProjectID(b)
@@ -130,6 +143,9 @@ func TestQuotaWatchResetsOutsideFile(t *testing.T) {
 				eventually(t, "the watch to start", func() bool { return strings.Contains(logs(t, lt), "quota watch: on") })
 			}
 			outside := filepath.Join(filepath.Dir(vols.Data.Volumes.FullPath()), "emptydir")
+			if tc.share {
+				outside = filepath.Join(shareDirs[0], "emptydir")
+			}
 			if err := os.Mkdir(outside, 0o755); err != nil {
 				t.Fatal(err)
 			}
@@ -156,7 +172,7 @@ func TestQuotaWatchResetsOutsideFile(t *testing.T) {
 					t.Fatal(err)
 				}
 				used = st.UsedBytes
-				if (id == 0 && used < mib) || time.Now().After(deadline) {
+				if (id == tc.want && used < mib) || time.Now().After(deadline) {
 					break
 				}
 				time.Sleep(50 * time.Millisecond)
@@ -170,8 +186,8 @@ func TestQuotaWatchResetsOutsideFile(t *testing.T) {
 				}
 				return
 			}
-			if id != 0 || used >= mib || werr != nil {
-				t.Fatalf("within %s the watch did not take the outside file out of volume B's project and give B its room", quotaWatchBound)
+			if id != tc.want || used >= mib || werr != nil {
+				t.Fatalf("within %s the watch did not give the outside file project %d and B its room", quotaWatchBound, tc.want)
 			}
 			if l := logs(t, lt); !strings.Contains(l, "escape") {
 				t.Errorf("the watch did not say what it reset:\n%s", l)
@@ -183,8 +199,8 @@ func TestQuotaWatchResetsOutsideFile(t *testing.T) {
 // quotaWatchNode starts the node's root over a data directory on the VM's
 // XFS with project quotas, without services, and returns its volume
 // engine. Without watched, only the volume engine is made: no root, no
-// watch.
-func quotaWatchNode(t testing.TB, watched bool) (*volume.Manager, *logtree.LogTree) {
+// watch. shareDirs, with watched, are the node share's directories.
+func quotaWatchNode(t testing.TB, watched bool, shareDirs ...string) (*volume.Manager, *logtree.LogTree) {
 	t.Helper()
 	var root localstorage.Root
 	if err := root.Place(ktest.TempDir(t, "xfs")); err != nil {
@@ -205,7 +221,7 @@ func quotaWatchNode(t testing.TB, watched bool) (*volume.Manager, *logtree.LogTr
 		return vols, nil
 	}
 	got := make(chan *Env, 1)
-	r, err := Root(Config{Root: &root, NodeName: "node-a", Services: []Service{envService("probe", got)}})
+	r, err := Root(Config{Root: &root, NodeName: "node-a", NodeShare: volume.NodeShare{Dirs: shareDirs}, Services: []Service{envService("probe", got)}})
 	if err != nil {
 		t.Fatal(err)
 	}
