@@ -115,8 +115,9 @@ func RestoreAt(ctx context.Context, dirfd int, name string, id uint32) (Restored
 // ReleaseAt is RestoreAt for an entry that must carry no ID of the range
 // [lo, hi] (the IDs of quotas it is not part of): when the entry carries
 // one, it gives it id instead (0, the default project, will do), and a
-// directory PROJINHERIT unless id is 0. An entry carrying any other ID is
-// left as it is. name "." checks the directory dirfd itself.
+// directory PROJINHERIT, or with 0 takes a directory's PROJINHERIT away.
+// An entry carrying any other ID is left as it is. name "." checks the
+// directory dirfd itself.
 func ReleaseAt(ctx context.Context, dirfd int, name string, lo, hi, id uint32) (Restored, error) {
 	if lo == 0 || lo > hi || (id >= lo && id <= hi) {
 		return Restored{}, fmt.Errorf("releasing the project ID of %s: invalid range [%d, %d] or ID %d", name, lo, hi, id)
@@ -243,6 +244,9 @@ func (w *treeWalk) repair(fd int, rel string, isDir bool, allocated int64) error
 	x.Projid = w.id
 	if inherit {
 		x.Xflags |= xflagProjInherit
+	} else if w.id == 0 {
+		// Project 0 passes nothing on (ReleaseAt).
+		x.Xflags &^= xflagProjInherit
 	}
 	if err := setXattr(uintptr(fd), &x); err != nil {
 		return fmt.Errorf("%s: giving it project ID %d: FS_IOC_FSSETXATTR: %w", rel, w.id, err)

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"source.plinth.dev/pkg/fsquota"
+	"source.plinth.dev/test/ktest"
 )
 
 // TestRestoreTreeEndsAnEscape plays a volume's user who moves a
@@ -209,6 +210,65 @@ func TestRestoreAtPutsOneEntryBack(t *testing.T) {
 			}
 			if _, err := fsquota.RestoreAt(ctx, dfd, "gone", id); !errors.Is(err, unix.ENOENT) {
 				t.Errorf("RestoreAt of a missing entry: %v, want ENOENT", err)
+			}
+		})
+	}
+}
+
+// TestReleaseAtTakesOnlyTheRange plays a directory outside every volume
+// (an emptyDir) whose process moved a file, and the directory itself
+// with PROJINHERIT, into a volume's project: ReleaseAt gives both the ID
+// asked for (0 here, without PROJINHERIT), counts the file's bytes, and
+// leaves alone a file of a project outside the range (an operator's).
+func TestReleaseAtTakesOnlyTheRange(t *testing.T) {
+	for _, fs := range quotaFS {
+		t.Run(fs.disk, func(t *testing.T) {
+			ctx := context.Background()
+			_, id := volume(t, fs.disk, fsquota.Limits{Bytes: 4 * MiB, Inodes: 1000})
+			dir := ktest.TempDir(t, fs.disk)
+			moved, theirs := filepath.Join(dir, "moved"), filepath.Join(dir, "theirs")
+			for _, f := range []struct {
+				path string
+				id   uint32
+			}{{moved, id}, {theirs, 7}} {
+				if err := writeFile(f.path, MiB); err != nil {
+					t.Fatal(err)
+				}
+				if err := fsquota.SetProjectID(f.path, f.id, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := fsquota.SetProjectID(dir, id, true); err != nil {
+				t.Fatal(err)
+			}
+			dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(dfd)
+
+			if _, err := fsquota.ReleaseAt(ctx, dfd, "moved", id, id, id); err == nil {
+				t.Error("ReleaseAt to an ID within the range it takes away: no error")
+			}
+			r, err := fsquota.ReleaseAt(ctx, dfd, "moved", id, id+100, 0)
+			if err != nil || r.Strays != 1 || r.StrayBytes < MiB {
+				t.Errorf("ReleaseAt of the moved file = %+v, %v; want it released, 1 MiB", r, err)
+			}
+			if r, err := fsquota.ReleaseAt(ctx, dfd, ".", id, id+100, 0); err != nil || r.Strays != 1 {
+				t.Errorf("ReleaseAt of the directory = %+v, %v; want it released", r, err)
+			}
+			if r, err := fsquota.ReleaseAt(ctx, dfd, "theirs", id, id+100, 0); err != nil || r.Strays != 0 {
+				t.Errorf("ReleaseAt of a file of project 7 = %+v, %v; want nothing to do", r, err)
+			}
+			for _, c := range []struct {
+				path    string
+				id      uint32
+				inherit bool
+			}{{moved, 0, false}, {dir, 0, false}, {theirs, 7, false}} {
+				got, inherit, err := fsquota.ProjectID(c.path)
+				if err != nil || got != c.id || inherit != c.inherit {
+					t.Errorf("%s after ReleaseAt: project %d, PROJINHERIT %v, %v; want %d, %v", c.path, got, inherit, err, c.id, c.inherit)
+				}
 			}
 		})
 	}
