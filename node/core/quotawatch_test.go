@@ -334,3 +334,48 @@ func benchWrites(b *testing.B, dir, work string) {
 		}
 	}
 }
+
+// TestQuotaWatchLeavesQuarantineAlone moves a volume into quarantine, and
+// writes into it there, with the quota watch running: the watch must not
+// take the quarantined volume for a file outside every volume, or its
+// directory would lose its project ID and PROJINHERIT, and the volume
+// would come back from quarantine without its quota over new files.
+func TestQuotaWatchLeavesQuarantineAlone(t *testing.T) {
+	ktest.RequireVM(t)
+	vols, lt := quotaWatchNode(t, true)
+	ctx := context.Background()
+	dir := createVolume(t, vols, "pvc-q", 4*mib)
+	id, _, err := fsquota.ProjectID(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the watch to start", func() bool { return strings.Contains(logs(t, lt), "quota watch: on") })
+	if err := vols.SetReclaimPolicy(ctx, "pvc-q", volume.ReclaimDelete); err != nil {
+		t.Fatal(err)
+	}
+	if err := vols.Quarantine(ctx, "pvc-q", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	qs, err := vols.Quarantined(ctx)
+	if err != nil || len(qs) != 1 {
+		t.Fatalf("quarantined volumes: %v, %v; want pvc-q", qs, err)
+	}
+	if err := writeNew(filepath.Join(qs[0].Path, "late"), 4096); err != nil {
+		t.Fatal(err)
+	}
+	// Several of the watch's batches pass: time for it to act, if it
+	// would.
+	time.Sleep(2 * time.Second)
+	for _, p := range []string{qs[0].Path, filepath.Join(qs[0].Path, "late")} {
+		got, inherit, err := fsquota.ProjectID(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != id || (p == qs[0].Path && !inherit) {
+			t.Errorf("%s in quarantine: project %d, PROJINHERIT %v; want the volume's project %d kept", p, got, inherit, id)
+		}
+	}
+	if t.Failed() {
+		t.Logf("log:\n%s", logs(t, lt))
+	}
+}

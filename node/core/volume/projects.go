@@ -58,8 +58,8 @@ type DirProject struct {
 	// restore, or not in a volume).
 	Volume  string
 	Project uint32
-	// Outside: the directory lies outside Plinth's own (the volumes and
-	// the state) on a node enforcing quotas, where no entry may carry a
+	// Outside: the directory lies outside the engine's own trees
+	// (enginePath) on a node enforcing quotas, where no entry may carry a
 	// volume's project ID (FirstProjectID to LastProjectID). Release is
 	// the ID such an entry gets instead: ShareProjectID within the node
 	// share's trees, else 0 (releaseID says why).
@@ -92,10 +92,23 @@ func (m *Manager) ProjectOfDir(dir int) (DirProject, error) {
 		d.Project, err = m.entryProject(d.Volume)
 		return d, err
 	}
-	if filepath.IsAbs(p) && !m.Data.Volumes.Contains(p) && !m.Data.State.Contains(p) {
+	if filepath.IsAbs(p) && !m.enginePath(p) {
 		d.Outside, d.Release = true, m.releaseID(p)
 	}
 	return d, nil
+}
+
+// enginePath reports whether p lies in a tree of the data directory that
+// only the engine writes: volumes, quarantined volumes (which keep their
+// project IDs, to come back with their quota), snapshots and state. What
+// lies there is never "outside every volume".
+func (m *Manager) enginePath(p string) bool {
+	for _, d := range []*localstorage.Directory{&m.Data.Volumes.Directory, &m.Data.Quarantine.Directory, &m.Data.Snapshots.Directory, &m.Data.State.Directory} {
+		if d.Contains(p) {
+			return true
+		}
+	}
+	return false
 }
 
 // releaseID is the project ID an entry of directory dir, outside every
