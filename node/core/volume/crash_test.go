@@ -294,14 +294,24 @@ func TestFailedExpansionOnXFSIsTrimmed(t *testing.T) {
 	if _, err := m.Create(ctx, "v", Block, MiB); err != nil {
 		t.Fatal(err)
 	}
-	// Ask for all the free space: the up-front check lets it pass (a
-	// request beyond it would be refused before any allocation), and
-	// fallocate fails near the end, because the allocation needs some of
-	// those blocks for its own metadata. Expand writes its intent record
+	// Ask for all the free space but the state reserve (StateReserve):
+	// the up-front check lets it pass (a request beyond it would be
+	// refused before any allocation). Then, past the check, the test
+	// takes the reserve itself (as a writer the check could not foresee
+	// would), and fallocate fails near the end, because the allocation
+	// needs some of the blocks it was promised for its own metadata. Expand writes its intent record
 	// before the check, which may take a block or two of what statfs
 	// showed; then the check refuses, and the next try leaves that many
 	// more blocks out. An Expand that succeeded would mean fallocate fit
 	// after all, and the trim would go untested: that fails the test.
+	m.crashHook = func(point string) {
+		if point != "expand:promised" {
+			return
+		}
+		if err := takeRoom(filepath.Join(mnt, "reserve-taker"), StateReserve); err != nil {
+			t.Errorf("taking the state reserve: %v", err)
+		}
+	}
 	var err error
 	var free int64
 	for margin := int64(0); margin <= 16; margin = max(1, 2*margin) {
@@ -309,7 +319,7 @@ func TestFailedExpansionOnXFSIsTrimmed(t *testing.T) {
 		if err := unix.Statfs(mnt, &st); err != nil {
 			t.Fatal(err)
 		}
-		free = int64(st.Bavail)*st.Bsize - margin*st.Bsize
+		free = int64(st.Bavail)*st.Bsize - StateReserve - margin*st.Bsize
 		_, err = m.Expand(ctx, "v", (MiB+free)&^(Alignment-1))
 		if err == nil || errors.Is(err, unix.ENOSPC) {
 			break
@@ -323,6 +333,20 @@ func TestFailedExpansionOnXFSIsTrimmed(t *testing.T) {
 	if size, alloc := allocated(t, p); size != MiB || alloc != MiB {
 		t.Errorf("after failed Expand on XFS: size %d allocated %d, want both %d", size, alloc, MiB)
 	}
+}
+
+// takeRoom allocates n bytes to the file at p, or adds them to it.
+func takeRoom(p string, n int64) error {
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	return unix.Fallocate(int(f.Fd()), 0, fi.Size(), n)
 }
 
 // hostXFS mounts a fresh sparse XFS image of size bytes on the host and

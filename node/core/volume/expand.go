@@ -190,6 +190,7 @@ func (m *Manager) expandBlock(id string, from, to int64) error {
 		return errors.Join(err, m.clearIntent(id))
 	}
 	defer release()
+	m.crashPoint("expand:promised")
 	if err := fallocate(f, from, to-from); err != nil {
 		ferr := classifySpace(fmt.Errorf("allocating %d more bytes: %w", to-from, err))
 		if terr := trimFile(f); terr != nil {

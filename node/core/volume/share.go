@@ -28,7 +28,7 @@ import (
 // existing trees relabelled when the share is set up), and the project's
 // hard limit is what no volume was promised,
 //
-//	limit = used + Free - Promised - Unallocated - shareMargin
+//	limit = used + Free - Promised - Unallocated - StateReserve
 //
 // but never less than the reserve (NodeShare.Reserve): room the share
 // always keeps, which volumes are never promised. Its unused part is
@@ -60,12 +60,6 @@ const ShareProjectID = FirstProjectID - 1
 // promised. One GiB holds the images of a small node; a node with larger
 // images or emptyDirs needs more (plinth-node --node-share-reserve).
 const DefaultShareReserve = 1 << 30
-
-// shareMargin is free space the share's limit leaves to writes that no
-// project is charged for: Plinth's own records, inode chunks, and the
-// filesystem's free-space btrees as it fills. Without it a full share
-// could leave a volume's last few blocks to them.
-const shareMargin = 1 << 20
 
 // NodeShare is the node share's configuration (Config.Share).
 type NodeShare struct {
@@ -267,7 +261,7 @@ func (m *Manager) fitShare(promising int64) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("fitting the node share: %w", err)
 	}
-	limit := s.ShareUsed + s.Free - s.Promised - s.Unallocated - shareMargin - promising
+	limit := s.ShareUsed + s.Free - s.Promised - s.Unallocated - StateReserve - promising
 	// Never 0, which the kernel reads as no limit at all.
 	limit = max(limit, m.share.set.Load().reserve, Alignment)
 	if err := fsquota.SetLimits(m.Data.Volumes.FullPath(), ShareProjectID, fsquota.Limits{Bytes: uint64(limit)}); err != nil {

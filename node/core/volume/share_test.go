@@ -171,7 +171,7 @@ func TestShareReserveIsNeverPromised(t *testing.T) {
 				t.Fatalf("Space = %+v, want the share's usage (at least the 1 MiB image) and its reserve of %d less that", sp, reserve)
 			}
 			avail := sp.Available(NoOvercommit)
-			if want := sp.Free - sp.Promised - sp.Unallocated - sp.ShareReserve - CreateOverhead; avail > want || avail < want-Alignment {
+			if want := sp.Free - sp.Promised - sp.Unallocated - sp.ShareReserve - StateReserve - CreateOverhead; avail > want || avail < want-Alignment {
 				t.Errorf("Available = %d, want %d (the free space less the share's unused reserve)", avail, want)
 			}
 			_, err := m.Create(ctx, "big", Filesystem, avail+4*MiB)

@@ -51,10 +51,9 @@ func TestCopiesReserveWhatTheyShare(t *testing.T) {
 		}
 
 		// Fill the node, then overwrite the snapshot's source in full.
-		// 1 MiB is left: with only CreateOverhead free, XFS cannot
-		// create the intent file the Delete below needs (found here;
-		// true without snapshots too), which is not what this tests.
-		fill := space().Available(NoOvercommit) - MiB
+		// The Delete below still finds room for its intent record in
+		// StateReserve (TestDeleteOnFullFilesystem).
+		fill := space().Available(NoOvercommit)
 		if _, err := m.Create(ctx, "fill", Block, fill); err != nil {
 			t.Fatalf("a volume of all %d bytes available: %v", fill, err)
 		}

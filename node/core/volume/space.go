@@ -53,6 +53,10 @@ import (
 //     fill yet (Space.ShareReserve) is not available to volumes. Beyond
 //     its reserve the share gets what no volume was promised, by a quota
 //     that follows the promise.
+//   - The engine's own state (intent records, records, the data-id) has
+//     a reserve too (StateReserve) that is never promised to a volume nor
+//     to the share, so that Delete, which writes an intent record first,
+//     works on a node its volumes filled.
 //
 // A volume may be made with over-commit (Overcommit, WithOvercommit; a
 // StorageClass asks for it with a parameter): with ratio r, a new volume of that class
@@ -99,6 +103,28 @@ func WithOvercommit(r Overcommit) CreateOption {
 // fits; a request up to this much larger may fit as well.
 const CreateOverhead = 64 << 10
 
+// StateReserve is free space never promised to volumes or the node
+// share: room for the engine's own state writes (intent records, records,
+// the data-id, their temporary files and renames). Without it, a volume
+// of exactly Available, written full, left the data filesystem without a
+// block for the intent record that Delete must write before it removes
+// anything, so the one operation that frees room failed with ENOSPC.
+//
+// A reserve rather than preallocated intent files: every state write goes
+// through the same atomic create-and-rename (localstorage.WriteAtomic),
+// which needs a new inode and data block whatever was preallocated, and a
+// rewrite in place would give up its atomicity. A reserve covers them all.
+//
+// Its size: a new XFS inode may allocate a whole inode chunk (64 inodes of
+// 512 bytes, 32 KiB), the operations directory may grow a block (4 KiB) and
+// its btree split, and each record takes a block; XFS also keeps part of
+// the free space from allocations for its free-space btrees as it fills
+// (the per-AG reserve) and allocates in 4 KiB blocks. A few records and
+// their chunk come to far less than one MiB; one MiB leaves room for
+// several operations in flight at once and costs nothing a volume would
+// miss. Over-commit never lends it (Space.reserved does not count it).
+const StateReserve = 1 << 20
+
 // Space is the state of the data filesystem the accounting starts from.
 type Space struct {
 	// Free is what the data filesystem reports available to its users.
@@ -120,11 +146,12 @@ type Space struct {
 // Available is the size of the largest new volume, of either mode, that
 // fits under over-commit ratio r: the free space less the part of the
 // promised room that r keeps reserved, less the unallocated parts of block
-// images, less the node share's unused reserve and less CreateOverhead,
+// images, less the node share's unused reserve, less StateReserve and less
+// CreateOverhead,
 // rounded down to Alignment so that a request of exactly this size (which
 // Create rounds up) still fits.
 func (s Space) Available(r Overcommit) int64 {
-	n := s.Free - s.reserved(r) - s.Unallocated - s.ShareReserve - CreateOverhead
+	n := s.Free - s.reserved(r) - s.Unallocated - s.ShareReserve - StateReserve - CreateOverhead
 	return max(n/Alignment*Alignment, 0)
 }
 
@@ -187,7 +214,7 @@ func (m *Manager) checkSpace(size int64, r Overcommit) error {
 	if err != nil {
 		return err
 	}
-	if size > s.Free-s.reserved(r)-s.Unallocated-s.ShareReserve {
+	if size > s.Free-s.reserved(r)-s.Unallocated-s.ShareReserve-StateReserve {
 		over := ""
 		if r > NoOvercommit {
 			over = fmt.Sprintf(" (with over-commit %g, %s of them stay reserved)", float64(r), formatBytes(s.reserved(r)))
@@ -199,8 +226,8 @@ func (m *Manager) checkSpace(size int64, r Overcommit) error {
 		if s.ShareReserve > 0 {
 			holes += fmt.Sprintf(", and %s to the node's reserve for its images, logs and emptyDirs", formatBytes(s.ShareReserve))
 		}
-		return fmt.Errorf("%w: %s requested, %s free on the data filesystem, of which %s are promised to existing filesystem volumes and snapshots%s%s",
-			ErrNoSpace, formatBytes(size), formatBytes(s.Free), formatBytes(s.Promised), over, holes)
+		return fmt.Errorf("%w: %s requested, %s free on the data filesystem, of which %s are promised to existing filesystem volumes and snapshots%s%s, and %s kept for the engine's own records",
+			ErrNoSpace, formatBytes(size), formatBytes(s.Free), formatBytes(s.Promised), over, holes, formatBytes(StateReserve))
 	}
 	return nil
 }

@@ -64,8 +64,8 @@ func TestSpaceAccounting(t *testing.T) {
 		if s.Promised > 24*MiB || s.Promised < 24*MiB-CreateOverhead {
 			t.Errorf("promised = %d, want about the two empty limits, %d", s.Promised, 24*MiB)
 		}
-		if got, want := s.Available(NoOvercommit), (s.Free-s.Promised-CreateOverhead)/Alignment*Alignment; got != want {
-			t.Errorf("available = %d, want free less the promised room, %d", got, want)
+		if got, want := s.Available(NoOvercommit), (s.Free-s.Promised-StateReserve-CreateOverhead)/Alignment*Alignment; got != want {
+			t.Errorf("available = %d, want free less the promised room and the state reserve, %d", got, want)
 		}
 		if lent := s.Available(2) - s.Available(NoOvercommit); lent < s.Promised/2-Alignment || lent > s.Promised/2+Alignment {
 			t.Errorf("over-commit 2 adds %d bytes, want half the promised room, %d", lent, s.Promised/2)
