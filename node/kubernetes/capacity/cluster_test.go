@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"source.plinth.dev/node/core/localstorage"
 	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/capacity"
 	"source.plinth.dev/node/kubernetes/internal/controller"
@@ -92,14 +93,19 @@ func published(t *testing.T, e *controllertest.Env, node, class string) (*storag
 	return c, true
 }
 
-// markBytes is what the data directory's mark takes of n's filesystem.
+// markBytes is what the data directory's marks (the data ID and the
+// cluster ID, written before the first volume) take of n's filesystem.
 func markBytes(t *testing.T, n *node) int64 {
 	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(n.env.Vols.Data.State.DataID.FullPath(), &st); err != nil {
-		t.Fatalf("the data directory's mark: %v", err)
+	var total int64
+	for _, f := range []*localstorage.File{&n.env.Vols.Data.State.DataID, &n.env.Vols.Data.State.ClusterID} {
+		var st unix.Stat_t
+		if err := unix.Stat(f.FullPath(), &st); err != nil {
+			t.Fatalf("the data directory's marks: %v", err)
+		}
+		total += st.Blocks * 512
 	}
-	return st.Blocks * 512
+	return total
 }
 
 // available is what the node's own accounting says a new claim can get
@@ -235,8 +241,9 @@ func TestCapacityFollowsVolumes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// All the room is back but the data directory's mark, which the
-	// first volume wrote and which stays (volume.Manager.DataID).
+	// All the room is back but the data directory's marks, which were
+	// written before the first volume and stay (volume.Manager.DataID,
+	// ClusterID).
 	waitCapacity(t, n, e.Class, empty-markBytes(t, n))
 	obj, _ = published(t, e, e.Node, e.Class)
 	if got := obj.NodeTopology.MatchLabels; len(got) != 1 || got[names.TopologyKeyHostname] != "renamed-"+e.NS {
