@@ -24,14 +24,15 @@ import (
 // every write that follows, and the write is what takes the neighbour's
 // room. So the watch follows every write, creation and rename on the data
 // filesystem (pkg/fanotify), checks the project ID of each entry written
-// in a filesystem volume (volume.Manager.ProjectOfDir,
-// fsquota.RestoreAt), puts a stray back at once, and then walks its volume for the rest
+// in a filesystem volume (volume.Manager.ProjectOfDir, fsquota.RestoreAt),
+// puts a stray back at once, and then walks its volume for the rest
 // (volume.Manager.RestoreProjectIDs). An entry written outside every
 // volume that carries a volume's project ID is taken out of it the same
-// way (fsquota.ReleaseAt, releaseEntry): a process may move its emptyDir's
-// files into a neighbour's project as well as its volume's. The quota audit's periodic walks
-// stay: they also find what the watch cannot see (stores through a
-// shared mapping, events lost to a queue overflow while no walk ran).
+// way (fsquota.ReleaseAt, releaseEntry): a process may move its
+// emptyDir's files into a neighbour's project as well as its volume's.
+// The quota audit's periodic walks stay: they also find what the watch
+// cannot see (stores through a shared mapping, events lost to a queue
+// overflow while no walk ran).
 const (
 	quotaWatchName = "quotawatch"
 	// quotaWatchMask is what the watch follows: writes (Modify, and
