@@ -41,6 +41,7 @@ func (c *changes) signal() {
 //
 // It exists because the space a volume takes is not all written when the
 // volume's consumer learns of it: the reclaim policy record, for one, is
-// written after the PV exists, and the space it takes would otherwise go
-// unnoticed until something else changed.
+// written after the volume is made, and again once the PV exists, and the
+// space it takes would otherwise go unnoticed until something else
+// changed.
 func (m *Manager) Changed() <-chan struct{} { return m.changes.wait() }

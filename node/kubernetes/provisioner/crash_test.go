@@ -156,10 +156,13 @@ func TestCrashSafetyFindsLeaks(t *testing.T) {
 }
 
 // startCrashNode starts plinth-node for a crash test, with a short orphan
-// grace period and args added; it is killed when the test ends.
+// grace period and retention and args added; it is killed when the test
+// ends. A kill between a volume's record and its PV leaves a volume with
+// a record and no PV: once its claim is deleted, it goes into quarantine
+// and, a second later, away.
 func startCrashNode(t *testing.T, e *env, args ...string) *controllertest.NodeProcess {
 	t.Helper()
-	p := e.NodeProcess(t, append([]string{"--orphan-grace-period=3s"}, args...)...)
+	p := e.NodeProcess(t, append([]string{"--orphan-grace-period=3s", "--orphan-retention=1s"}, args...)...)
 	// Every other start, a tight client budget (10 requests a second)
 	// makes API writes wait, which widens the window between creating a
 	// volume and creating its PV, and the one between deleting a volume's

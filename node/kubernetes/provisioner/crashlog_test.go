@@ -36,7 +36,7 @@ type recoveryLog struct {
 // a line cut short by SIGKILL neither counts nor confuses the next.
 var (
 	volumeIDPattern   = `pvc-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`
-	orphanLine        = regexp.MustCompile(`\] audit: deleted orphaned volume (` + volumeIDPattern + `) and its data`)
+	orphanLine        = regexp.MustCompile(`\] audit: deleted (?:orphaned|quarantined) volume (` + volumeIDPattern + `) and its data`)
 	recoveredLine     = regexp.MustCompile(`\] recovered volume (` + volumeIDPattern + `): ([^\n]+)`)
 	failedLine        = regexp.MustCompile(`\] recovering volume (` + volumeIDPattern + `): [^\n]* failed: [^\n]*`)
 	deletedVolumeLine = regexp.MustCompile(`\] audit: deleted volume (` + volumeIDPattern + `) and its data: PV released`)

@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,8 +14,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"source.plinth.dev/node/core/volume"
+	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/test/controllertest"
 )
 
@@ -170,4 +173,57 @@ func TestPolicyRecordedAtStart(t *testing.T) {
 		p, err := e.Vols.ReclaimPolicy(ctx, pv.Name)
 		return p == volume.ReclaimRetain, err
 	})
+}
+
+// TestRecordBeforePV: a PV this node made exists only once its volume's
+// reclaim policy is recorded on the node's disk. Were the record written
+// after the PV, a node stopped between the two and an etcd then restored
+// without the PV would find a volume with no record, take it for a crash
+// leftover that never had a PV, and remove it after the grace period
+// instead of quarantining it. The test reads the record the moment each
+// PV appears in a watch, for claims of a Delete and a Retain class.
+func TestRecordBeforePV(t *testing.T) {
+	e := newEnv(t, true)
+	ctx := context.Background()
+	retainClass := e.Class + "-retain"
+	e.CreateClass(retainClass, corev1.PersistentVolumeReclaimRetain, nil)
+	w, err := e.Client.CoreV1().PersistentVolumes().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	e.start(e.controller())
+	want := map[string]volume.ReclaimPolicy{}
+	for i := range 6 {
+		class, policy := e.Class, volume.ReclaimDelete
+		if i%2 == 1 {
+			class, policy = retainClass, volume.ReclaimRetain
+		}
+		pvc := e.CreateClaim(controllertest.Claim{Name: fmt.Sprintf("c%d", i), Class: class})
+		want[ownership.VolumeIDFor(pvc.UID)] = policy
+	}
+	deadline := time.After(60 * time.Second)
+	for len(want) > 0 {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("the PV watch ended")
+			}
+			pv, isPV := ev.Object.(*corev1.PersistentVolume)
+			if !isPV || ev.Type != watch.Added {
+				continue
+			}
+			policy, mine := want[pv.Name]
+			if !mine {
+				continue
+			}
+			delete(want, pv.Name)
+			got, err := e.Vols.ReclaimPolicy(ctx, pv.Name)
+			if err != nil || got != policy {
+				t.Errorf("PV %s appeared while its volume's recorded reclaim policy was %q (%v); want %q recorded before the PV", pv.Name, got, err, policy)
+			}
+		case <-deadline:
+			t.Fatalf("timed out waiting for the PVs of %d claims", len(want))
+		}
+	}
 }

@@ -36,8 +36,9 @@ import (
 //     restore) gets it back untouched, from the sweep, from the PV's sync
 //     (syncVolume) or from the claim's provisioning (Create restores).
 //   - A volume that never had a PV (no record: the process stopped
-//     between the volume and its PV, and the claim went) is a crash
-//     leftover, removed after the grace period as before.
+//     between the volume and its record, which ensurePV writes before
+//     the PV, and the claim went) is a crash leftover, removed after the
+//     grace period as before.
 
 // clusterUID reads, live, the identity of the cluster the node is
 // connected to.
@@ -190,7 +191,9 @@ func (r *run) restoreQuarantined(ctx context.Context, id, why string) {
 	defer unlock()
 	err := r.Volumes.Restore(ctx, id)
 	switch {
-	case errors.Is(err, volume.ErrNotFound):
+	case errors.Is(err, volume.ErrNotFound), ctx.Err() != nil:
+		// Not in quarantine, or the run ends (Restore checks the
+		// context first, before it knows either way).
 		return
 	case err != nil:
 		r.log.Warningf("volume %s is in quarantine and %s, but cannot be moved back: %v", id, why, err)

@@ -160,6 +160,15 @@ func (r *run) ensureVolume(ctx context.Context, pvc *corev1.PersistentVolumeClai
 // the PV for good, or a PV of that name made elsewhere exists.
 func (r *run) ensurePV(ctx context.Context, pvc *corev1.PersistentVolumeClaim, req *request) (*corev1.PersistentVolume, error) {
 	pv := buildPV(pvc, req, r.Driver, r.hostname, r.NodeName)
+	// The record before the PV: a volume this node made a PV for always
+	// has its reclaim policy on the node's disk, even when the node stops
+	// right after the PV is made. So a volume without a record never had
+	// a PV (a crash leftover, removed after the grace period), and one
+	// whose PV an etcd restore took away goes into quarantine.
+	if err := r.recordPolicy(ctx, pv); err != nil {
+		r.failClaim(pvc, fmt.Sprintf("%v (will retry).", err))
+		return nil, err
+	}
 	made, err := r.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 	switch {
 	case apierrors.IsAlreadyExists(err):
@@ -237,12 +246,11 @@ func (r *run) stillElsewhere(ctx context.Context, pvc *corev1.PersistentVolumeCl
 	return true, nil
 }
 
-// reportProvisioned records the new PV's reclaim policy on the node and
-// tells the user. The record is written after the PV exists, never
-// before: a record names a PV that existed, so a volume without one is a
-// crash leftover the reconciler may remove, and one recorded as Retain is
-// data it keeps. A crash right here leaves no record; the informer's first
-// list after the restart records it (syncVolume), as does a failure now.
+// reportProvisioned records the new PV's reclaim policy on the node again
+// (ensurePV recorded it before the PV was made; the PV as the API server
+// took it is what counts) and tells the user. A failure here is retried
+// through the PV's sync (syncVolume), as is a crash: the informer's first
+// list after the restart records it.
 func (r *run) reportProvisioned(ctx context.Context, pvc *corev1.PersistentVolumeClaim, req *request, pv *corev1.PersistentVolume) {
 	if err := r.recordPolicy(ctx, pv); err != nil {
 		r.log.Warningf("%v (will retry)", err)
