@@ -124,7 +124,7 @@ func checkEntries(ctx context.Context, log logtree.LeveledLogger, vols *volume.M
 		}
 		switch {
 		case d.Project != 0:
-			checkVolumeEntry(ctx, log, d, ev.Name, walks)
+			checkVolumeEntry(ctx, log, vols, d, ev.Name, walks)
 		case d.Outside:
 			releaseEntry(ctx, log, d, ev.Name)
 		}
@@ -132,8 +132,10 @@ func checkEntries(ctx context.Context, log logtree.LeveledLogger, vols *volume.M
 }
 
 // checkVolumeEntry puts entry name of volume directory d back into its
-// volume's project if it left it, and asks for a walk of the volume.
-func checkVolumeEntry(ctx context.Context, log logtree.LeveledLogger, d *batchDir, name string, walks *quotaWalks) {
+// volume's project if it left it, notes the repair for the audit's
+// reporter to tell the user (volume.Manager.NoteRepair), and asks for a
+// walk of the volume.
+func checkVolumeEntry(ctx context.Context, log logtree.LeveledLogger, vols *volume.Manager, d *batchDir, name string, walks *quotaWalks) {
 	r, err := fsquota.RestoreAt(ctx, d.fd, name, d.Project)
 	if errors.Is(err, unix.ENOENT) {
 		return // removed since
@@ -145,6 +147,7 @@ func checkVolumeEntry(ctx context.Context, log logtree.LeveledLogger, d *batchDi
 	if r.Strays > 0 {
 		log.Warningf("quota watch: volume %s: put %q (%d bytes) back into the volume's project quota: a process had moved it out and was writing to it",
 			d.Volume, name, r.StrayBytes)
+		vols.NoteRepair(d.Volume, r)
 		walks.add(d.Volume)
 	}
 }
@@ -279,6 +282,7 @@ func (q *quotaWalks) run(ctx context.Context) error {
 			if r.Strays > 0 {
 				log.Warningf("quota watch: volume %s: put %d entries holding %d bytes back into the volume's project quota (the first: %s)",
 					id, r.Strays, r.StrayBytes, r.FirstStray)
+				q.vols.NoteRepair(id, r)
 			}
 		}
 	}

@@ -102,6 +102,11 @@ func TestQuotaWatchPutsMovedFileBack(t *testing.T) {
 			if l := logs(t, lt); !strings.Contains(l, "put \"escape\"") {
 				t.Errorf("the watch did not say what it put back:\n%s", l)
 			}
+			// What the user is told of comes from the noted repairs
+			// (the volume health monitor's report).
+			if r := vols.TakeRepairs()["pvc-a"]; r.Strays == 0 || r.FirstStray != "escape" {
+				t.Errorf("repairs noted for volume A: %+v; want the put-back file, for the audit's reporter to tell the user", r)
+			}
 		})
 	}
 }

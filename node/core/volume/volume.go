@@ -200,6 +200,10 @@ type Manager struct {
 	// share is the node share (share.go).
 	share shareState
 
+	// repairs holds the quota repairs made outside the audit until the
+	// audit's reporter takes them (repairs.go).
+	repairs repairs
+
 	// debt records durable steps that failed (see durability.go).
 	debt syncDebt
 

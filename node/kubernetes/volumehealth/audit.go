@@ -43,9 +43,13 @@ const (
 
 // Auditor puts files that a volume's user moved out of the volume's
 // project quota back in it (volume.Manager.RestoreProjectIDs). pace is
-// called before each file, to bound the walk's rate.
+// called before each file, to bound the walk's rate. Repairs made between
+// its walks, by the node's quota watch, are taken from TakeRepairs as soon
+// as Repaired's channel closes, and reported as the walk's are.
 type Auditor interface {
 	RestoreProjectIDs(ctx context.Context, volumeID string, pace func(context.Context) error) (fsquota.Restored, error)
+	Repaired() <-chan struct{}
+	TakeRepairs() map[string]fsquota.Restored
 }
 
 // audit is the state of the monitor's audit loop.
@@ -81,20 +85,33 @@ func (a *audit) auditAll(ctx context.Context) {
 	forgetOthers(a.incomplete, pvs)
 }
 
-// reportAudit reports one volume's walk: a Warning Event on the claim and
-// the PV, and the restored counts in the metrics, whenever files had to
-// be put back (each walk finds new ones only if the user moved them
-// again), and a Warning when the walk could not examine everything, until
-// that changes.
+// reportRepairs reports, until ctx ends, the repairs made between the
+// walks (Auditor.TakeRepairs) as soon as they are made.
+func (a *audit) reportRepairs(ctx context.Context) {
+	for {
+		noted := a.Auditor.Repaired()
+		if taken := a.Auditor.TakeRepairs(); len(taken) > 0 {
+			for _, pv := range a.watchedPVs() {
+				if r, ok := taken[pv.Spec.CSI.VolumeHandle]; ok {
+					a.reportRestored(pv, r)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-noted:
+		}
+	}
+}
+
+// reportAudit reports one volume's walk: what it put back
+// (reportRestored), and a Warning when the walk could not examine
+// everything, until that changes.
 func (a *audit) reportAudit(pv *corev1.PersistentVolume, r fsquota.Restored) {
 	claim := pv.Spec.ClaimRef
 	id := pv.Spec.CSI.VolumeHandle
-	if r.Strays > 0 {
-		a.Metrics.QuotaRestored(r.Strays, r.StrayBytes)
-		msg := restoredMessage(id, a.NodeName, r)
-		a.log.Warningf("volume %s of claim %s/%s: %s", id, claim.Namespace, claim.Name, msg)
-		a.tell(pv, corev1.EventTypeWarning, ReasonQuotaRestored, msg)
-	}
+	a.reportRestored(pv, r)
 	gap := incompleteMessage(r)
 	if gap == a.incomplete[pv.Name] {
 		return
@@ -106,6 +123,22 @@ func (a *audit) reportAudit(pv *corev1.PersistentVolume, r fsquota.Restored) {
 	msg := fmt.Sprintf("checking that every file of volume %s on node %s counts against its size: %s", id, a.NodeName, gap)
 	a.log.Warningf("claim %s/%s: %s", claim.Namespace, claim.Name, msg)
 	a.tell(pv, corev1.EventTypeWarning, ReasonAuditIncomplete, msg)
+}
+
+// reportRestored reports files put back into a volume's project quota: a
+// Warning Event on the claim and the PV, and the restored counts in the
+// metrics, whenever there were any (a walk or the watch finds new ones
+// only if the user moved them again).
+func (a *audit) reportRestored(pv *corev1.PersistentVolume, r fsquota.Restored) {
+	if r.Strays == 0 {
+		return
+	}
+	claim := pv.Spec.ClaimRef
+	id := pv.Spec.CSI.VolumeHandle
+	a.Metrics.QuotaRestored(r.Strays, r.StrayBytes)
+	msg := restoredMessage(id, a.NodeName, r)
+	a.log.Warningf("volume %s of claim %s/%s: %s", id, claim.Namespace, claim.Name, msg)
+	a.tell(pv, corev1.EventTypeWarning, ReasonQuotaRestored, msg)
 }
 
 // restoredMessage tells the user what the walk put back, and how it

@@ -145,7 +145,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 	tasks := []func(context.Context){controller.Every(m.Clock, m.Interval, r.checkAll)}
 	if m.Auditor != nil {
 		a := &audit{round: r, limiter: rate.NewLimiter(rate.Limit(m.AuditRate), max(m.AuditRate/10, 1)), incomplete: map[string]string{}}
-		tasks = append(tasks, controller.Every(m.Clock, m.AuditInterval, a.auditAll))
+		tasks = append(tasks, controller.Every(m.Clock, m.AuditInterval, a.auditAll), a.reportRepairs)
 	}
 	return controller.Loops{Tasks: tasks}.Run(ctx)
 }

@@ -1,0 +1,39 @@
+package volume
+
+import (
+	"testing"
+
+	"source.plinth.dev/pkg/fsquota"
+)
+
+// TestRepairsAddUpUntilTaken: repairs noted for a volume add up, keep the
+// first stray's name, wake the waiters, and are gone once taken; a repair
+// that put nothing back is not noted.
+func TestRepairsAddUpUntilTaken(t *testing.T) {
+	var m Manager
+	woken := m.Repaired()
+	m.NoteRepair("pvc-a", fsquota.Restored{})
+	select {
+	case <-woken:
+		t.Fatal("a repair that put nothing back woke the reporter")
+	default:
+	}
+	m.NoteRepair("pvc-a", fsquota.Restored{Strays: 1, StrayBytes: 4096, FirstStray: "first"})
+	m.NoteRepair("pvc-a", fsquota.Restored{Strays: 2, StrayBytes: 8192, FirstStray: "second"})
+	m.NoteRepair("pvc-b", fsquota.Restored{Strays: 1, StrayBytes: 1, FirstStray: "b"})
+	select {
+	case <-woken:
+	default:
+		t.Fatal("noting a repair did not wake the reporter")
+	}
+	got := m.TakeRepairs()
+	if a := got["pvc-a"]; a.Strays != 3 || a.StrayBytes != 12288 || a.FirstStray != "first" {
+		t.Errorf("repairs of pvc-a: %+v; want 3 strays, 12288 bytes, the first named first", a)
+	}
+	if len(got) != 2 {
+		t.Errorf("repairs taken: %v; want pvc-a and pvc-b", got)
+	}
+	if again := m.TakeRepairs(); len(again) != 0 {
+		t.Errorf("repairs taken twice: %v", again)
+	}
+}
