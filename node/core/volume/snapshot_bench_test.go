@@ -67,80 +67,21 @@ func benchBlockCopies(b *testing.B, size int64) {
 	if err := f.Close(); err != nil {
 		b.Fatal(err)
 	}
-	usage := func() int64 {
-		b.Helper()
-		settleFreeSpace(b, m)
-		return usedBytes(b, m)
-	}
-	b.Run("impl=snapshot", func(b *testing.B) {
-		var grown int64
-		for i := 0; b.Loop(); i++ {
-			b.StopTimer()
-			before := usage()
-			b.StartTimer()
-			if _, err := m.CreateSnapshot(ctx, "src", fmt.Sprintf("snap-%d", i)); err != nil {
-				b.Fatal(err)
-			}
-			b.StopTimer()
-			grown += usage() - before
-			if err := m.DeleteSnapshot(ctx, fmt.Sprintf("snap-%d", i)); err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
+	dst := img + ".copy"
+	benchCopies(b, m, Block, size, "", func() error {
+		if out, err := exec.Command("cp", "--reflink=never", img, dst).CombinedOutput(); err != nil {
+			return fmt.Errorf("cp: %v: %s", err, out)
 		}
-		b.ReportMetric(float64(grown)/float64(b.N), "B-used/op")
-	})
-	if _, err := m.CreateSnapshot(ctx, "src", "snap"); err != nil {
-		b.Fatal(err)
-	}
-	b.Run("impl=restore", func(b *testing.B) {
-		var grown int64
-		for i := 0; b.Loop(); i++ {
-			b.StopTimer()
-			before := usage()
-			b.StartTimer()
-			if _, err := m.Create(ctx, fmt.Sprintf("restored-%d", i), Block, size, FromSnapshot("snap")); err != nil {
-				b.Fatal(err)
-			}
-			b.StopTimer()
-			grown += usage() - before
-			if err := m.Delete(ctx, fmt.Sprintf("restored-%d", i)); err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
+		f, err := os.OpenFile(dst, os.O_WRONLY, 0)
+		if err != nil {
+			return err
 		}
-		b.ReportMetric(float64(grown)/float64(b.N), "B-used/op")
-	})
-	if err := m.DeleteSnapshot(ctx, "snap"); err != nil {
-		b.Fatal(err)
-	}
-	b.Run("impl=cp", func(b *testing.B) {
-		dst := img + ".copy"
-		var grown int64
-		for b.Loop() {
-			b.StopTimer()
-			before := usage()
-			b.StartTimer()
-			if out, err := exec.Command("cp", "--reflink=never", img, dst).CombinedOutput(); err != nil {
-				b.Fatalf("cp: %v: %s", err, out)
-			}
-			f, err := os.OpenFile(dst, os.O_WRONLY, 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := f.Sync(); err != nil {
-				b.Fatal(err)
-			}
-			f.Close()
-			b.StopTimer()
-			grown += usage() - before
-			if err := os.Remove(dst); err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
+		if err := f.Sync(); err != nil {
+			return err
 		}
-		b.ReportMetric(float64(grown)/float64(b.N), "B-used/op")
-	})
+		f.Close()
+		return nil
+	}, func() error { return os.Remove(dst) })
 }
 
 // BenchmarkFilesystemCopies measures a filesystem volume's snapshot and
@@ -181,73 +122,73 @@ func BenchmarkFilesystemCopies(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	dst := m.Data.Volumes.FullPath() + "/copy"
+	benchCopies(b, m, Filesystem, size, fmt.Sprintf("files=%d/", files), func() error {
+		if out, err := exec.Command("cp", "-a", "--reflink=never", dir, dst).CombinedOutput(); err != nil {
+			return fmt.Errorf("cp: %v: %s", err, out)
+		}
+		return fsquota.Sync(dst)
+	}, func() error { return os.RemoveAll(dst) })
+}
+
+// benchCopies runs the sub-benchmarks <prefix>impl=snapshot, impl=restore
+// and impl=cp on volume "src" of m (of the given mode and size), each
+// reporting the data filesystem's growth per operation (B-used/op).
+// fullCopy makes the baseline's full copy of the source and removeCopy
+// removes it again.
+func benchCopies(b *testing.B, m *Manager, mode Mode, size int64, prefix string, fullCopy, removeCopy func() error) {
+	ctx := context.Background()
+	b.Run(prefix+"impl=snapshot", func(b *testing.B) {
+		benchGrowth(b, m,
+			func(i int) error {
+				_, err := m.CreateSnapshot(ctx, "src", fmt.Sprintf("snap-%d", i))
+				return err
+			},
+			func(i int) error { return m.DeleteSnapshot(ctx, fmt.Sprintf("snap-%d", i)) })
+	})
+	if _, err := m.CreateSnapshot(ctx, "src", "snap"); err != nil {
+		b.Fatal(err)
+	}
+	b.Run(prefix+"impl=restore", func(b *testing.B) {
+		benchGrowth(b, m,
+			func(i int) error {
+				_, err := m.Create(ctx, fmt.Sprintf("restored-%d", i), mode, size, FromSnapshot("snap"))
+				return err
+			},
+			func(i int) error { return m.Delete(ctx, fmt.Sprintf("restored-%d", i)) })
+	})
+	if err := m.DeleteSnapshot(ctx, "snap"); err != nil {
+		b.Fatal(err)
+	}
+	b.Run(prefix+"impl=cp", func(b *testing.B) {
+		benchGrowth(b, m, func(int) error { return fullCopy() }, func(int) error { return removeCopy() })
+	})
+}
+
+// benchGrowth times op(i) for each iteration i, and only op: the undo(i)
+// that follows it, and the settled measurements of the data filesystem's
+// use around it, are outside the timer. It reports the growth per op as
+// B-used/op.
+func benchGrowth(b *testing.B, m *Manager, op, undo func(i int) error) {
 	usage := func() int64 {
 		b.Helper()
 		settleFreeSpace(b, m)
 		return usedBytes(b, m)
 	}
-	b.Run(fmt.Sprintf("files=%d/impl=snapshot", files), func(b *testing.B) {
-		var grown int64
-		for i := 0; b.Loop(); i++ {
-			b.StopTimer()
-			before := usage()
-			b.StartTimer()
-			if _, err := m.CreateSnapshot(ctx, "src", fmt.Sprintf("snap-%d", i)); err != nil {
-				b.Fatal(err)
-			}
-			b.StopTimer()
-			grown += usage() - before
-			if err := m.DeleteSnapshot(ctx, fmt.Sprintf("snap-%d", i)); err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
+	var grown int64
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		before := usage()
+		b.StartTimer()
+		if err := op(i); err != nil {
+			b.Fatal(err)
 		}
-		b.ReportMetric(float64(grown)/float64(b.N), "B-used/op")
-	})
-	if _, err := m.CreateSnapshot(ctx, "src", "snap"); err != nil {
-		b.Fatal(err)
+		b.StopTimer()
+		grown += usage() - before
+		if err := undo(i); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
 	}
-	b.Run(fmt.Sprintf("files=%d/impl=restore", files), func(b *testing.B) {
-		var grown int64
-		for i := 0; b.Loop(); i++ {
-			b.StopTimer()
-			before := usage()
-			b.StartTimer()
-			if _, err := m.Create(ctx, fmt.Sprintf("restored-%d", i), Filesystem, size, FromSnapshot("snap")); err != nil {
-				b.Fatal(err)
-			}
-			b.StopTimer()
-			grown += usage() - before
-			if err := m.Delete(ctx, fmt.Sprintf("restored-%d", i)); err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
-		}
-		b.ReportMetric(float64(grown)/float64(b.N), "B-used/op")
-	})
-	if err := m.DeleteSnapshot(ctx, "snap"); err != nil {
-		b.Fatal(err)
-	}
-	b.Run(fmt.Sprintf("files=%d/impl=cp", files), func(b *testing.B) {
-		dst := m.Data.Volumes.FullPath() + "/copy"
-		var grown int64
-		for b.Loop() {
-			b.StopTimer()
-			before := usage()
-			b.StartTimer()
-			if out, err := exec.Command("cp", "-a", "--reflink=never", dir, dst).CombinedOutput(); err != nil {
-				b.Fatalf("cp: %v: %s", err, out)
-			}
-			if err := fsquota.Sync(dst); err != nil {
-				b.Fatal(err)
-			}
-			b.StopTimer()
-			grown += usage() - before
-			if err := os.RemoveAll(dst); err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
-		}
-		b.ReportMetric(float64(grown)/float64(b.N), "B-used/op")
-	})
+	b.ReportMetric(float64(grown)/float64(b.N), "B-used/op")
 }
