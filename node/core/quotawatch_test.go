@@ -41,7 +41,6 @@ func TestQuotaWatchPutsMovedFileBack(t *testing.T) {
 		name := map[bool]string{true: "watched", false: "unwatched"}[watched]
 		t.Run(name, func(t *testing.T) {
 			vols, lt := quotaWatchNode(t, watched)
-			ctx := context.Background()
 			a := createVolume(t, vols, "pvc-a", 64*mib)
 			b := createVolume(t, vols, "pvc-b", 4*mib)
 			idA, _, err := fsquota.ProjectID(a)
@@ -69,24 +68,7 @@ func TestQuotaWatchPutsMovedFileBack(t *testing.T) {
 			fillFile(t, file, 4*mib)
 
 			start := time.Now()
-			deadline := start.Add(quotaWatchBound)
-			var id uint32
-			var used int64
-			for {
-				id, _, err = fsquota.ProjectID(file)
-				if err != nil {
-					t.Fatal(err)
-				}
-				st, err := vols.Stat(ctx, "pvc-b")
-				if err != nil {
-					t.Fatal(err)
-				}
-				used = st.UsedBytes
-				if (id == idA && used < mib) || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			id, used := awaitProjectBack(t, vols, file, idA, start.Add(quotaWatchBound))
 			werr := writeNew(filepath.Join(b, "own"), 2*mib)
 			t.Logf("after %s: the file is in project %d (A is %d, B %d); B uses %d bytes; writing 2 MiB into B: %v",
 				time.Since(start).Round(time.Millisecond), id, idA, idB, used, werr)
@@ -138,7 +120,6 @@ func TestQuotaWatchResetsOutsideFile(t *testing.T) {
 			}
 			vols, lt := quotaWatchNode(t, tc.watched, shareDirs...)
 			watched := tc.watched
-			ctx := context.Background()
 			b := createVolume(t, vols, "pvc-b", 4*mib)
 			idB, _, err := fsquota.ProjectID(b)
 			if err != nil {
@@ -164,24 +145,7 @@ func TestQuotaWatchResetsOutsideFile(t *testing.T) {
 			fillFile(t, file, 4*mib)
 
 			start := time.Now()
-			deadline := start.Add(quotaWatchBound)
-			var id uint32
-			var used int64
-			for {
-				id, _, err = fsquota.ProjectID(file)
-				if err != nil {
-					t.Fatal(err)
-				}
-				st, err := vols.Stat(ctx, "pvc-b")
-				if err != nil {
-					t.Fatal(err)
-				}
-				used = st.UsedBytes
-				if (id == tc.want && used < mib) || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			id, used := awaitProjectBack(t, vols, file, tc.want, start.Add(quotaWatchBound))
 			werr := writeNew(filepath.Join(b, "own"), 4*mib)
 			t.Logf("after %s: the outside file is in project %d (B is %d); B uses %d bytes; writing 4 MiB into B: %v",
 				time.Since(start).Round(time.Millisecond), id, idB, used, werr)
@@ -198,6 +162,28 @@ func TestQuotaWatchResetsOutsideFile(t *testing.T) {
 				t.Errorf("the watch did not say what it reset:\n%s", l)
 			}
 		})
+	}
+}
+
+// awaitProjectBack polls, until deadline, for file to be in project want
+// and volume pvc-b, whose project the file was moved into, to use less
+// than a MiB again. It returns the file's project and pvc-b's use as last
+// seen, whether or not they got there.
+func awaitProjectBack(t *testing.T, vols *volume.Manager, file string, want uint32, deadline time.Time) (uint32, int64) {
+	t.Helper()
+	for {
+		id, _, err := fsquota.ProjectID(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := vols.Stat(context.Background(), "pvc-b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (id == want && st.UsedBytes < mib) || time.Now().After(deadline) {
+			return id, st.UsedBytes
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
