@@ -20,30 +20,10 @@ func TestPolicyProbeLeavesNoWarning(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs a control plane (-short)")
 	}
-	dir, err := os.MkdirTemp("", "plinth-probe-")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cfg := ControlPlaneConfig{Dir: dir}
-	if testing.Verbose() {
-		cfg.Log = os.Stderr
-	}
-	cp, err := StartControlPlane(ctx, cfg)
-	if err != nil {
-		t.Fatalf("starting control plane: %v", err)
-	}
-	defer func() {
-		if err := cp.Stop(context.Background()); err != nil {
-			t.Errorf("stopping control plane: %v", err)
-		}
-		if !t.Failed() {
-			os.RemoveAll(dir)
-		} else {
-			t.Logf("control plane logs kept in %s", cp.LogDir)
-		}
-	}()
+	cp, stop := startTestControlPlane(ctx, t, "plinth-probe-", ControlPlaneConfig{})
+	defer stop()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		events, err := cp.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"})
@@ -60,5 +40,35 @@ func TestPolicyProbeLeavesNoWarning(t *testing.T) {
 			return
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// startTestControlPlane starts a control plane with cfg in a new temporary
+// directory named by prefix, its log on stderr under -v. stop stops it
+// and removes the directory, or keeps it, and says where its logs are,
+// when the test failed.
+func startTestControlPlane(ctx context.Context, t *testing.T, prefix string, cfg ControlPlaneConfig) (cp *ControlPlane, stop func()) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Dir = dir
+	if testing.Verbose() {
+		cfg.Log = os.Stderr
+	}
+	cp, err = StartControlPlane(ctx, cfg)
+	if err != nil {
+		t.Fatalf("starting control plane: %v", err)
+	}
+	return cp, func() {
+		if err := cp.Stop(context.Background()); err != nil {
+			t.Errorf("stopping control plane: %v", err)
+		}
+		if !t.Failed() {
+			os.RemoveAll(dir)
+		} else {
+			t.Logf("control plane logs kept in %s", cp.LogDir)
+		}
 	}
 }

@@ -29,30 +29,10 @@ func TestControlPlaneSnapshotAPI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs a control plane (-short)")
 	}
-	dir, err := os.MkdirTemp("", "plinth-snapapi-")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
-	cfg := ControlPlaneConfig{Dir: dir, SnapshotAPI: true}
-	if testing.Verbose() {
-		cfg.Log = os.Stderr
-	}
-	cp, err := StartControlPlane(ctx, cfg)
-	if err != nil {
-		t.Fatalf("starting control plane: %v", err)
-	}
-	defer func() {
-		if err := cp.Stop(context.Background()); err != nil {
-			t.Errorf("stopping control plane: %v", err)
-		}
-		if !t.Failed() {
-			os.RemoveAll(dir)
-		} else {
-			t.Logf("control plane logs kept in %s", cp.LogDir)
-		}
-	}()
+	cp, stop := startTestControlPlane(ctx, t, "plinth-snapapi-", ControlPlaneConfig{SnapshotAPI: true})
+	defer stop()
 	if cp.PID("snapshot-controller") == 0 {
 		t.Fatal("no snapshot-controller runs")
 	}
