@@ -171,15 +171,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 				t.Errorf("Expand after recovery = %+v, %v", v, err)
 			}
 		}
-		list, err := m.List(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range list {
-			if e.Pending != "" || e.Problem != "" {
-				t.Errorf("left over after all crashes: %+v", e)
-			}
-		}
+		assertAllSettled(t, m, "left over after all crashes")
 	})
 }
 

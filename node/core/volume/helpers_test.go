@@ -79,6 +79,21 @@ func newManagerOn(t *testing.T, b backend) *Manager {
 // tmpfsDir mounts a tmpfs of the given size for the test.
 func tmpfsDir(t *testing.T, size int64) string { return volumetest.Tmpfs(t, size) }
 
+// assertAllSettled fails for every volume List reports pending or with a
+// problem, saying when (as "when: entry").
+func assertAllSettled(t *testing.T, m *Manager, when string) {
+	t.Helper()
+	list, err := m.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range list {
+		if e.Pending != "" || e.Problem != "" {
+			t.Errorf("%s: %+v", when, e)
+		}
+	}
+}
+
 // assertGone fails unless volume id has left no trace: no entry in
 // volumes/, no intent record, no project ID claim.
 func assertGone(t *testing.T, m *Manager, id string) {

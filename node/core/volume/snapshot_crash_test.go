@@ -90,15 +90,7 @@ func TestSnapshotCrashAtEveryStep(t *testing.T) {
 				}
 			}
 		}
-		list, err := m.List(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range list {
-			if e.Pending != "" || e.Problem != "" {
-				t.Errorf("left over after all crashes: %+v", e)
-			}
-		}
+		assertAllSettled(t, m, "left over after all crashes")
 	})
 }
 

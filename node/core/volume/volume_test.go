@@ -301,15 +301,7 @@ func TestConcurrentCallsForOneVolume(t *testing.T) {
 				t.Errorf("concurrent call %d (%s of %s): %v", i, op, ids[i%4], err)
 			}
 		}
-		list, err := m.List(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range list {
-			if e.Pending != "" || e.Problem != "" {
-				t.Errorf("after concurrent calls: %+v", e)
-			}
-		}
+		assertAllSettled(t, m, "after concurrent calls")
 		for _, id := range ids {
 			st, err := m.Stat(ctx, id)
 			switch {
