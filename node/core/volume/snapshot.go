@@ -154,12 +154,9 @@ func (m *Manager) CreateSnapshot(ctx context.Context, volumeID, snapshotID strin
 	defer m.changes.signal()
 	unlock := m.locks.Lock(snapshotKey(snapshotID), volumeID)
 	defer unlock()
-	if err := m.settleDebt(); err != nil {
-		return Snapshot{}, fmt.Errorf("creating snapshot %s: %w", snapshotID, err)
-	}
-	s, err := m.snapshotDir(snapshotID)
+	s, err := m.settledSnapshotDir("creating snapshot", snapshotID)
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("creating snapshot: %w", err)
+		return Snapshot{}, err
 	}
 	cur, err := m.currentSnapshot(s)
 	switch {
@@ -321,12 +318,9 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, id string) error {
 	defer m.changes.signal()
 	unlock := m.locks.Lock(snapshotKey(id))
 	defer unlock()
-	if err := m.settleDebt(); err != nil {
-		return fmt.Errorf("deleting snapshot %s: %w", id, err)
-	}
-	s, err := m.snapshotDir(id)
+	s, err := m.settledSnapshotDir("deleting snapshot", id)
 	if err != nil {
-		return fmt.Errorf("deleting snapshot: %w", err)
+		return err
 	}
 	if err := m.removeSnapshot(s); err != nil {
 		return fmt.Errorf("deleting snapshot %s: %w", id, err)
@@ -346,12 +340,9 @@ func (m *Manager) GetSnapshot(ctx context.Context, id string) (Snapshot, error) 
 	}
 	unlock := m.locks.Lock(snapshotKey(id))
 	defer unlock()
-	if err := m.settleDebt(); err != nil {
-		return Snapshot{}, fmt.Errorf("reading snapshot %s: %w", id, err)
-	}
-	s, err := m.snapshotDir(id)
+	s, err := m.settledSnapshotDir("reading snapshot", id)
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("reading snapshot: %w", err)
+		return Snapshot{}, err
 	}
 	return m.currentSnapshot(s)
 }
@@ -444,6 +435,20 @@ func (m *Manager) removeSnapshot(s localstorage.SnapshotDirectory) error {
 		return fmt.Errorf("removing snapshot directory: %w", err)
 	}
 	return m.durable("snapshot-delete:dir", m.Data.Snapshots.Sync())
+}
+
+// settledSnapshotDir makes earlier changes durable (settleDebt) and
+// returns snapshot id's directory: how each call on one snapshot begins,
+// under that snapshot's lock. op names the call in the errors it returns.
+func (m *Manager) settledSnapshotDir(op, id string) (localstorage.SnapshotDirectory, error) {
+	if err := m.settleDebt(); err != nil {
+		return localstorage.SnapshotDirectory{}, fmt.Errorf("%s %s: %w", op, id, err)
+	}
+	s, err := m.snapshotDir(id)
+	if err != nil {
+		return s, fmt.Errorf("%s: %w", op, err)
+	}
+	return s, nil
 }
 
 func (m *Manager) snapshotDir(id string) (localstorage.SnapshotDirectory, error) {
