@@ -18,6 +18,7 @@ import (
 	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/supervisor"
 	"source.plinth.dev/test/ktest"
+	"source.plinth.dev/test/volumetest"
 )
 
 // quotaWatchBound is how soon the watch must have put a moved file back:
@@ -69,7 +70,7 @@ func TestQuotaWatchPutsMovedFileBack(t *testing.T) {
 
 			start := time.Now()
 			id, used := awaitProjectBack(t, vols, file, idA, start.Add(quotaWatchBound))
-			werr := writeNew(filepath.Join(b, "own"), 2*mib)
+			werr := volumetest.WriteNew(filepath.Join(b, "own"), 2*mib)
 			t.Logf("after %s: the file is in project %d (A is %d, B %d); B uses %d bytes; writing 2 MiB into B: %v",
 				time.Since(start).Round(time.Millisecond), id, idA, idB, used, werr)
 			if !watched {
@@ -146,7 +147,7 @@ func TestQuotaWatchResetsOutsideFile(t *testing.T) {
 
 			start := time.Now()
 			id, used := awaitProjectBack(t, vols, file, tc.want, start.Add(quotaWatchBound))
-			werr := writeNew(filepath.Join(b, "own"), 4*mib)
+			werr := volumetest.WriteNew(filepath.Join(b, "own"), 4*mib)
 			t.Logf("after %s: the outside file is in project %d (B is %d); B uses %d bytes; writing 4 MiB into B: %v",
 				time.Since(start).Round(time.Millisecond), id, idB, used, werr)
 			if !watched {
@@ -260,23 +261,6 @@ func fillFile(t *testing.T, file string, n int) {
 	}
 }
 
-// writeNew writes n bytes to a new file and syncs it (with delayed
-// allocation a quota may only bite at fsync).
-func writeNew(path string, n int) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(make([]byte, n))
-	if serr := f.Sync(); err == nil {
-		err = serr
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 // BenchmarkQuotaWatchWriteCost measures what the quota watch costs a
 // writer in a filesystem volume: the same writes with the node's root
 // running (impl=watched) and with the volume engine alone
@@ -351,7 +335,7 @@ func TestQuotaWatchLeavesQuarantineAlone(t *testing.T) {
 	if err != nil || len(qs) != 1 {
 		t.Fatalf("quarantined volumes: %v, %v; want pvc-q", qs, err)
 	}
-	if err := writeNew(filepath.Join(qs[0].Path, "late"), 4096); err != nil {
+	if err := volumetest.WriteNew(filepath.Join(qs[0].Path, "late"), 4096); err != nil {
 		t.Fatal(err)
 	}
 	// Several of the watch's batches pass: time for it to act, if it

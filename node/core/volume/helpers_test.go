@@ -144,22 +144,11 @@ func entries(t *testing.T, dir string) []string {
 	return names
 }
 
-// writeFile writes n bytes to a new file and syncs it: with delayed
-// allocation a quota may only bite at fsync.
+// writeFile writes n bytes to the new file dir/name and syncs it
+// (volumetest.WriteNew).
 func writeFile(t *testing.T, dir, name string, n int) error {
 	t.Helper()
-	f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(make([]byte, n))
-	if serr := f.Sync(); err == nil {
-		err = serr
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return volumetest.WriteNew(filepath.Join(dir, name), n)
 }
 
 // asPodUser runs fn on an OS thread without CAP_SYS_RESOURCE, which lets
