@@ -356,24 +356,16 @@ func (m *Manager) ListSnapshots(ctx context.Context) ([]Snapshot, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("listing snapshots: %w", err)
 	}
-	entries, err := m.Data.Snapshots.List()
+	recs, err := m.snapshotRecords()
 	if err != nil {
 		return nil, fmt.Errorf("listing snapshots: %w", err)
 	}
 	var out []Snapshot
-	for _, e := range entries {
-		if e.ID == "" {
+	for _, r := range recs {
+		if r.rec.State != snapshotReady {
 			continue
 		}
-		s, err := m.snapshotDir(e.ID)
-		if err != nil {
-			continue
-		}
-		rec, err := m.readSnapshotRecord(s)
-		if err != nil || rec == nil || rec.State != snapshotReady {
-			continue
-		}
-		if snap, err := rec.snapshot(e.ID); err == nil {
+		if snap, err := r.rec.snapshot(r.id); err == nil {
 			out = append(out, snap)
 		}
 	}
@@ -535,11 +527,33 @@ func (m *Manager) recoverSnapshot(id string) (Recovery, bool) {
 // snapshotsReserved sums what snapshots reserve (see space.go): every
 // snapshot with a record, also one being made (its estimate) or deleted.
 func (m *Manager) snapshotsReserved() (int64, error) {
-	entries, err := m.Data.Snapshots.List()
+	recs, err := m.snapshotRecords()
 	if err != nil {
 		return 0, err
 	}
 	var sum int64
+	for _, r := range recs {
+		sum += r.rec.ReservedBytes
+	}
+	return sum, nil
+}
+
+// idRecord is a snapshot's ID with its record.
+type idRecord struct {
+	id  string
+	rec *snapshotRecord
+}
+
+// snapshotRecords returns, in the order of snapshots/, every snapshot that
+// has a readable record, in whatever state (ready, being made or being
+// deleted). Entries of snapshots/ with no valid snapshot name or no
+// readable record are left out. It takes no locks.
+func (m *Manager) snapshotRecords() ([]idRecord, error) {
+	entries, err := m.Data.Snapshots.List()
+	if err != nil {
+		return nil, err
+	}
+	var out []idRecord
 	for _, e := range entries {
 		if e.ID == "" {
 			continue
@@ -549,8 +563,8 @@ func (m *Manager) snapshotsReserved() (int64, error) {
 			continue
 		}
 		if rec, err := m.readSnapshotRecord(s); err == nil && rec != nil {
-			sum += rec.ReservedBytes
+			out = append(out, idRecord{e.ID, rec})
 		}
 	}
-	return sum, nil
+	return out, nil
 }
