@@ -59,14 +59,7 @@ func TestQuotaWatchPutsMovedFileBack(t *testing.T) {
 			// The move and the write. Whether the write fills B
 			// before the watch steps in is a race the watch may
 			// win; the control shows that without it B ends full.
-			file := filepath.Join(a, "escape")
-			if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if err := fsquota.SetProjectID(file, idB, false); err != nil {
-				t.Fatal(err)
-			}
-			fillFile(t, file, 4*mib)
+			file := escapeInto(t, a, idB, 4*mib)
 
 			start := time.Now()
 			id, used := awaitProjectBack(t, vols, file, idA, start.Add(quotaWatchBound))
@@ -136,14 +129,7 @@ func TestQuotaWatchResetsOutsideFile(t *testing.T) {
 			if err := os.Mkdir(outside, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			file := filepath.Join(outside, "escape")
-			if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if err := fsquota.SetProjectID(file, idB, false); err != nil {
-				t.Fatal(err)
-			}
-			fillFile(t, file, 4*mib)
+			file := escapeInto(t, outside, idB, 4*mib)
 
 			start := time.Now()
 			id, used := awaitProjectBack(t, vols, file, tc.want, start.Add(quotaWatchBound))
@@ -237,6 +223,22 @@ func createVolume(t testing.TB, vols *volume.Manager, id string, size int64) str
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// escapeInto plays a process that may change project IDs: it creates the
+// file dir/escape, moves it into project id and fills that project's
+// quota through it (fillFile, up to n bytes). It returns the file's path.
+func escapeInto(t *testing.T, dir string, id uint32, n int) string {
+	t.Helper()
+	file := filepath.Join(dir, "escape")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := fsquota.SetProjectID(file, id, false); err != nil {
+		t.Fatal(err)
+	}
+	fillFile(t, file, n)
+	return file
 }
 
 // fillFile appends up to n bytes to file in 64 KiB writes, stopping at
