@@ -5,13 +5,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # Controller tests (node/kubernetes/...) and test/launch run a real control
-# plane (test/launch's with the snapshot API too). Build (or find cached) the
-# Kubernetes binaries and the snapshot-controller first, so that no test
-# binary spends its 10-minute timeout on a cold build; the launcher's path
+# plane (test/launch's with the snapshot API too; the etcd restore tests
+# with etcdctl and etcdutl). Build (or find cached) the Kubernetes binaries,
+# the snapshot-controller and the etcd tools first, so that no test binary
+# spends its 10-minute timeout on a cold build; the launcher's path
 # setup also checks for the CNI plugins; test/images packs busybox-static,
 # and build/nodeimage's tests use it as a static program.
 build/scripts/apt-install.sh containernetworking-plugins busybox-static
 PLINTH_K8S_BIN=$(third_party/kubernetes/build.sh)
 PLINTH_SNAPSHOT_BIN=$(third_party/snapshotter/build.sh)
-export PLINTH_K8S_BIN PLINTH_SNAPSHOT_BIN
+PLINTH_ETCD_TOOLS_BIN=$(third_party/etcdtools/build.sh)
+export PLINTH_K8S_BIN PLINTH_SNAPSHOT_BIN PLINTH_ETCD_TOOLS_BIN
 go test -count=1 ./...

@@ -107,10 +107,7 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (cp *Control
 	if err := c.startAPIServer(); err != nil {
 		return cp, err
 	}
-	if err := c.waitFor(ctx, "kube-apiserver /readyz", 200*time.Millisecond, func(ctx context.Context) (bool, error) {
-		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
-		return err == nil && string(body) == "ok", err
-	}); err != nil {
+	if err := c.waitAPIServerReady(ctx); err != nil {
 		return cp, err
 	}
 	c.mark("kube-apiserver ready")

@@ -267,10 +267,7 @@ func (c *Cluster) startAll(ctx context.Context) error {
 	if err := c.startAPIServer(); err != nil {
 		return err
 	}
-	if err := c.waitFor(ctx, "kube-apiserver /readyz", 200*time.Millisecond, func(ctx context.Context) (bool, error) {
-		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
-		return err == nil && string(body) == "ok", err
-	}); err != nil {
+	if err := c.waitAPIServerReady(ctx); err != nil {
 		return err
 	}
 	c.mark("kube-apiserver ready")
@@ -349,10 +346,18 @@ func (c *Cluster) run(name, bin string, args []string, env []string) error {
 // hostPATH is the PATH of containerd (runc, shims) and other tools.
 const hostPATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+// waitAPIServerReady waits until kube-apiserver answers /readyz with ok.
+func (c *Cluster) waitAPIServerReady(ctx context.Context) error {
+	return c.waitFor(ctx, "kube-apiserver /readyz", 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err == nil && string(body) == "ok", err
+	})
+}
+
 func (c *Cluster) startEtcd() error {
 	return c.run("etcd", filepath.Join(c.BinDir, "etcd"), []string{
-		"--name=plinth",
-		"--data-dir=" + filepath.Join(c.Dir, "etcd"),
+		"--name=" + etcdName,
+		"--data-dir=" + c.etcdDataDir(),
 		"--listen-client-urls=" + c.etcdURL,
 		"--advertise-client-urls=" + c.etcdURL,
 		"--listen-peer-urls=" + c.etcdPeerURL,
