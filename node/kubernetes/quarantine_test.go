@@ -3,7 +3,6 @@ package kubernetes_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -17,7 +16,6 @@ import (
 	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/provisioner"
 	"source.plinth.dev/test/controllertest"
-	"source.plinth.dev/test/launch"
 )
 
 // orphanGrace is the orphan grace period of these tests' nodes: short, so
@@ -25,11 +23,14 @@ import (
 const orphanGrace = 2 * time.Second
 
 // TestEtcdRestoreLosesNoData: the cluster's etcd is restored from a
-// backup taken before a claim was made. Restarted, the node finds that
-// claim's volume without PV or claim: it moves it into quarantine, data
-// untouched, and keeps the volume of the PV the backup holds, serving the
-// data written to it after the backup. When the lost PV is made again (a
-// later backup of it applied), its data comes back.
+// backup taken before a claim was made, as an operator does it (an
+// etcdctl snapshot of the running etcd, restored with etcdutl into a
+// fresh data directory while the control plane is stopped). Restarted,
+// the node finds that claim's volume without PV or claim: it moves it
+// into quarantine, data untouched, and keeps the volume of the PV the
+// backup holds, serving the data written to it after the backup. When
+// the lost PV is made again (a later backup of it applied), its data
+// comes back.
 func TestEtcdRestoreLosesNoData(t *testing.T) {
 	cp := controllertest.NewControlPlane(t)
 	e := controllertest.NewEnvOn(t, cp, true)
@@ -41,14 +42,19 @@ func TestEtcdRestoreLosesNoData(t *testing.T) {
 	_, kept := e.WaitBound(e.CreateClaim(controllertest.Claim{Name: "in-backup"}).Name)
 	waitRecorded(t, e, kept.Name)
 	writeData(t, e.Dir, "volumes", kept.Name, "written before the backup")
-	backup := backUpEtcd(t, cp)
+	backup := filepath.Join(t.TempDir(), "etcd.snapshot")
+	if err := cp.SaveEtcdSnapshot(ctx, backup); err != nil {
+		t.Fatal(err)
+	}
 	_, lost := e.WaitBound(e.CreateClaim(controllertest.Claim{Name: "after-backup"}).Name)
 	waitRecorded(t, e, lost.Name)
 	writeData(t, e.Dir, "volumes", lost.Name, "written to a PV the backup does not hold")
 	writeData(t, e.Dir, "volumes", kept.Name, "written after the backup")
 
 	p.Kill(syscall.SIGTERM)
-	restoreEtcd(t, cp, backup)
+	if err := cp.RestoreEtcdSnapshot(ctx, backup); err != nil {
+		t.Fatal(err)
+	}
 	p.Start()
 
 	// The volume of the PV the backup lacks leaves the volumes directory
@@ -166,59 +172,4 @@ func checkData(t *testing.T, dataDir, where, id, want string) {
 	if err != nil || string(got) != want {
 		t.Errorf("data of volume %s in %s/: %q, %v; want %q", id, where, got, err, want)
 	}
-}
-
-// backUpEtcd takes a backup of the control plane's etcd: a copy of its
-// data directory, with etcd stopped for the copy (the kubernetes test
-// binaries hold no etcdctl to take a snapshot with).
-func backUpEtcd(t *testing.T, cp *launch.ControlPlane) string {
-	t.Helper()
-	live, backup := filepath.Join(cp.Dir, "etcd"), filepath.Join(cp.Dir, "etcd-backup")
-	if err := cp.Kill("etcd"); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("cp", "-a", live, backup).CombinedOutput(); err != nil {
-		t.Fatalf("copying etcd's data: %v: %s", err, out)
-	}
-	if err := cp.Restart("etcd"); err != nil {
-		t.Fatal(err)
-	}
-	waitReady(t, cp)
-	return backup
-}
-
-// restoreEtcd restores the backup into the control plane, stopping the
-// API server and the controller manager around it as a restore does.
-func restoreEtcd(t *testing.T, cp *launch.ControlPlane, backup string) {
-	t.Helper()
-	for _, c := range []string{"kube-controller-manager", "kube-apiserver", "etcd"} {
-		if err := cp.Kill(c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	live := filepath.Join(cp.Dir, "etcd")
-	if err := os.RemoveAll(live); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(backup, live); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
-		if err := cp.Restart(c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitReady(t, cp)
-}
-
-func waitReady(t *testing.T, cp *launch.ControlPlane) {
-	t.Helper()
-	controllertest.Eventually(t, 2*time.Minute, "API server ready", func() (bool, error) {
-		body, err := cp.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
-		if err != nil || string(body) != "ok" {
-			return false, err
-		}
-		_, err = cp.Client.CoreV1().Namespaces().Get(context.Background(), metav1.NamespaceSystem, metav1.GetOptions{})
-		return err == nil, err
-	})
 }
