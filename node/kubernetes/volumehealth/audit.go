@@ -85,8 +85,14 @@ func (a *audit) auditAll(ctx context.Context) {
 	forgetOthers(a.incomplete, pvs)
 }
 
+// repairSettle is how long the report of a repair made between the walks
+// waits for the rest of it: the quota watch puts back the entry it saw
+// written, then walks the volume at once for the others a process moved,
+// and the user hears of them in one Event rather than two.
+const repairSettle = 2 * time.Second
+
 // reportRepairs reports, until ctx ends, the repairs made between the
-// walks (Auditor.TakeRepairs) as soon as they are made.
+// walks (Auditor.TakeRepairs), repairSettle after the first of them.
 func (a *audit) reportRepairs(ctx context.Context) {
 	for {
 		noted := a.Auditor.Repaired()
@@ -101,6 +107,11 @@ func (a *audit) reportRepairs(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-noted:
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.Clock.After(repairSettle):
 		}
 	}
 }
