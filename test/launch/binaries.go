@@ -21,15 +21,16 @@ const BinEnv = "PLINTH_K8S_BIN"
 // which is cached and takes seconds when warm (about 10 minutes cold; its
 // progress goes to log).
 func KubernetesBinaries(ctx context.Context, log io.Writer) (string, error) {
-	if dir := os.Getenv(BinEnv); dir != "" {
-		return dir, nil
-	}
-	return runBuildScript(ctx, log, "kubernetes")
+	return prebuiltOrBuild(ctx, log, BinEnv, "kubernetes")
 }
 
-// runBuildScript runs third_party/<name>/build.sh, which builds (or finds
+// prebuiltOrBuild returns the directory the environment variable env
+// names, or else runs third_party/<name>/build.sh, which builds (or finds
 // in its cache) what it builds and prints the output directory last.
-func runBuildScript(ctx context.Context, log io.Writer, name string) (string, error) {
+func prebuiltOrBuild(ctx context.Context, log io.Writer, env, name string) (string, error) {
+	if dir := os.Getenv(env); dir != "" {
+		return dir, nil
+	}
 	root, err := RepoRoot(".")
 	if err != nil {
 		return "", err

@@ -28,10 +28,7 @@ const EtcdToolsBinEnv = "PLINTH_ETCD_TOOLS_BIN"
 // third_party/etcdtools/build.sh (cached; about 35 s cold, its
 // progress going to log).
 func EtcdToolsBinaries(ctx context.Context, log io.Writer) (string, error) {
-	if dir := os.Getenv(EtcdToolsBinEnv); dir != "" {
-		return dir, nil
-	}
-	return runBuildScript(ctx, log, "etcdtools")
+	return prebuiltOrBuild(ctx, log, EtcdToolsBinEnv, "etcdtools")
 }
 
 // etcdName is the member name of the cluster's one-member etcd; a restore

@@ -34,10 +34,7 @@ const SnapshotBinEnv = "PLINTH_SNAPSHOT_BIN"
 // the output of third_party/snapshotter/build.sh (cached; about three
 // minutes cold, its progress going to log).
 func SnapshotControllerBinaries(ctx context.Context, log io.Writer) (string, error) {
-	if dir := os.Getenv(SnapshotBinEnv); dir != "" {
-		return dir, nil
-	}
-	return runBuildScript(ctx, log, "snapshotter")
+	return prebuiltOrBuild(ctx, log, SnapshotBinEnv, "snapshotter")
 }
 
 // snapshotBinaries finds the snapshot API's directory (Config.SnapshotBin,
