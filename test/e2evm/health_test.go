@@ -124,10 +124,10 @@ func warning(ctx context.Context, w *world, ns, claim, reason string) string {
 // allows. The node must put the files back, its quota watch as they are
 // written or its audit (every 20 s on this node, see setUp): the claim
 // gets a Warning VolumeQuotaRestored saying how much, and inside the pod
-// the volume then shows itself full and the next write fails. The pod has CAP_SYS_ADMIN: the node's runc wrapper
-// refuses the move to any pod without it
-// (TestPodCannotMoveFilesIntoNeighbourProject), and the audit is for
-// clusters where Plinth does not configure the runtime.
+// the volume then shows itself full and the next write fails. The pod
+// has CAP_SYS_ADMIN: the node's runc wrapper refuses the move to any pod
+// without it (TestPodCannotMoveFilesIntoNeighbourProject), and the audit
+// is for clusters where Plinth does not configure the runtime.
 func TestQuotaEscapeRepaired(t *testing.T) {
 	w := vmWorld(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -173,7 +173,12 @@ func TestQuotaEscapeRepaired(t *testing.T) {
 	t.Logf("claim: %s %.0fs after the escape: %s", volumehealth.ReasonQuotaRestored, time.Since(escaped).Seconds(), msg)
 	// The node's quota watch puts the files back as they are written
 	// (the audit's walk finds them otherwise): the Event says how much
-	// they held when it did, up to the 8 MiB written.
+	// they held when it did. That is what the quota charges for them,
+	// so it has no upper bound in the 8 MiB written: XFS counts the
+	// blocks it reserves past the end of a growing file (speculative
+	// preallocation, trimmed later), and one CI run's Event said 32640Ki.
+	// Nor a lower one: the watch may put the file back mid-write (one
+	// run: 4Mi held, the rest counted against the volume).
 	if !strings.Contains(msg, `(the first: "moved-out")`) {
 		t.Errorf("the Event says %q, want it to name the first file put back, \"moved-out\"", msg)
 	}
@@ -183,8 +188,8 @@ func TestQuotaEscapeRepaired(t *testing.T) {
 			held = q.Value()
 		}
 	}
-	if held <= 0 || held > 8<<20 {
-		t.Errorf("the Event says %q, want it to say how much of the 8Mi written the files held (more than 0)", msg)
+	if held <= 0 {
+		t.Errorf("the Event says %q, want it to say how much the files held (more than 0)", msg)
 	}
 	line, err = waitLog(ctx, w, ns, pod.Name, markEscapeEnded, 2*time.Minute)
 	if err != nil {
