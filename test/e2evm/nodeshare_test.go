@@ -96,7 +96,16 @@ func TestFullEmptyDirLeavesClaimsTheirRoom(t *testing.T) {
 	}
 	wrote, err := waitLog(ctx, w, ns, claimant.Name, "[CLAIM-", 10*time.Minute)
 	if err != nil {
-		t.Fatal(err)
+		// The claimant reports only once the filler filled the node
+		// share and freed it again: say what became of the filler.
+		_, ferr := waitLog(ctx, w, ns, filler.Name, "[FILLED]", time.Second)
+		var conds []string
+		if n, nerr := cs.CoreV1().Nodes().Get(ctx, w.node.Name(), metav1.GetOptions{}); nerr == nil {
+			for _, c := range n.Status.Conditions {
+				conds = append(conds, fmt.Sprintf("%s=%s (%s)", c.Type, c.Status, c.Message))
+			}
+		}
+		t.Fatalf("%v\nthe filler: %v\nthe node: %s", err, ferr, strings.Join(conds, "; "))
 	}
 	full, _ := waitLog(ctx, w, ns, claimant.Name, "emptyDir full", time.Minute)
 	t.Logf("claimant: %s", full)
