@@ -29,6 +29,11 @@
 // into project ID and fills it (neighbour.go): a pod attacking its
 // neighbour's quota, and the neighbour.
 //
+// With "-append-records PATH" it writes numbered records to PATH, each
+// acknowledged before the next, and prints how many are; with
+// "-check-records PATH" it says whether PATH holds a gap-free prefix of
+// them (records.go): what a snapshot taken during the writes must hold.
+//
 // With "-node-leftovers DATA,KUBELET,WAIT,VOLUME[+VOLUME...][,KEY...]" it looks
 // for what deleting those volumes' claims and their pod should have
 // removed from the node (leftovers.go), and prints [NODE-CLEAN] or
@@ -78,6 +83,11 @@ func main() {
 	if len(os.Args) == 3 && os.Args[1] == "-move-into" {
 		moveInto(os.Args[2], os.Stdout)
 		<-ctx.Done()
+		return
+	}
+	// The records modes: the snapshot tests write numbered records while
+	// a snapshot is taken, and check what a restore of it holds.
+	if recordsMain(ctx, os.Args[1:], os.Stdout) {
 		return
 	}
 	// The leftovers mode: the e2e tests look, from a privileged pod on the
