@@ -35,7 +35,13 @@ const DefaultVolumeSize = 1 << 30
 // volume ID (the external-provisioner's "pvc-<uid>") is used as is; any
 // other name (longer, upper case, other characters) is hashed.
 func VolumeIDForName(name string) string {
-	if volume.ValidateID(name) == nil {
+	return idForName(name, volume.ValidateID)
+}
+
+// idForName is name if valid accepts it, else "csi-" and the first half of
+// its SHA-256 in hex: 36 characters, a valid ID of either kind.
+func idForName(name string, valid func(string) error) string {
+	if valid(name) == nil {
 		return name
 	}
 	sum := sha256.Sum256([]byte(name))
@@ -122,9 +128,6 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, err
 	}
-	if req.GetVolumeContentSource() != nil {
-		return nil, status.Error(codes.InvalidArgument, "volume_content_source: snapshots and clones are not supported")
-	}
 	opts, volCtx, err := checkParameters(req.GetParameters(), mode)
 	if err != nil {
 		return nil, err
@@ -132,7 +135,23 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if len(req.GetMutableParameters()) > 0 {
 		return nil, status.Error(codes.InvalidArgument, "mutable_parameters: this driver takes none")
 	}
-	size, err := sizeFor(req.GetCapacityRange(), DefaultVolumeSize)
+	src, err := c.contentSource(req.GetVolumeContentSource())
+	if err != nil {
+		return nil, err
+	}
+	dflt := int64(DefaultVolumeSize)
+	if src != nil {
+		opts = append(opts, src.option)
+		// A copy's root directory is its source's, whatever mode the
+		// parameters would give a new one.
+		delete(volCtx, names.ParameterRootDirMode)
+		if req.GetCapacityRange().GetRequiredBytes() == 0 {
+			if dflt, err = src.size(ctx, c.s.cfg.Volumes); err != nil {
+				return nil, err
+			}
+		}
+	}
+	size, err := sizeFor(req.GetCapacityRange(), dflt)
 	if err != nil {
 		return nil, err
 	}
@@ -140,6 +159,9 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		return nil, status.Errorf(codes.ResourceExhausted, "accessibility_requirements exclude node %s, the only node this plugin provisions on", c.s.cfg.NodeName)
 	}
 	v, err := c.s.cfg.Volumes.Create(ctx, VolumeIDForName(req.GetName()), mode, size, opts...)
+	if err != nil && src != nil {
+		return nil, src.status(err)
+	}
 	if err != nil {
 		return nil, statusFromVolume(err)
 	}
@@ -148,6 +170,7 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		CapacityBytes:      v.CapacityBytes,
 		VolumeContext:      volCtx,
 		AccessibleTopology: c.topology(),
+		ContentSource:      req.GetVolumeContentSource(),
 	}}, nil
 }
 
@@ -227,12 +250,23 @@ func (c *controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 	}}, nil
 }
 
+// ControllerGetCapabilities offers snapshots and volumes made from a
+// snapshot or a volume only where the data filesystem makes copy-on-write
+// copies (volume.Manager.CopyOnWriteError): elsewhere every such call
+// would fail.
 func (c *controller) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
-	var caps []*csi.ControllerServiceCapability
-	for _, t := range []csi.ControllerServiceCapability_RPC_Type{
+	types := []csi.ControllerServiceCapability_RPC_Type{
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
 		csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
-	} {
+	}
+	if c.s.cfg.Volumes.CopyOnWriteError() == nil {
+		types = append(types,
+			csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+			csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+			csi.ControllerServiceCapability_RPC_CLONE_VOLUME)
+	}
+	var caps []*csi.ControllerServiceCapability
+	for _, t := range types {
 		caps = append(caps, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{
 			Rpc: &csi.ControllerServiceCapability_RPC{Type: t},
 		}})

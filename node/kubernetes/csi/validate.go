@@ -204,6 +204,10 @@ func statusFromVolume(err error) error {
 	}
 	code := codes.Internal
 	switch {
+	case errors.Is(err, volume.ErrSmallerThanSource):
+		// Before ErrInvalid, which it matches too: the spec names
+		// OUT_OF_RANGE for a volume smaller than its source.
+		code = codes.OutOfRange
 	case errors.Is(err, volume.ErrInvalid):
 		code = codes.InvalidArgument
 	case errors.Is(err, volume.ErrNotFound):
@@ -212,7 +216,7 @@ func statusFromVolume(err error) error {
 		code = codes.AlreadyExists
 	case errors.Is(err, volume.ErrNoSpace):
 		code = codes.ResourceExhausted
-	case errors.Is(err, volume.ErrCapacityNotEnforced), errors.Is(err, volume.ErrInUse):
+	case errors.Is(err, volume.ErrCapacityNotEnforced), errors.Is(err, volume.ErrInUse), errors.Is(err, volume.ErrCopyUnsupported):
 		code = codes.FailedPrecondition
 	case errors.Is(err, errCanceled):
 		code = codes.Canceled
