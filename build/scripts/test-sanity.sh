@@ -99,6 +99,7 @@ done
 # Everything csi-sanity created must be gone again.
 leaks=$(
 	ls -A "$data/volumes"
+	ls -A "$data/snapshots"
 	ls -A "$work/ephemeral/csi/publications"
 	losetup -a | grep -F "$data/" || true
 	grep -F " $kubelet/" /proc/self/mounts || true

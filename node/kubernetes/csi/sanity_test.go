@@ -34,8 +34,9 @@ const envSanityBin = "PLINTH_CSI_SANITY_BIN"
 // real project quotas under csi-sanity's calls. csi-serve is started
 // without --allow-unenforced-capacity, so it would refuse to start on a
 // filesystem without quotas. Afterwards nothing of the run may be left:
-// no volume, no state record, no project ID claim, no quota record with
-// limits, no loop device on an image, no mount in the kubelet directory.
+// no volume, no snapshot, no state record, no project ID claim, no quota
+// record with limits, no loop device on an image, no mount in the kubelet
+// directory.
 func TestSanityWithEnforcedQuotas(t *testing.T) {
 	ktest.RequireVM(t)
 	sanity, node := os.Getenv(envSanityBin), os.Getenv("PLINTH_NODE_BIN")
@@ -157,11 +158,11 @@ func limitedVolumeProjects(t *testing.T, data *localstorage.DataDirectory) map[u
 }
 
 // assertNothingLeft fails the test for every trace csi-sanity's volumes
-// left in the data directory, the quota table, the loop devices, the
-// kubelet directory and the plugin's publication records.
+// and snapshots left in the data directory, the quota table, the loop
+// devices, the kubelet directory and the plugin's publication records.
 func assertNothingLeft(t *testing.T, data *localstorage.DataDirectory, kubelet, ephemeral string, quotasBefore map[uint32]fsquota.Quota) {
 	t.Helper()
-	for _, d := range []string{data.Volumes.FullPath(), data.State.Projects.FullPath(), data.State.Operations.FullPath(),
+	for _, d := range []string{data.Volumes.FullPath(), data.Snapshots.FullPath(), data.State.Projects.FullPath(), data.State.Operations.FullPath(),
 		data.State.Records.FullPath(), filepath.Join(ephemeral, "csi", "publications")} {
 		names, err := os.ReadDir(d)
 		if err != nil {
