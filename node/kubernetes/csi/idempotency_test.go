@@ -75,6 +75,14 @@ func (e *env) world(t *testing.T) []string {
 	for _, v := range vols {
 		w = append(w, norm("volume %+v", v))
 	}
+	snaps, err := e.volumes.ListSnapshots(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range snaps {
+		// Not its creation time, which differs between envs.
+		w = append(w, fmt.Sprintf("snapshot %s of %s volume %s, %d bytes", s.ID, s.Mode, s.SourceVolumeID, s.SizeBytes))
+	}
 	err = filepath.WalkDir(e.dir, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -155,6 +163,21 @@ type rpcCase struct {
 	// mounts and loops are how many mounts and loop devices the plugin
 	// has after the call.
 	mounts, loops int
+	// copies puts the env's data on an XFS that makes copy-on-write
+	// copies (newCopyEnv), for snapshots, restores and clones.
+	copies bool
+}
+
+// withoutTime is m without a snapshot's creation time, which differs
+// between two envs set up the same way.
+func withoutTime(m proto.Message) proto.Message {
+	r, ok := m.(*csi.CreateSnapshotResponse)
+	if !ok {
+		return m
+	}
+	r = proto.Clone(r).(*csi.CreateSnapshotResponse)
+	r.Snapshot.CreationTime = nil
+	return r
 }
 
 // count returns how many lines of a world start with prefix.
@@ -174,9 +197,10 @@ const concurrency = 8
 // TestIdempotent calls every RPC of the node service and of the
 // development controller service twice in a row with the same arguments,
 // and then, in a second plugin set up the same way, 8 times at once. Every
-// call must succeed with the same answer, and the plugin must be left
-// exactly as one call leaves it: the same records, mounts, loop devices
-// (and their sizes), volumes and kubelet paths, not one more.
+// call must succeed with the same answer (a snapshot's creation time
+// aside, between the two plugins), and the plugin must be left exactly as
+// one call leaves it: the same records, mounts, loop devices (and their
+// sizes), volumes, snapshots and kubelet paths, not one more.
 func TestIdempotent(t *testing.T) {
 	ctx := context.Background()
 	const size = 4 * MiB
@@ -191,6 +215,12 @@ func TestIdempotent(t *testing.T) {
 			}
 		}
 		controller := func(e *env) *controller { return &controller{s: e.srv} }
+		snapshotted := func(e *env) {
+			create(e)
+			if _, err := e.volumes.CreateSnapshot(ctx, "v", "s"); err != nil {
+				e.t.Fatal(err)
+			}
+		}
 		// A publication of the volume is one mount or one loop device.
 		pubMounts, pubLoops := 1, 0
 		if mode == volume.Block {
@@ -201,45 +231,64 @@ func TestIdempotent(t *testing.T) {
 				return e.srv.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
 					VolumeId: "v", TargetPath: e.target("t"), VolumeCapability: capability(mode, rwo),
 				})
-			}, pubMounts, pubLoops},
+			}, pubMounts, pubLoops, false},
 			rpcCase{"Unpublish/" + m, published, func(e *env) (proto.Message, error) {
 				return e.srv.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "v", TargetPath: e.target("t")})
-			}, 0, 0},
+			}, 0, 0, false},
 			rpcCase{"Stats/" + m, published, func(e *env) (proto.Message, error) {
 				return e.srv.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "v", VolumePath: e.target("t")})
-			}, pubMounts, pubLoops},
+			}, pubMounts, pubLoops, false},
 			rpcCase{"NodeExpand/" + m, published, func(e *env) (proto.Message, error) {
 				return e.srv.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{
 					VolumeId: "v", VolumePath: e.target("t"), CapacityRange: &csi.CapacityRange{RequiredBytes: size},
 				})
-			}, pubMounts, pubLoops},
+			}, pubMounts, pubLoops, false},
 			rpcCase{"Create/" + m, func(*env) {}, func(e *env) (proto.Message, error) {
 				return controller(e).CreateVolume(ctx, &csi.CreateVolumeRequest{
 					Name: "v", VolumeCapabilities: []*csi.VolumeCapability{capability(mode, rwo)},
 					CapacityRange: &csi.CapacityRange{RequiredBytes: size},
 				})
-			}, 0, 0},
+			}, 0, 0, false},
 			rpcCase{"Delete/" + m, create, func(e *env) (proto.Message, error) {
 				return controller(e).DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "v"})
-			}, 0, 0},
+			}, 0, 0, false},
 			// Published, so a block volume's loop device must grow
 			// with it (and stay one device).
 			rpcCase{"ControllerExpand/" + m, published, func(e *env) (proto.Message, error) {
 				return controller(e).ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{
 					VolumeId: "v", CapacityRange: &csi.CapacityRange{RequiredBytes: 2 * size},
 				})
-			}, pubMounts, pubLoops},
+			}, pubMounts, pubLoops, false},
 			rpcCase{"Validate/" + m, create, func(e *env) (proto.Message, error) {
 				return controller(e).ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{
 					VolumeId: "v", VolumeCapabilities: []*csi.VolumeCapability{capability(mode, rwo)},
 				})
-			}, 0, 0},
+			}, 0, 0, false},
+			rpcCase{"Snap/" + m, create, func(e *env) (proto.Message, error) {
+				return controller(e).CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "s", SourceVolumeId: "v"})
+			}, 0, 0, true},
+			rpcCase{"DelSnap/" + m, snapshotted, func(e *env) (proto.Message, error) {
+				return controller(e).DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: "s"})
+			}, 0, 0, true},
+			rpcCase{"Restore/" + m, snapshotted, func(e *env) (proto.Message, error) {
+				return controller(e).CreateVolume(ctx, createReq("w", mode, size, fromSnapshot("s")))
+			}, 0, 0, true},
+			rpcCase{"Clone/" + m, create, func(e *env) (proto.Message, error) {
+				return controller(e).CreateVolume(ctx, createReq("w", mode, size, fromVolume("v")))
+			}, 0, 0, true},
 		)
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			envFor := func(t *testing.T) *env {
+				if c.copies {
+					e, _ := newCopyEnv(t)
+					return e
+				}
+				return newEnv(t, "")
+			}
 			// Twice in a row.
-			e := newEnv(t, "")
+			e := envFor(t)
 			c.setup(e)
 			first, err := c.call(e)
 			if err != nil {
@@ -261,7 +310,7 @@ func TestIdempotent(t *testing.T) {
 			}
 
 			// At once, in a plugin set up the same way.
-			p := newEnv(t, "")
+			p := envFor(t)
 			c.setup(p)
 			answers := make([]proto.Message, concurrency)
 			errs := make([]error, concurrency)
@@ -278,8 +327,8 @@ func TestIdempotent(t *testing.T) {
 			for i := range concurrency {
 				if errs[i] != nil {
 					t.Errorf("concurrent call %d: %v", i, errs[i])
-				} else if !proto.Equal(answers[i], first) {
-					t.Errorf("concurrent call %d answered %v, a single call %v", i, answers[i], first)
+				} else if !proto.Equal(answers[i], answers[0]) || !proto.Equal(withoutTime(answers[i]), withoutTime(first)) {
+					t.Errorf("concurrent call %d answered %v, the first %v, a single call %v", i, answers[i], answers[0], first)
 				}
 			}
 			if together := p.world(t); !slices.Equal(once, together) {
