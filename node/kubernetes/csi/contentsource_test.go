@@ -177,3 +177,28 @@ func TestCapabilitiesOfferCopies(t *testing.T) {
 		t.Errorf("capabilities %v lack %v", caps.Capabilities, want)
 	}
 }
+
+// TestCopiesThatDoNotFit: a snapshot reserves what its source holds and a
+// copy its whole size (the engine's space accounting), so a copy of a
+// fully allocated block volume that takes 60% of the room left does not
+// fit: ResourceExhausted, as the spec says for CreateSnapshot, and
+// nothing made.
+func TestCopiesThatDoNotFit(t *testing.T) {
+	e, c := newCopyEnv(t)
+	ctx := context.Background()
+	space, err := e.volumes.Space(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.create("big", volume.Block, space.Available(volume.NoOvercommit)/10*6/volume.Alignment*volume.Alignment)
+	_, err = c.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap", SourceVolumeId: "big"})
+	wantCode(t, "CreateSnapshot of a volume larger than the free room", err, codes.ResourceExhausted)
+	_, err = c.CreateVolume(ctx, createReq("clone", volume.Block, 0, fromVolume("big")))
+	wantCode(t, "CreateVolume from a volume larger than the free room", err, codes.ResourceExhausted)
+	if l, err := c.ListSnapshots(ctx, &csi.ListSnapshotsRequest{}); err != nil || len(l.Entries) != 0 {
+		t.Errorf("after refused copies: ListSnapshots = %v, %v", l, err)
+	}
+	if _, err := e.volumes.Stat(ctx, "clone"); err == nil {
+		t.Error("a refused CreateVolume left volume clone")
+	}
+}
