@@ -60,7 +60,7 @@ func TestControllerLifecycle(t *testing.T) {
 		{"limit below rounding", &csi.CreateVolumeRequest{Name: "x", VolumeCapabilities: []*csi.VolumeCapability{capability(volume.Block, rwo)}, CapacityRange: &csi.CapacityRange{RequiredBytes: 1000, LimitBytes: 1000}}, codes.OutOfRange},
 		{"huge", req("x", volume.Block, 1<<62), codes.OutOfRange},
 		{"unknown parameter", &csi.CreateVolumeRequest{Name: "x", VolumeCapabilities: []*csi.VolumeCapability{capability(volume.Block, rwo)}, Parameters: map[string]string{"fsType": "ext4"}}, codes.InvalidArgument},
-		{"clone", &csi.CreateVolumeRequest{Name: "x", VolumeCapabilities: []*csi.VolumeCapability{capability(volume.Block, rwo)}, VolumeContentSource: &csi.VolumeContentSource{}}, codes.InvalidArgument},
+		{"an empty content source", &csi.CreateVolumeRequest{Name: "x", VolumeCapabilities: []*csi.VolumeCapability{capability(volume.Block, rwo)}, VolumeContentSource: &csi.VolumeContentSource{}}, codes.InvalidArgument},
 		{"other node", &csi.CreateVolumeRequest{Name: "x", VolumeCapabilities: []*csi.VolumeCapability{capability(volume.Block, rwo)},
 			AccessibilityRequirements: &csi.TopologyRequirement{Requisite: []*csi.Topology{{Segments: map[string]string{names.TopologyKeyHostname: "node-b"}}}}}, codes.ResourceExhausted},
 		{"larger than the disk", req("x", volume.Block, 1<<50), codes.ResourceExhausted},
