@@ -25,33 +25,48 @@ import (
 // (docs/security.md). If this test fails, a kernel now reports the
 // change, and the watch could follow it too.
 func TestProjectIDChangeIsNotNotified(t *testing.T) {
-	dir := ktest.TempDir(t, "xfs")
-	file := filepath.Join(dir, "file")
-	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fan, err := unix.FanotifyInit(unix.FAN_CLASS_NOTIF|unix.FAN_REPORT_FID|unix.FAN_NONBLOCK|unix.FAN_CLOEXEC, unix.O_RDONLY)
-	if err != nil {
-		t.Fatalf("fanotify_init: %v", err)
-	}
-	defer unix.Close(fan)
-	if err := unix.FanotifyMark(fan, unix.FAN_MARK_ADD, unix.FAN_ATTRIB|unix.FAN_EVENT_ON_CHILD, unix.AT_FDCWD, dir); err != nil {
-		t.Fatalf("fanotify_mark: %v", err)
-	}
-	if err := fsquota.SetProjectID(file, 4243, false); err != nil {
-		t.Fatal(err)
-	}
-	if id, _, err := fsquota.ProjectID(file); err != nil || id != 4243 {
-		t.Fatalf("the file's project ID after the change: %d, %v; want 4243", id, err)
-	}
-	if n := attribEvents(t, fan); n != 0 {
-		t.Errorf("FS_IOC_FSSETXATTR raised %d FAN_ATTRIB events: the kernel now reports project ID changes", n)
-	}
-	if err := os.Chmod(file, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if n := attribEvents(t, fan); n == 0 {
-		t.Fatal("chmod raised no FAN_ATTRIB event: the watch sees nothing, and the check above proves nothing")
+	// The inode mark on the directory, and the quota watch's own kind: a
+	// filesystem mark in a group reporting directory handles and names
+	// (pkg/fanotify). Both run the same fsnotify hooks; the second is
+	// the one the watch would use.
+	for _, tc := range []struct {
+		name       string
+		init, mark uint
+		mask       uint64
+	}{
+		{"inode", unix.FAN_REPORT_FID, unix.FAN_MARK_ADD, unix.FAN_ATTRIB | unix.FAN_EVENT_ON_CHILD},
+		{"filesystem", unix.FAN_REPORT_DFID_NAME, unix.FAN_MARK_ADD | unix.FAN_MARK_FILESYSTEM, unix.FAN_ATTRIB},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := ktest.TempDir(t, "xfs")
+			file := filepath.Join(dir, "file")
+			if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			fan, err := unix.FanotifyInit(unix.FAN_CLASS_NOTIF|tc.init|unix.FAN_NONBLOCK|unix.FAN_CLOEXEC, unix.O_RDONLY)
+			if err != nil {
+				t.Fatalf("fanotify_init: %v", err)
+			}
+			defer unix.Close(fan)
+			if err := unix.FanotifyMark(fan, tc.mark, tc.mask, unix.AT_FDCWD, dir); err != nil {
+				t.Fatalf("fanotify_mark: %v", err)
+			}
+			if err := fsquota.SetProjectID(file, 4243, false); err != nil {
+				t.Fatal(err)
+			}
+			if id, _, err := fsquota.ProjectID(file); err != nil || id != 4243 {
+				t.Fatalf("the file's project ID after the change: %d, %v; want 4243", id, err)
+			}
+			if n := attribEvents(t, fan); n != 0 {
+				t.Errorf("FS_IOC_FSSETXATTR raised %d FAN_ATTRIB events: the kernel now reports project ID changes", n)
+			}
+			if err := os.Chmod(file, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if n := attribEvents(t, fan); n == 0 {
+				t.Fatal("chmod raised no FAN_ATTRIB event: the watch sees nothing, and the check above proves nothing")
+			}
+		})
 	}
 }
 
