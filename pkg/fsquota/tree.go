@@ -125,6 +125,55 @@ func ReleaseAt(ctx context.Context, dirfd int, name string, lo, hi, id uint32) (
 	return restoreAt(&treeWalk{ctx: ctx, id: id, only: [2]uint32{lo, hi}}, dirfd, name)
 }
 
+// ReleaseTree is ReleaseAt for dir and everything below it, except the
+// directories in except and what lies below them: it gives every entry
+// carrying an ID of [lo, hi] the ID id instead, leaves entries carrying
+// any other ID alone, and reports those it changed. It is the search for
+// files a process moved into a quota they are not part of, over a tree
+// that also holds the quotas' own trees (except, whose entries carry
+// those IDs rightly). An except entry that does not exist is ignored.
+// The walk is RestoreTree's: no symbolic link, device or other mount is
+// followed or opened, and pace bounds its rate.
+func ReleaseTree(ctx context.Context, dir string, lo, hi, id uint32, except []string, pace func(context.Context) error) (Restored, error) {
+	var r Restored
+	if lo == 0 || lo > hi || (id >= lo && id <= hi) {
+		return r, fmt.Errorf("releasing project IDs below %s: invalid range [%d, %d] or ID %d", dir, lo, hi, id)
+	}
+	w := &treeWalk{ctx: ctx, id: id, pace: pace, r: &r, only: [2]uint32{lo, hi}, except: map[inode]bool{}}
+	for _, e := range except {
+		var st unix.Statx_t
+		err := unix.Statx(unix.AT_FDCWD, e, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_INO, &st)
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if err != nil {
+			return r, fmt.Errorf("releasing project IDs below %s: stat of %s: %w", dir, e, err)
+		}
+		w.except[inodeOf(&st)] = true
+	}
+	top, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return r, fmt.Errorf("releasing project IDs below %s: %w", dir, &os.PathError{Op: "open", Path: dir, Err: err})
+	}
+	if err := w.entry(top, ".", 0); err != nil {
+		return r, fmt.Errorf("releasing project IDs below %s: %w", dir, err)
+	}
+	if r.Checked == 0 && r.Failed > 0 {
+		return r, fmt.Errorf("releasing project IDs below %s: %s", dir, r.FirstFailure)
+	}
+	return r, nil
+}
+
+// inode is an inode's identity: its device and number.
+type inode struct {
+	dev [2]uint32
+	ino uint64
+}
+
+func inodeOf(st *unix.Statx_t) inode {
+	return inode{dev: [2]uint32{st.Dev_major, st.Dev_minor}, ino: st.Ino}
+}
+
 // restoreAt examines the one entry name of dirfd with w.
 func restoreAt(w *treeWalk, dirfd int, name string) (Restored, error) {
 	var r Restored
@@ -158,6 +207,9 @@ type treeWalk struct {
 	// only, when set, is the range of IDs the walk takes away: entries
 	// carrying another keep it (ReleaseAt).
 	only [2]uint32
+	// except are the directories the walk leaves alone, with what lies
+	// below them (ReleaseTree).
+	except map[inode]bool
 }
 
 // entry examines the object open (O_PATH) as pfd at rel, repairs its
@@ -167,8 +219,11 @@ type treeWalk struct {
 func (w *treeWalk) entry(pfd int, rel string, depth int) error {
 	defer unix.Close(pfd)
 	var st unix.Statx_t
-	if err := unix.Statx(pfd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_TYPE|unix.STATX_BLOCKS, &st); err != nil {
+	if err := unix.Statx(pfd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_TYPE|unix.STATX_BLOCKS|unix.STATX_INO, &st); err != nil {
 		w.fail(fmt.Errorf("stat %s: %w", rel, err))
+		return nil
+	}
+	if w.except[inodeOf(&st)] {
 		return nil
 	}
 	if depth > 0 && mountRoot(&st, w.dev) {

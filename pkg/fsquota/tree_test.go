@@ -273,3 +273,54 @@ func TestReleaseAtTakesOnlyTheRange(t *testing.T) {
 		})
 	}
 }
+
+// TestReleaseTreeLeavesExceptAlone: ReleaseTree releases every entry
+// below its top that carries an ID of its range (a file moved into a
+// quota, deep down, and a directory), leaves entries of other IDs as
+// they are, and does not enter the directories it is told to leave
+// (standing for the volumes' own trees, whose entries carry the range's
+// IDs rightly).
+func TestReleaseTreeLeavesExceptAlone(t *testing.T) {
+	for _, fs := range quotaFS {
+		t.Run(fs.disk, func(t *testing.T) {
+			ctx := context.Background()
+			_, id := volume(t, fs.disk, fsquota.Limits{Bytes: 4 * MiB, Inodes: 1000})
+			top := ktest.TempDir(t, fs.disk)
+			deep, kept := filepath.Join(top, "a", "b"), filepath.Join(top, "volumes")
+			for _, d := range []string{deep, kept} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			moved, theirs, own := filepath.Join(deep, "moved"), filepath.Join(deep, "theirs"), filepath.Join(kept, "own")
+			for _, f := range []struct {
+				path string
+				id   uint32
+			}{{moved, id}, {theirs, 7}, {own, id}, {kept, id}, {filepath.Join(top, "a"), id}} {
+				if _, err := os.Stat(f.path); os.IsNotExist(err) {
+					if err := writeFile(f.path, MiB); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := fsquota.SetProjectID(f.path, f.id, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := fsquota.ReleaseTree(ctx, top, id, id, id, nil, nil); err == nil {
+				t.Error("ReleaseTree to an ID within the range it takes away: no error")
+			}
+			r, err := fsquota.ReleaseTree(ctx, top, id, id+100, 0, []string{kept, filepath.Join(top, "absent")}, nil)
+			if err != nil || r.Strays != 2 || r.StrayBytes < MiB {
+				t.Errorf("ReleaseTree = %+v, %v; want the moved file and directory a released, 1 MiB", r, err)
+			}
+			for _, c := range []struct {
+				path string
+				id   uint32
+			}{{moved, 0}, {filepath.Join(top, "a"), 0}, {theirs, 7}, {own, id}, {kept, id}} {
+				if got, _, err := fsquota.ProjectID(c.path); err != nil || got != c.id {
+					t.Errorf("%s after ReleaseTree: project %d, %v; want %d", c.path, got, err, c.id)
+				}
+			}
+		})
+	}
+}
