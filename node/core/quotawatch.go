@@ -77,14 +77,21 @@ func quotaWatchRunnable(vols *volume.Manager) supervisor.Runnable {
 		if err := supervisor.Run(ctx, "walks", walks.run); err != nil {
 			return err
 		}
+		events := &quotaEvents{}
+		if vols.CapacityEnforced() {
+			poller := &quotaPoller{vols: vols, events: events, walks: walks}
+			if err := supervisor.Run(ctx, "poll", poller.run); err != nil {
+				return err
+			}
+		}
 		log.Infof("quota watch: on, over the filesystem of %s", dir)
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
 		for {
-			events, err := w.Read(ctx)
+			batch, err := w.Read(ctx)
 			if err != nil {
 				return err
 			}
-			checkEntries(ctx, log, vols, w, events, walks)
+			checkEntries(ctx, log, vols, w, batch, walks, events)
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -98,8 +105,10 @@ func quotaWatchRunnable(vols *volume.Manager) supervisor.Runnable {
 // walk of each volume where a stray was found, or of every volume when
 // events were lost. Each directory of the batch is opened and mapped to
 // its volume once (a writer of many files in one directory costs one
-// check per file, not one lookup of its volume each).
-func checkEntries(ctx context.Context, log logtree.LeveledLogger, vols *volume.Manager, w *fanotify.Watch, events []fanotify.Event, walks *quotaWalks) {
+// check per file, not one lookup of its volume each). The events in
+// volumes are counted for the poller (quotaEvents), which tells a
+// volume's own writes from a quiet move into its project.
+func checkEntries(ctx context.Context, log logtree.LeveledLogger, vols *volume.Manager, w *fanotify.Watch, events []fanotify.Event, walks *quotaWalks, seen *quotaEvents) {
 	dirs := map[string]*batchDir{}
 	defer func() {
 		for _, d := range dirs {
@@ -124,6 +133,7 @@ func checkEntries(ctx context.Context, log logtree.LeveledLogger, vols *volume.M
 		}
 		switch {
 		case d.Project != 0:
+			seen.note(d.Project, ev.Mask)
 			checkVolumeEntry(ctx, log, vols, d, ev.Name, walks)
 		case d.Outside:
 			releaseEntry(ctx, log, d, ev.Name)
@@ -207,11 +217,19 @@ func openBatchDir(ctx context.Context, log logtree.LeveledLogger, vols *volume.M
 type quotaWalks struct {
 	vols *volume.Manager
 	mu   sync.Mutex
-	// pending are the volumes to walk; all asks for every one.
+	// pending are the volumes to walk; all asks for every one, and
+	// outside for the search outside every volume (ReleaseOutside).
 	pending map[string]bool
 	all     bool
 	wake    chan struct{}
 }
+
+// outsideWalk is the search outside every volume among the pending
+// walks: not a volume ID (ValidateID refuses "/").
+const outsideWalk = "/outside"
+
+// addOutside asks for the search outside every volume.
+func (q *quotaWalks) addOutside() { q.add(outsideWalk) }
 
 func (q *quotaWalks) add(id string) {
 	q.mu.Lock()
@@ -272,6 +290,12 @@ func (q *quotaWalks) run(ctx context.Context) error {
 				continue
 			}
 			last[id] = time.Now()
+			if id == outsideWalk {
+				if err := q.releaseOutside(ctx, log, limiter); err != nil {
+					return err
+				}
+				continue
+			}
 			r, err := q.vols.RestoreProjectIDs(ctx, id, limiter.Wait)
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -286,6 +310,28 @@ func (q *quotaWalks) run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// releaseOutside searches the data filesystem outside every volume for
+// entries carrying a volume's project ID and releases them, as
+// releaseEntry releases one: the same report, in the watch's log. It
+// returns only ctx's error.
+func (q *quotaWalks) releaseOutside(ctx context.Context, log logtree.LeveledLogger, limiter *rate.Limiter) error {
+	start := time.Now()
+	r, err := q.vols.ReleaseOutside(ctx, limiter.Wait)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil {
+		log.Warningf("quota watch: %v", err)
+	}
+	if r.Strays > 0 {
+		log.Warningf("quota watch: released %d entries holding %d bytes outside every volume from volumes' project quotas (the first: %s; %d entries examined in %s): a process had moved them in after writing them",
+			r.Strays, r.StrayBytes, r.FirstStray, r.Checked, time.Since(start).Round(time.Millisecond))
+	} else {
+		log.Infof("quota watch: found nothing outside every volume in a volume's project quota (%d entries examined in %s)", r.Checked, time.Since(start).Round(time.Millisecond))
+	}
+	return nil
 }
 
 // filesystemVolumes lists the IDs of the filesystem volumes.

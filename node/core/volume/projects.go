@@ -103,8 +103,8 @@ func (m *Manager) ProjectOfDir(dir int) (DirProject, error) {
 // project IDs, to come back with their quota), snapshots and state. What
 // lies there is never "outside every volume".
 func (m *Manager) enginePath(p string) bool {
-	for _, d := range []*localstorage.Directory{&m.Data.Volumes.Directory, &m.Data.Quarantine.Directory, &m.Data.Snapshots.Directory, &m.Data.State.Directory} {
-		if d.Contains(p) {
+	for _, d := range m.engineTrees() {
+		if localstorage.Within(p, d) {
 			return true
 		}
 	}
