@@ -155,26 +155,14 @@ func (p *quotaPoller) poll(log logtree.LeveledLogger) {
 // before it queues its event, so the event of a write read just before
 // that poll comes only after it.
 func (p *quotaPoller) decide(log logtree.LeveledLogger, events map[uint32]eventCount) {
-	var quiet, fell []uint32
-	for pid, c := range p.changed {
-		ev := eventCount{p.seen[pid].any + events[pid].any, p.seen[pid].created + events[pid].created}
-		if c.fresh {
-			// The volume's directory: created, and no event in
-			// the tree it heads.
-			ev.any++
-			ev.created++
-		}
-		switch {
-		case (c.bytes > 0 || c.inodes > 0) && ev.any == 0, c.inodes > ev.created:
-			quiet = append(quiet, pid)
-			log.Warningf("quota watch: project %d grew by %d bytes and %d inodes with %d entries written and %d created in its volume: looking for files moved into it",
-				pid, c.bytes, c.inodes, ev.any, ev.created)
-		case c.bytes < 0 || c.inodes < ev.created:
-			fell = append(fell, pid)
-		}
-	}
+	quiet, fell := judge(p.changed, p.seen, events)
 	if len(quiet) == 0 {
 		return
+	}
+	for _, pid := range quiet {
+		c, ev := p.changed[pid], p.seen[pid].plus(events[pid])
+		log.Warningf("quota watch: project %d grew by %d bytes and %d inodes with %d entries written and %d created in its volume: looking for files moved into it",
+			pid, c.bytes, c.inodes, ev.any, ev.created)
 	}
 	p.walks.addOutside()
 	for _, pid := range fell {
@@ -187,6 +175,35 @@ func (p *quotaPoller) decide(log logtree.LeveledLogger, events map[uint32]eventC
 			p.walks.add(owner)
 		}
 	}
+}
+
+// judge sorts the projects whose usage changed in an interval (changed)
+// by the events seen in their volumes' trees then and in the interval
+// after (seen, events): quiet, those that grew with no event, or by more
+// inodes than entries were created (a move into the project); fell, those
+// that shrank, or grew by fewer inodes than entries were created (a
+// deletion, or a move out of the project).
+func judge(changed map[uint32]usageChange, seen, events map[uint32]eventCount) (quiet, fell []uint32) {
+	for pid, c := range changed {
+		ev := seen[pid].plus(events[pid])
+		if c.fresh {
+			// The volume's directory: created, and no event in
+			// the tree it heads.
+			ev.any++
+			ev.created++
+		}
+		switch {
+		case (c.bytes > 0 || c.inodes > 0) && ev.any == 0, c.inodes > ev.created:
+			quiet = append(quiet, pid)
+		case c.bytes < 0 || c.inodes < ev.created:
+			fell = append(fell, pid)
+		}
+	}
+	return quiet, fell
+}
+
+func (c eventCount) plus(d eventCount) eventCount {
+	return eventCount{c.any + d.any, c.created + d.created}
 }
 
 // unionKeys returns the keys of a and b.
