@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -136,7 +137,7 @@ func checkEntries(ctx context.Context, log logtree.LeveledLogger, vols *volume.M
 			seen.note(d.Project, ev.Mask)
 			checkVolumeEntry(ctx, log, vols, d, ev.Name, walks)
 		case d.Outside:
-			releaseEntry(ctx, log, d, ev.Name)
+			releaseEntry(ctx, log, vols, d, ev.Name)
 		}
 	}
 }
@@ -168,8 +169,9 @@ func checkVolumeEntry(ctx context.Context, log logtree.LeveledLogger, vols *volu
 // its emptyDir, its container's layer or its logs, which no volume's walk
 // sees. It costs what checkVolumeEntry costs, one FS_IOC_FSGETXATTR; no
 // walk follows, since no tree of the node is the volume's to walk (the
-// node share's audit walks the share's).
-func releaseEntry(ctx context.Context, log logtree.LeveledLogger, d *batchDir, name string) {
+// node share's audit walks the share's). A release is noted for the
+// operator's counters (volume.Manager.NoteRelease).
+func releaseEntry(ctx context.Context, log logtree.LeveledLogger, vols *volume.Manager, d *batchDir, name string) {
 	r, err := fsquota.ReleaseAt(ctx, d.fd, name, volume.FirstProjectID, volume.LastProjectID, d.Release)
 	if errors.Is(err, unix.ENOENT) {
 		return // removed since
@@ -181,6 +183,8 @@ func releaseEntry(ctx context.Context, log logtree.LeveledLogger, d *batchDir, n
 	if r.Strays > 0 {
 		log.Warningf("quota watch: %s: gave %q (%d bytes) project ID %d: it lies outside every volume, and a process had moved it into a volume's project quota and was writing to it",
 			d.Path, name, r.StrayBytes, d.Release)
+		r.FirstStray = filepath.Join(d.Path, r.FirstStray)
+		vols.NoteRelease(r)
 	}
 }
 
@@ -207,7 +211,7 @@ func openBatchDir(ctx context.Context, log logtree.LeveledLogger, vols *volume.M
 	}
 	d := &batchDir{fd: fd, DirProject: dp}
 	if d.Outside {
-		releaseEntry(ctx, log, d, ".")
+		releaseEntry(ctx, log, vols, d, ".")
 	}
 	return d
 }
@@ -314,8 +318,8 @@ func (q *quotaWalks) run(ctx context.Context) error {
 
 // releaseOutside searches the data filesystem outside every volume for
 // entries carrying a volume's project ID and releases them, as
-// releaseEntry releases one: the same report, in the watch's log. It
-// returns only ctx's error.
+// releaseEntry releases one: the same report, in the watch's log and the
+// noted releases. It returns only ctx's error.
 func (q *quotaWalks) releaseOutside(ctx context.Context, log logtree.LeveledLogger, limiter *rate.Limiter) error {
 	start := time.Now()
 	r, err := q.vols.ReleaseOutside(ctx, limiter.Wait)
@@ -328,6 +332,7 @@ func (q *quotaWalks) releaseOutside(ctx context.Context, log logtree.LeveledLogg
 	if r.Strays > 0 {
 		log.Warningf("quota watch: released %d entries holding %d bytes outside every volume from volumes' project quotas (the first: %s; %d entries examined in %s): a process had moved them in after writing them",
 			r.Strays, r.StrayBytes, r.FirstStray, r.Checked, time.Since(start).Round(time.Millisecond))
+		q.vols.NoteRelease(r)
 	} else {
 		log.Infof("quota watch: found nothing outside every volume in a volume's project quota (%d entries examined in %s)", r.Checked, time.Since(start).Round(time.Millisecond))
 	}

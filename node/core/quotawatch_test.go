@@ -148,6 +148,9 @@ func TestQuotaWatchResetsOutsideFile(t *testing.T) {
 			if l := logs(t, lt); !strings.Contains(l, "escape") {
 				t.Errorf("the watch did not say what it reset:\n%s", l)
 			}
+			if r := vols.TakeReleases(); r.Strays == 0 || r.FirstStray != file {
+				t.Errorf("releases noted: %+v; want the moved file %s, for the operator's counters", r, file)
+			}
 		})
 	}
 }

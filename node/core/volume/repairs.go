@@ -16,7 +16,10 @@ import (
 type repairs struct {
 	mu      sync.Mutex
 	pending map[string]fsquota.Restored
-	noted   changes
+	// released is what was taken out of volumes' project quotas
+	// outside every volume (NoteRelease): no claim's, so kept apart.
+	released fsquota.Restored
+	noted    changes
 }
 
 // NoteRepair adds r, what was just put back into volume id's project
@@ -40,6 +43,30 @@ func (m *Manager) NoteRepair(id string, r fsquota.Restored) {
 	m.repairs.pending[id] = p
 	m.repairs.mu.Unlock()
 	m.repairs.noted.signal()
+}
+
+// NoteRelease adds r, entries outside every volume just taken out of a
+// volume's project quota (the quota watch's releases), to what
+// TakeReleases returns next, and wakes the waiters of Repaired. They
+// belong to no claim; the reporter counts them for the operator.
+func (m *Manager) NoteRelease(r fsquota.Restored) {
+	if r.Strays == 0 {
+		return
+	}
+	m.repairs.mu.Lock()
+	addRestored(&m.repairs.released, r)
+	m.repairs.mu.Unlock()
+	m.repairs.noted.signal()
+}
+
+// TakeReleases returns the releases noted since the last call, and
+// forgets them.
+func (m *Manager) TakeReleases() fsquota.Restored {
+	m.repairs.mu.Lock()
+	defer m.repairs.mu.Unlock()
+	r := m.repairs.released
+	m.repairs.released = fsquota.Restored{}
+	return r
 }
 
 // Repaired returns a channel that is closed at the next NoteRepair. A

@@ -37,3 +37,32 @@ func TestRepairsAddUpUntilTaken(t *testing.T) {
 		t.Errorf("repairs taken twice: %v", again)
 	}
 }
+
+// TestReleasesAddUpUntilTaken: releases outside every volume add up apart
+// from any volume's repairs, wake the waiters, and are gone once taken.
+func TestReleasesAddUpUntilTaken(t *testing.T) {
+	var m Manager
+	woken := m.Repaired()
+	m.NoteRelease(fsquota.Restored{})
+	select {
+	case <-woken:
+		t.Fatal("a release of nothing woke the reporter")
+	default:
+	}
+	m.NoteRelease(fsquota.Restored{Strays: 1, StrayBytes: 4096, FirstStray: "/data/emptydir/a"})
+	m.NoteRelease(fsquota.Restored{Strays: 2, StrayBytes: 8192, FirstStray: "/data/emptydir/b"})
+	select {
+	case <-woken:
+	default:
+		t.Fatal("noting a release did not wake the reporter")
+	}
+	if r := m.TakeReleases(); r.Strays != 3 || r.StrayBytes != 12288 || r.FirstStray != "/data/emptydir/a" {
+		t.Errorf("releases: %+v; want 3 entries, 12288 bytes, the first /data/emptydir/a", r)
+	}
+	if len(m.TakeRepairs()) != 0 {
+		t.Error("releases were taken as a volume's repairs")
+	}
+	if again := m.TakeReleases(); again.Strays != 0 {
+		t.Errorf("releases taken twice: %+v", again)
+	}
+}

@@ -63,6 +63,9 @@ type Metrics struct {
 	// they held. Any increase means a process moved part of its volume
 	// out of the volume's size.
 	restoredEntries, restoredBytes prometheus.Counter
+	// releasedEntries and releasedBytes count what the quota watch
+	// took out of volumes' project quotas outside every volume.
+	releasedEntries, releasedBytes prometheus.Counter
 	// abnormal is how many bound volumes the last health check found
 	// abnormal: the count behind the VolumeConditionAbnormal Events.
 	abnormal prometheus.Gauge
@@ -106,6 +109,16 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name:      "quota_audit_restored_bytes_total",
 			Help:      "Bytes held by the files the quota audit put back in their volume's project quota, which had not counted against the volume's size.",
 		}),
+		releasedEntries: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "quota_watch_released_entries_total",
+			Help:      "Files and directories outside every volume that the quota watch found moved into a volume's project quota, and took out of it.",
+		}),
+		releasedBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "quota_watch_released_bytes_total",
+			Help:      "Bytes held by the files outside every volume that the quota watch took out of a volume's project quota, which had counted against that volume's size.",
+		}),
 		abnormal: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace,
 			Name:      "volumes_abnormal",
@@ -114,7 +127,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		queues: newQueueMetrics(),
 		reg:    reg,
 	}
-	cs := []prometheus.Collector{m.operationSeconds, m.operationErrors, m.restarts, m.restoredEntries, m.restoredBytes, m.abnormal}
+	cs := []prometheus.Collector{m.operationSeconds, m.operationErrors, m.restarts, m.restoredEntries, m.restoredBytes, m.releasedEntries, m.releasedBytes, m.abnormal}
 	cs = append(cs, m.queues.collectors()...)
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
@@ -144,6 +157,17 @@ func (m *Metrics) QuotaRestored(entries, bytes int64) {
 	}
 	m.restoredEntries.Add(float64(entries))
 	m.restoredBytes.Add(float64(bytes))
+}
+
+// QuotaReleased counts what the quota watch took out of volumes' project
+// quotas outside every volume: entries files and directories holding
+// bytes.
+func (m *Metrics) QuotaReleased(entries, bytes int64) {
+	if m == nil {
+		return
+	}
+	m.releasedEntries.Add(float64(entries))
+	m.releasedBytes.Add(float64(bytes))
 }
 
 // VolumesAbnormal records how many bound volumes the last health check

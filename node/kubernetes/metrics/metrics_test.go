@@ -53,12 +53,14 @@ func TestObserveAndRestarts(t *testing.T) {
 	m.Restarted("root.kubernetes")
 	m.QuotaRestored(2, 8<<20)
 	m.QuotaRestored(1, 4096)
+	m.QuotaReleased(1, 4<<20)
 	m.VolumesAbnormal(3)
 	m.VolumesAbnormal(2) // a gauge: the last count holds
 	var none *Metrics    // a node without an endpoint
 	none.Observe(Publish, start, "")
 	none.Restarted("root")
 	none.QuotaRestored(1, 1)
+	none.QuotaReleased(1, 1)
 	none.VolumesAbnormal(1)
 	f := gather(t, reg)
 	for _, c := range []struct {
@@ -73,6 +75,8 @@ func TestObserveAndRestarts(t *testing.T) {
 		{"plinth_supervisor_restarts_total", []string{"runnable", "root.kubernetes"}, 2},
 		{"plinth_quota_audit_restored_entries_total", nil, 3},
 		{"plinth_quota_audit_restored_bytes_total", nil, 8<<20 + 4096},
+		{"plinth_quota_watch_released_entries_total", nil, 1},
+		{"plinth_quota_watch_released_bytes_total", nil, 4 << 20},
 		{"plinth_volumes_abnormal", nil, 2},
 	} {
 		if got := f.Value(c.name, c.labels...); got != c.want {

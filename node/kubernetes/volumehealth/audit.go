@@ -45,11 +45,14 @@ const (
 // project quota back in it (volume.Manager.RestoreProjectIDs). pace is
 // called before each file, to bound the walk's rate. Repairs made between
 // its walks, by the node's quota watch, are taken from TakeRepairs as soon
-// as Repaired's channel closes, and reported as the walk's are.
+// as Repaired's channel closes, and reported as the walk's are; what the
+// watch released outside every volume, from TakeReleases, is counted and
+// logged (it belongs to no claim).
 type Auditor interface {
 	RestoreProjectIDs(ctx context.Context, volumeID string, pace func(context.Context) error) (fsquota.Restored, error)
 	Repaired() <-chan struct{}
 	TakeRepairs() map[string]fsquota.Restored
+	TakeReleases() fsquota.Restored
 }
 
 // audit is the state of the monitor's audit loop.
@@ -103,6 +106,7 @@ func (a *audit) reportRepairs(ctx context.Context) {
 				}
 			}
 		}
+		a.reportReleased(a.Auditor.TakeReleases())
 		select {
 		case <-ctx.Done():
 			return
@@ -150,6 +154,20 @@ func (a *audit) reportRestored(pv *corev1.PersistentVolume, r fsquota.Restored) 
 	msg := restoredMessage(id, a.NodeName, r)
 	a.log.Warningf("volume %s of claim %s/%s: %s", id, claim.Namespace, claim.Name, msg)
 	a.tell(pv, corev1.EventTypeWarning, ReasonQuotaRestored, msg)
+}
+
+// reportReleased reports entries outside every volume that the quota
+// watch took out of volumes' project quotas: in the log and the released
+// counters, for the operator, since they belong to no claim (the watch's
+// own log says where each search found them).
+func (a *audit) reportReleased(r fsquota.Restored) {
+	if r.Strays == 0 {
+		return
+	}
+	a.Metrics.QuotaReleased(r.Strays, r.StrayBytes)
+	held := resource.NewQuantity(r.StrayBytes, resource.BinarySI)
+	a.log.Warningf("%s outside every volume on node %s (the first: %s), holding %s, had been moved into volumes' project quotas and were taken out of them: a process on the node changed their project ID (chattr -p, FS_IOC_FSSETXATTR)",
+		plural(r.Strays, "file or directory", "files and directories"), a.NodeName, r.FirstStray, held.String())
 }
 
 // restoredMessage tells the user what the walk put back, and how it

@@ -82,3 +82,36 @@ func TestReportAuditSaysWhatWasPutBack(t *testing.T) {
 		t.Errorf("plinth_quota_audit_restored_bytes_total = %v, want %d", got, 16<<20)
 	}
 }
+
+// TestReportReleasedCountsForTheOperator: what the quota watch released
+// outside every volume belongs to no claim: it is counted in the released
+// counters and logged, and no Event is made; nothing released, nothing
+// counted.
+func TestReportReleasedCountsForTheOperator(t *testing.T) {
+	r, rec, _ := testRound()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Metrics = m
+	a := &audit{round: r, incomplete: map[string]string{}}
+	a.reportReleased(fsquota.Restored{})
+	a.reportReleased(fsquota.Restored{Checked: 40, Strays: 2, StrayBytes: 4 << 20, FirstStray: "/data/kubelet/pods/x/quiet"})
+	if len(rec.Events) != 0 {
+		t.Errorf("Events for a release outside every volume: %d, want none (no claim's)", len(rec.Events))
+	}
+	f, err := metricstest.Gather(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Value("plinth_quota_watch_released_entries_total"); got != 2 {
+		t.Errorf("plinth_quota_watch_released_entries_total = %v, want 2", got)
+	}
+	if got := f.Value("plinth_quota_watch_released_bytes_total"); got != 4<<20 {
+		t.Errorf("plinth_quota_watch_released_bytes_total = %v, want %d", got, 4<<20)
+	}
+	if got := f.Value("plinth_quota_audit_restored_entries_total"); got != 0 {
+		t.Errorf("plinth_quota_audit_restored_entries_total = %v, want 0: a release is not a volume's repair", got)
+	}
+}
