@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/pkg/fsquota"
 	"source.plinth.dev/test/ktest"
 	"source.plinth.dev/test/volumetest"
@@ -19,7 +20,8 @@ import (
 // follow: fsquota's TestProjectIDChangeIsNotNotified). B's quota is full
 // at once. The file lies outside every volume (case outside, beside
 // volumes/ on the data filesystem: an emptyDir, a layer, a log) or in
-// the process's own volume A (case volume); or outside, while B's own
+// the process's own volume A (case volume), or in a tree of the node
+// share (case share: it gets the share's project); or outside, while B's own
 // user rewrites a file of B all along (case busy: B's usage grows by one
 // inode more than B's user created, though B is written to). Within
 // quotaWatchBound the watch must have found it anyway, by B's usage
@@ -28,22 +30,32 @@ import (
 // write of (nearly) its full size succeeds.
 func TestQuotaWatchFindsQuietMove(t *testing.T) {
 	ktest.RequireVM(t)
-	for _, where := range []string{"outside", "volume", "busy"} {
+	for _, where := range []string{"outside", "volume", "share", "busy"} {
 		t.Run(where, func(t *testing.T) {
-			vols, lt := quotaWatchNode(t, true)
+			var shareDirs []string
+			if where == "share" {
+				shareDirs = []string{ktest.TempDir(t, "xfs")}
+			}
+			vols, lt := quotaWatchNode(t, true, shareDirs...)
 			b := createVolume(t, vols, "pvc-b", 4*mib)
 			idB, _, err := fsquota.ProjectID(b)
 			if err != nil {
 				t.Fatal(err)
 			}
 			dir, want := filepath.Join(filepath.Dir(vols.Data.Volumes.FullPath()), "emptydir"), uint32(0)
-			if where == "volume" {
+			switch where {
+			case "volume":
 				dir = createVolume(t, vols, "pvc-a", 64*mib)
 				if want, _, err = fsquota.ProjectID(dir); err != nil {
 					t.Fatal(err)
 				}
-			} else if err := os.Mkdir(dir, 0o755); err != nil {
-				t.Fatal(err)
+			default:
+				if where == "share" {
+					dir, want = filepath.Join(shareDirs[0], "emptydir"), volume.ShareProjectID
+				}
+				if err := os.Mkdir(dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
 			}
 			eventually(t, "the watch to start", func() bool { return strings.Contains(logs(t, lt), "quota watch: on") })
 			room := 4 * mib
