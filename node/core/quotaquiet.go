@@ -43,7 +43,7 @@ import (
 const (
 	// quotaPollInterval is the time between two reads of the volumes'
 	// usage. A move is decided on one interval after the one it
-	// happened in (quietGrowth says why), so it is found within about
+	// happened in (decide says why), so it is found within about
 	// two intervals and the time its search takes.
 	quotaPollInterval = time.Second
 )
