@@ -218,6 +218,14 @@ def go_dependencies():
         version = "v1.3.3",
     )
     go_repository(
+        name = "com_github_evanphx_json_patch",
+        build_file_proto_mode = "disable_global",
+        importpath = "github.com/evanphx/json-patch",
+        sum = "h1:jBYDEEiFBPxA0v50tFdvOzQQTCvpL6mnFh5mB2/l16U=",
+        version = "v5.6.0+incompatible",
+    )
+
+    go_repository(
         name = "com_github_felixge_httpsnoop",
         build_file_proto_mode = "disable_global",
         importpath = "github.com/felixge/httpsnoop",
@@ -344,8 +352,8 @@ def go_dependencies():
         name = "com_github_google_gofuzz",
         build_file_proto_mode = "disable_global",
         importpath = "github.com/google/gofuzz",
-        sum = "h1:A8PeW59pxE9IoFRqBp37U+mSNaQoZ46F1f0f863XSXw=",
-        version = "v1.0.0",
+        sum = "h1:xRy4A+RhZaiKjJ1bPfwQ8sedCA+YS2YcCHW6ec7JMi0=",
+        version = "v1.2.0",
     )
 
     go_repository(
@@ -464,6 +472,14 @@ def go_dependencies():
         sum = "h1:5Nx0Ya0ZqY2ygV366QzturHI13Jq95ApcVaJBhpS+AY=",
         version = "v0.2.0",
     )
+    go_repository(
+        name = "com_github_kubernetes_csi_external_snapshotter_client_v8",
+        build_file_proto_mode = "disable_global",
+        importpath = "github.com/kubernetes-csi/external-snapshotter/client/v8",
+        sum = "h1:bMqrb3UHgHbP+PW9VwiejfDJU1R0PpXVZNMdeH8WYKI=",
+        version = "v8.4.0",
+    )
+
     go_repository(
         name = "com_github_kylelemons_godebug",
         build_file_proto_mode = "disable_global",
@@ -865,6 +881,14 @@ def go_dependencies():
         version = "v0.34.4",
     )
     go_repository(
+        name = "io_k8s_code_generator",
+        build_file_proto_mode = "disable_global",
+        importpath = "k8s.io/code-generator",
+        sum = "h1:3VUVqHvWFSVSm9kqL/G6kD4ZwNdHF6J/jPyo3Jgjy3k=",
+        version = "v0.30.0",
+    )
+
+    go_repository(
         name = "io_k8s_component_base",
         build_file_proto_mode = "disable_global",
         importpath = "k8s.io/component-base",
@@ -923,6 +947,14 @@ def go_dependencies():
         sum = "h1:JfjMILfT8A6RbawdsK2JXGBR5AQVfd+9TbzrlneTyrU=",
         version = "v1.0.0",
     )
+    go_repository(
+        name = "io_k8s_sigs_structured_merge_diff_v4",
+        build_file_proto_mode = "disable_global",
+        importpath = "sigs.k8s.io/structured-merge-diff/v4",
+        sum = "h1:150L+0vs/8DA78h1u02ooW1/fFq/Lwr+sGiqlzvrtq4=",
+        version = "v4.4.1",
+    )
+
     go_repository(
         name = "io_k8s_sigs_structured_merge_diff_v6",
         build_file_proto_mode = "disable_global",
@@ -1049,6 +1081,13 @@ def go_dependencies():
         importpath = "codeberg.org/go-pdf/fpdf",
         sum = "h1:U8+coOTDVLxHIXZgGvkfQEi/q0hYHYvEHFuGNX2GzGs=",
         version = "v0.11.1",
+    )
+    go_repository(
+        name = "org_golang_google_appengine",
+        build_file_proto_mode = "disable_global",
+        importpath = "google.golang.org/appengine",
+        sum = "h1:FZR1q0exgwxzPzp/aF+VccGrSfxfPpkBqjIIEq3ru6c=",
+        version = "v1.6.7",
     )
 
     go_repository(
