@@ -10,6 +10,7 @@
 //	  provisioner       PVC -> volume + PV; released PV -> delete
 //	  resizer           larger request of a bound PVC -> volume, PV, PVC grown
 //	  capacity          free space per StorageClass -> CSIStorageCapacity
+//	  snapshots         VolumeSnapshotContent of this node -> snapshot made, deleted
 //	  node-removal      claims of a node removed for good -> Event; released PVs deleted
 //	volume-health       the volumes' health, asked of the CSI plugin -> Events; the quota audit
 //
@@ -30,6 +31,7 @@ import (
 	"fmt"
 	"time"
 
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -59,6 +61,9 @@ type Clients struct {
 	Client kubernetes.Interface
 	// Events has its own rate limiter, for Events only.
 	Events kubernetes.Interface
+	// Snapshots is the client of the snapshot API (snapshot.storage.k8s.io),
+	// with Client's rate limits.
+	Snapshots snapclient.Interface
 }
 
 // Options are the node's Kubernetes settings, shared by NodeService and
@@ -144,7 +149,14 @@ func NewClients(cfg *rest.Config) (Clients, error) {
 	if err != nil {
 		return Clients{}, fmt.Errorf("building Kubernetes event client: %w", err)
 	}
-	return Clients{Client: client, Events: events}, nil
+	// The snapshot API is served by CRDs, which speak JSON only.
+	scfg := rest.CopyConfig(cfg)
+	scfg.ContentType, scfg.AcceptContentTypes = "application/json", "application/json"
+	snapshots, err := snapclient.NewForConfig(scfg)
+	if err != nil {
+		return Clients{}, fmt.Errorf("building the snapshot API client: %w", err)
+	}
+	return Clients{Client: client, Events: events, Snapshots: snapshots}, nil
 }
 
 // connect builds the clients of one start of a service of node nodeName,

@@ -13,6 +13,7 @@ import (
 	"source.plinth.dev/node/kubernetes/noderemoval"
 	"source.plinth.dev/node/kubernetes/provisioner"
 	"source.plinth.dev/node/kubernetes/resizer"
+	"source.plinth.dev/node/kubernetes/snapshots"
 	"source.plinth.dev/pkg/supervisor"
 )
 
@@ -64,7 +65,7 @@ func (s *service) run(ctx context.Context) error {
 		stopShared()
 		shared.Wait()
 	}()
-	children, err := s.controllers(base)
+	children, err := s.controllers(base, clients)
 	if err != nil {
 		return err
 	}
@@ -79,7 +80,7 @@ func (s *service) run(ctx context.Context) error {
 
 // controllers builds the service's children from base. A controller that
 // refuses its configuration fails the start, with the error that says why.
-func (s *service) controllers(base controller.Base) (map[string]supervisor.Runnable, error) {
+func (s *service) controllers(base controller.Base, clients Clients) (map[string]supervisor.Runnable, error) {
 	vols := s.env.Volumes
 	prov, err := provisioner.New(provisioner.Config{
 		Base:                    base,
@@ -96,6 +97,10 @@ func (s *service) controllers(base controller.Base) (map[string]supervisor.Runna
 		return nil, err
 	}
 	removal, err := noderemoval.New(noderemoval.Config{Base: base, GracePeriod: s.o.RemovedNodeGracePeriod})
+	if err != nil {
+		return nil, err
+	}
+	snap, err := snapshots.New(snapshots.Config{Base: base, Snapshots: clients.Snapshots, Volumes: vols})
 	if err != nil {
 		return nil, err
 	}
@@ -117,6 +122,7 @@ func (s *service) controllers(base controller.Base) (map[string]supervisor.Runna
 		},
 		"provisioner":  prov.Run,
 		"resizer":      resize.Run,
+		"snapshots":    snap.Run,
 		"capacity":     publisher.Run,
 		"node-removal": removal.Run,
 	}, nil

@@ -44,8 +44,9 @@ var controlPlane struct {
 	once sync.Once
 	cp   *launch.ControlPlane
 	err  error
-	// scheduler is set by Tests before any test runs (WithScheduler).
-	scheduler bool
+	// scheduler and snapshots are set by Tests before any test runs
+	// (WithScheduler, WithSnapshotAPI).
+	scheduler, snapshots bool
 }
 
 // Option changes the control plane a test binary starts.
@@ -55,6 +56,13 @@ type Option func()
 // default StorageClass as an installer does: for tests of where pods are
 // placed (Node objects made by the test stand in for kubelets).
 func WithScheduler() Option { return func() { controlPlane.scheduler = true } }
+
+// WithSnapshotAPI also installs the snapshot.storage.k8s.io CRDs and runs
+// the snapshot-controller with distributed snapshotting, as every cluster
+// test/launch starts does (launch.ControlPlaneConfig.SnapshotAPI; the
+// binaries from $PLINTH_SNAPSHOT_BIN, else built): for the tests of the
+// node's snapshot controller.
+func WithSnapshotAPI() Option { return func() { controlPlane.snapshots = true } }
 
 // Main runs a test binary's tests and then stops its control plane, if
 // one was started, and removes the plinth-node it built, if it built one.
@@ -119,6 +127,7 @@ func ControlPlane(t testing.TB) *launch.ControlPlane {
 			AuditUsers:     []string{clusterobjects.AdmissionUser},
 			Scheduler:      controlPlane.scheduler,
 			StorageObjects: controlPlane.scheduler,
+			SnapshotAPI:    controlPlane.snapshots,
 		}
 		if testing.Verbose() {
 			cfg.Log = os.Stderr

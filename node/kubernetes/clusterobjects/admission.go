@@ -93,10 +93,11 @@ func AdmissionPolicyNames() []string {
 //     (a kubernetes.io/hostname label and nothing else);
 //   - Events (EventsPolicyName): create and update only Events that say
 //     they come from its node (source.host, which controller.NewRecorder
-//     sets) and are about a claim, a PV or its own Node. A node could
-//     otherwise speak for another (a forged NodeRemoved telling users to
-//     delete their claims) or about anything in the cluster; what it may
-//     still say about any claim, it says under its own name.
+//     sets) and are about a claim, a PV, a VolumeSnapshotContent or its
+//     own Node. A node could otherwise speak for another (a forged
+//     NodeRemoved telling users to delete their claims) or about anything
+//     in the cluster; what it may still say about any claim or content,
+//     it says under its own name.
 //
 // The node is the user name after NodeAgentUserPrefix (a client
 // certificate), or the node the service account token of a DaemonSet pod
@@ -262,9 +263,9 @@ func eventsPolicy() *admissionv1.ValidatingAdmissionPolicy {
 		[]admissionv1.OperationType{admissionv1.Create, admissionv1.Update}, nil,
 		[]admissionv1.Validation{{
 			Expression: "object.?source.host.orValue('') == variables.node && (" +
-				"object.involvedObject.?kind.orValue('') in ['PersistentVolumeClaim', 'PersistentVolume'] || " +
+				"object.involvedObject.?kind.orValue('') in ['PersistentVolumeClaim', 'PersistentVolume', 'VolumeSnapshotContent'] || " +
 				"object.involvedObject.?kind.orValue('') == 'Node' && object.involvedObject.?name.orValue('') == variables.node)",
-			MessageExpression: refusal("may write only Events whose source host is its node, about a claim, a PV or its own Node"),
+			MessageExpression: refusal("may write only Events whose source host is its node, about a claim, a PV, a VolumeSnapshotContent or its own Node"),
 		}})
 	exact := admissionv1.Exact
 	p.Spec.MatchConstraints.MatchPolicy = &exact

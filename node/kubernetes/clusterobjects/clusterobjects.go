@@ -45,6 +45,9 @@ const (
 	// (CapacityRole).
 	CapacityRoleName = "plinth:node:capacity"
 
+	// snapshotGroup is the API group of the snapshot API's CRDs.
+	snapshotGroup = "snapshot.storage.k8s.io"
+
 	annDefaultClass = "storageclass.kubernetes.io/is-default-class"
 	labelManagedBy  = "app.kubernetes.io/managed-by"
 	managedBy       = "plinth-node"
@@ -122,6 +125,10 @@ func StorageClass() *storagev1.StorageClass {
 //     that may create StorageClasses may create any. Whoever issues the
 //     node's credentials installs these objects (test/launch does); a node
 //     run with admin credentials creates them itself;
+//   - snapshots: watch the VolumeSnapshotContents labelled for its node
+//     (package snapshots), and patch them (their being-created mark and
+//     finalizer) and their status; list them once at start, to know
+//     whether the cluster serves the snapshot API;
 //   - start: ask who it is (a SelfSubjectReview, WhoAmI), so that a node
 //     agent the admission policies would not restrict refuses to run
 //     (CheckDaemonSetIdentity). Every user may already (system:basic-user);
@@ -147,6 +154,8 @@ func ClusterRole() *rbacv1.ClusterRole {
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csidrivers"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csinodes"}, Verbs: []string{"list", "watch"}},
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csistoragecapacities"}, Verbs: []string{"list", "watch", "delete"}},
+			{APIGroups: []string{snapshotGroup}, Resources: []string{"volumesnapshotcontents"}, Verbs: []string{"list", "watch", "patch"}},
+			{APIGroups: []string{snapshotGroup}, Resources: []string{"volumesnapshotcontents/status"}, Verbs: []string{"patch"}},
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"},
 				ResourceNames: []string{ClusterRoleName}, Verbs: []string{"get"}},
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles", "rolebindings"},

@@ -3,6 +3,7 @@ package clusterobjects_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"reflect"
 	"sync"
 	"testing"
@@ -21,8 +22,9 @@ import (
 
 // TestMain runs the tests against the controller tests' control plane
 // (controllertest: real etcd and kube-apiserver, with an audit log of the
-// node identity's calls; no root needed).
-func TestMain(m *testing.M) { controllertest.Main(m) }
+// node identity's calls; no root needed), with the snapshot API, whose
+// contents the node writes too.
+func TestMain(m *testing.M) { os.Exit(controllertest.Tests(m, controllertest.WithSnapshotAPI()).Run()) }
 
 func logger(t *testing.T) logtree.LeveledLogger {
 	var w testWriter

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	crdv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
@@ -23,12 +25,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/rest"
 
 	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/capacity"
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/node/kubernetes/snapshots"
 	"source.plinth.dev/test/controllertest"
 	"source.plinth.dev/test/launch"
 )
@@ -41,7 +45,9 @@ import (
 // Retain, a claim whose class appears late, so its failure Event repeats,
 // a claim of an Immediate class placed on the node for it),
 // the kubelet's part of the CSI plugin (publish, stats, unpublish), a
-// resize, an infeasible resize and its recovery, deletion of Released
+// resize, an infeasible resize and its recovery, a VolumeSnapshotContent
+// of the node (refused: the host's filesystem makes no copy-on-write
+// copies) released when its VolumeSnapshot goes, deletion of Released
 // Delete PVs, a Released Retain PV deleted by an administrator, and the
 // orphan sweep. The API server's audit log then gives every call the node
 // made: each must be allowed by a rule of the role (and none refused), and
@@ -111,6 +117,7 @@ func TestNodeRoleIsWhatTheNodeUses(t *testing.T) {
 	nodeBinds(t, e, keep.Name)
 
 	kubeletPublishes(t, kubelet, e.Dir, ownership.VolumeIDFor(fs.UID))
+	nodeSnapshots(t, e, ownership.VolumeIDFor(fs.UID))
 
 	// Grow fs while the claim is being written to all the time (as
 	// users and other controllers do), so that the resizer's status write
@@ -358,4 +365,61 @@ func nodeBinds(t *testing.T, e *controllertest.Env, name string) {
 		}
 		return accepted == 0 || (accepted == 1 && status), nil
 	})
+}
+
+// nodeSnapshots has the node act on a VolumeSnapshotContent of its volume
+// id, as the snapshot-controller makes one: labelled for the node, bound
+// to a VolumeSnapshot. The snapshot is refused (the env's data directory
+// is on the host's filesystem, without reflink), which the node records in
+// the content's status and an Event; then the content is released as the
+// snapshot-controller releases it when its VolumeSnapshot is deleted, and
+// the node removes its finalizer.
+func nodeSnapshots(t *testing.T, e *controllertest.Env, id string) {
+	t.Helper()
+	ctx := context.Background()
+	api := snapshotClient(t, e).SnapshotV1().VolumeSnapshotContents()
+	name := e.NS + "-content"
+	c := &crdv1.VolumeSnapshotContent{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{snapshots.LabelManagedBy: e.Node}},
+		Spec: crdv1.VolumeSnapshotContentSpec{
+			Driver:            names.DriverName,
+			DeletionPolicy:    crdv1.VolumeSnapshotContentDelete,
+			Source:            crdv1.VolumeSnapshotContentSource{VolumeHandle: &id},
+			VolumeSnapshotRef: corev1.ObjectReference{Namespace: e.NS, Name: "snap", UID: uuid.NewUUID()},
+		},
+	}
+	if _, err := api.Create(ctx, c, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	controllertest.Eventually(t, 30*time.Second, "content "+name+" refused and protected", func() (bool, error) {
+		c, err := api.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return c.Status != nil && c.Status.Error != nil && slices.Contains(c.Finalizers, snapshots.FinalizerBound), nil
+	})
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"yes"}}}`, snapshots.AnnBeingDeleted)
+	if _, err := api.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := api.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	controllertest.Eventually(t, 30*time.Second, "content "+name+" released by the node", func() (bool, error) {
+		_, err := api.Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), err
+	})
+}
+
+// snapshotClient is a client of the snapshot API with the env's admin
+// rights.
+func snapshotClient(t *testing.T, e *controllertest.Env) snapclient.Interface {
+	t.Helper()
+	cfg := rest.CopyConfig(e.CP.RESTConfig)
+	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
+	c, err := snapclient.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
