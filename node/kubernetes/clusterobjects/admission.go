@@ -20,10 +20,11 @@ import (
 // its own node's objects: one per resource, so that the API server type
 // checks each policy's expressions against that resource's schema.
 const (
-	ClaimsPolicyName   = "plinth-node-claims"
-	VolumesPolicyName  = "plinth-node-volumes"
-	CapacityPolicyName = "plinth-node-capacity"
-	EventsPolicyName   = "plinth-node-events"
+	ClaimsPolicyName           = "plinth-node-claims"
+	VolumesPolicyName          = "plinth-node-volumes"
+	CapacityPolicyName         = "plinth-node-capacity"
+	EventsPolicyName           = "plinth-node-events"
+	SnapshotContentsPolicyName = "plinth-node-snapshot-contents"
 )
 
 const (
@@ -56,7 +57,7 @@ func DaemonSetUser() string {
 // AdmissionPolicyNames names the policies of AdmissionPolicies, and their
 // bindings, which have the same names.
 func AdmissionPolicyNames() []string {
-	return []string{ClaimsPolicyName, VolumesPolicyName, CapacityPolicyName, EventsPolicyName}
+	return []string{ClaimsPolicyName, VolumesPolicyName, CapacityPolicyName, EventsPolicyName, SnapshotContentsPolicyName}
 }
 
 // AdmissionPolicies narrow what RBAC grants a node agent to its own node.
@@ -91,6 +92,16 @@ func AdmissionPolicyNames() []string {
 //     only objects labelled as its node's and owned by its Node (before
 //     and after a change, keeping the label), whose topology is one host
 //     (a kubernetes.io/hostname label and nothing else);
+//   - VolumeSnapshotContents (SnapshotContentsPolicyName): change only
+//     those labelled ownership.LabelSnapshotManagedBy=<its node> (which
+//     the snapshot-controller sets to the node of the source volume),
+//     keeping their labels, owners and spec, adding no finalizer: what the
+//     snapshot protocol has a node write is a mark, the status and the
+//     removal of the finalizer (package snapshots). A node could otherwise
+//     declare another node's snapshot ready, or drop its finalizer so that
+//     its VolumeSnapshot goes while the snapshot stays. The label is the
+//     node's name, never a hash (the snapshot-controller writes it), so
+//     the policy checks it whole;
 //   - Events (EventsPolicyName): create and update only Events that say
 //     they come from its node (source.host, which controller.NewRecorder
 //     sets) and are about a claim, a PV, a VolumeSnapshotContent or its
@@ -140,7 +151,7 @@ func AdmissionPolicyNames() []string {
 // policies) those of an Immediate class. A node that could place a claim
 // could draw it, and its pods with their secrets, to itself.
 func AdmissionPolicies() []*admissionv1.ValidatingAdmissionPolicy {
-	return []*admissionv1.ValidatingAdmissionPolicy{claimsPolicy(), volumesPolicy(), capacityPolicy(), eventsPolicy()}
+	return []*admissionv1.ValidatingAdmissionPolicy{claimsPolicy(), volumesPolicy(), capacityPolicy(), eventsPolicy(), snapshotContentsPolicy()}
 }
 
 // writeOps are the operations the PV and capacity policies judge.
@@ -250,6 +261,22 @@ func capacityPolicy() *admissionv1.ValidatingAdmissionPolicy {
 		}})
 }
 
+// snapshotContentsPolicy is SnapshotContentsPolicyName (see
+// AdmissionPolicies). RBAC grants a node patch, and nothing else that
+// writes, on contents and their status: UPDATE is all there is to judge.
+func snapshotContentsPolicy() *admissionv1.ValidatingAdmissionPolicy {
+	return policy(SnapshotContentsPolicyName, admissionv1.Rule{APIGroups: []string{snapshotGroup},
+		Resources: []string{"volumesnapshotcontents", "volumesnapshotcontents/status"}},
+		[]admissionv1.OperationType{admissionv1.Update}, nil,
+		[]admissionv1.Validation{{
+			Expression: fmt.Sprintf("oldObject.metadata.?labels[?'%s'].orValue('') == variables.node && ", ownership.LabelSnapshotManagedBy) +
+				same("spec", "metadata.?labels", "metadata.?ownerReferences") + " && " +
+				"object.metadata.?finalizers.orValue([]).all(f, f in oldObject.metadata.?finalizers.orValue([]))",
+			MessageExpression: refusal(fmt.Sprintf("may change only the VolumeSnapshotContents labelled %s=<its node>, and not their labels, owners or spec, nor add a finalizer",
+				ownership.LabelSnapshotManagedBy)),
+		}})
+}
+
 // eventsPolicy is EventsPolicyName (see AdmissionPolicies). The kinds are
 // what the controllers write Events on; a Node's must be the node's own.
 //
@@ -283,7 +310,7 @@ func policy(name string, rule admissionv1.Rule, ops []admissionv1.OperationType,
 		NodeAgentUserPrefix, len(NodeAgentUserPrefix), nodeNameExtra)}
 	checks = append([]admissionv1.Validation{{
 		Expression:        "variables.node != ''",
-		MessageExpression: "'node agent ' + request.userInfo.username + ' names no node: it may not write claims, PVs, capacity or Events'",
+		MessageExpression: "'node agent ' + request.userInfo.username + ' names no node: it may not write claims, PVs, capacity, snapshot contents or Events'",
 	}}, checks...)
 	return denyPolicy(name, admissionv1.NamedRuleWithOperations{RuleWithOperations: admissionv1.RuleWithOperations{Operations: ops, Rule: rule}},
 		nodeAgents(), append([]admissionv1.Variable{node}, vars...), checks)

@@ -380,7 +380,7 @@ func nodeSnapshots(t *testing.T, e *controllertest.Env, id string) {
 	api := snapshotClient(t, e).SnapshotV1().VolumeSnapshotContents()
 	name := e.NS + "-content"
 	c := &crdv1.VolumeSnapshotContent{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{snapshots.LabelManagedBy: e.Node}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{ownership.LabelSnapshotManagedBy: e.Node}},
 		Spec: crdv1.VolumeSnapshotContentSpec{
 			Driver:            names.DriverName,
 			DeletionPolicy:    crdv1.VolumeSnapshotContentDelete,

@@ -27,6 +27,7 @@ import (
 
 	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/internal/controller"
+	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/provisioner"
 	"source.plinth.dev/pkg/supervisor"
@@ -137,7 +138,7 @@ func (e *env) create(c content) *crdv1.VolumeSnapshotContent {
 		c.policy = crdv1.VolumeSnapshotContentRetain
 	}
 	obj := &crdv1.VolumeSnapshotContent{
-		ObjectMeta: metav1.ObjectMeta{Name: c.name, Labels: map[string]string{LabelManagedBy: c.node}},
+		ObjectMeta: metav1.ObjectMeta{Name: c.name, Labels: map[string]string{ownership.LabelSnapshotManagedBy: c.node}},
 		Spec: crdv1.VolumeSnapshotContentSpec{
 			Driver:            names.DriverName,
 			DeletionPolicy:    c.policy,

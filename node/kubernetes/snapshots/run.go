@@ -87,7 +87,7 @@ func (c *Controller) Run(ctx context.Context) error {
 
 // selector selects this node's contents on the API server.
 func (c *Controller) selector() string {
-	return labels.Set{LabelManagedBy: c.NodeName}.String()
+	return labels.Set{ownership.LabelSnapshotManagedBy: c.NodeName}.String()
 }
 
 // waitForAPI returns once the API server serves VolumeSnapshotContents
@@ -134,5 +134,5 @@ func (r *run) enqueue(obj any) {
 // ours reports whether a content is this node's and this driver's: the
 // label selector brings only this node's, and this is the second wall.
 func (r *run) ours(c *crdv1.VolumeSnapshotContent) bool {
-	return c.Spec.Driver == r.Driver && c.Labels[LabelManagedBy] == r.NodeName
+	return c.Spec.Driver == r.Driver && c.Labels[ownership.LabelSnapshotManagedBy] == r.NodeName
 }

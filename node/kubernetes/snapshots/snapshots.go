@@ -6,7 +6,7 @@
 //
 // The snapshot-controller (run with distributed snapshotting) labels each
 // content with the node of its source volume
-// (LabelManagedBy=<node name>); the node watches only the contents of
+// (ownership.LabelSnapshotManagedBy=<node name>); the node watches only the contents of
 // driver storage.plinth.dev with its own label, selected on the API
 // server, so what it holds does not grow with the cluster. For each one
 // it speaks the sidecar's part of the snapshot protocol (plan.go):
@@ -55,10 +55,6 @@ import (
 // pkg/utils). They are the API between the snapshot-controller and the
 // driver's side, so they never change.
 const (
-	// LabelManagedBy is the node that must act on a content: the
-	// snapshot-controller sets it to the node of the source volume when
-	// it runs with --enable-distributed-snapshotting.
-	LabelManagedBy = "snapshot.storage.kubernetes.io/managed-by"
 	// FinalizerBound is the snapshot-controller's finalizer on a content
 	// bound to a VolumeSnapshot; the driver's side removes it once it
 	// has deleted (or, by policy, kept) the snapshot.

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"source.plinth.dev/node/core/volume"
+	"source.plinth.dev/node/kubernetes/internal/ownership"
 )
 
 // syncContent does what content name asks of this node now (planFor). It
@@ -75,7 +76,7 @@ func (r *run) createSnapshot(ctx context.Context, content *crdv1.VolumeSnapshotC
 // createFailure says why CreateSnapshot failed, in the user's words.
 func (r *run) createFailure(volumeID string, err error) string {
 	if errors.Is(err, volume.ErrNotFound) {
-		return fmt.Sprintf("volume %s is not on node %s (the content's %s label names this node): %v", volumeID, r.NodeName, LabelManagedBy, err)
+		return fmt.Sprintf("volume %s is not on node %s (the content's %s label names this node): %v", volumeID, r.NodeName, ownership.LabelSnapshotManagedBy, err)
 	}
 	return fmt.Sprintf("cannot snapshot volume %s on node %s: %v", volumeID, r.NodeName, err)
 }

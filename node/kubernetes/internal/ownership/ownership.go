@@ -57,6 +57,15 @@ const (
 	// a long-named node's ownership here (clusterobjects.AdmissionPolicies).
 	AnnNodeName = "storage.plinth.dev/node-name"
 
+	// LabelSnapshotManagedBy is the node that must act on a
+	// VolumeSnapshotContent (value: the node's name): the
+	// snapshot-controller of kubernetes-csi/external-snapshotter, run with
+	// --enable-distributed-snapshotting, sets it to the node of the
+	// source volume. A node's snapshot controller (package snapshots)
+	// watches the contents with its own, and the contents admission
+	// policy lets it write no other.
+	LabelSnapshotManagedBy = "snapshot.storage.kubernetes.io/managed-by"
+
 	// volumeIDPrefix + the claim UID is the volume handle and the PV name.
 	// Deriving both from the UID makes provisioning idempotent: a retried or
 	// resumed attempt for one claim always names the same volume and PV, so
