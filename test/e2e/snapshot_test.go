@@ -2,7 +2,11 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -12,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	"source.plinth.dev/node/kubernetes/names"
@@ -33,23 +36,18 @@ var (
 // the source volume and so must take the snapshot.
 const managedByLabel = "snapshot.storage.kubernetes.io/managed-by"
 
-// sourceProtectionFinalizer is the snapshot-controller's finalizer on a
-// claim while a snapshot of it is being made.
-const sourceProtectionFinalizer = "snapshot.storage.kubernetes.io/pvc-as-source-protection"
-
-// beingDeletedAnnotation is the snapshot-controller's mark on a content
-// whose snapshot is deleted: the driver's side may delete it now.
-const beingDeletedAnnotation = "snapshot.storage.kubernetes.io/volumesnapshot-being-deleted"
-
 // TestVolumeSnapshotGetsContent: a user who snapshots a claim of a Plinth
 // volume, with a VolumeSnapshotClass of driver storage.plinth.dev, gets
-// what the snapshot-controller makes in any cluster with the snapshot API:
-// the snapshot bound to a new VolumeSnapshotContent of that driver, whose
+// what the snapshot-controller makes in any cluster with the snapshot API
+// (the snapshot bound to a new VolumeSnapshotContent of that driver, whose
 // source is the claim's volume handle and which names this node as the
-// one to take it; the claim is held while the snapshot is being made.
-// Deleting the snapshot marks the content for deletion (the class's
-// deletionPolicy) and releases the claim. Taking and deleting
-// the snapshot itself, and so readyToUse, is the node's part.
+// one to take it), and
+// from the node: the snapshot made in its data directory, a copy of what
+// the pod wrote, and the VolumeSnapshot readyToUse with the claim's size to
+// restore. Deleting the snapshot (deletionPolicy Delete) deletes the
+// node's copy, and then the VolumeSnapshot and its content are gone and
+// the claim is free: nobody but the snapshot-controller and the node
+// touches the content.
 func TestVolumeSnapshotGetsContent(t *testing.T) {
 	t.Parallel()
 	c := clusterFor(t)
@@ -113,42 +111,41 @@ func TestVolumeSnapshotGetsContent(t *testing.T) {
 			t.Errorf("content %s: %s is %q, want %q", contentName, f.what, got, f.want)
 		}
 	}
-	ready, _, _ := unstructured.NestedBool(content.Object, "status", "readyToUse")
-	t.Logf("content %s made; readyToUse %v", contentName, ready)
-
-	// While the snapshot is being made, its claim cannot go away.
-	claimFinalizers := func(want ...string) func() (bool, error) {
-		return func() (bool, error) {
-			got, err := c.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			return slices.Equal(got.Finalizers, want), fmt.Errorf("finalizers %v", got.Finalizers)
+	// The node's part: the snapshot, named for the VolumeSnapshot, with
+	// the pod's file in it, and the VolumeSnapshot ready.
+	handle := "snapshot-" + string(snap.GetUID())
+	await.For(t, ctx, 60*time.Second, "VolumeSnapshot "+name+" readyToUse", func() (bool, error) {
+		got, err := snapshots.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
 		}
+		ready, _, _ := unstructured.NestedBool(got.Object, "status", "readyToUse")
+		return ready, fmt.Errorf("status %v", got.Object["status"])
+	})
+	got, err := snapshots.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	await.For(t, ctx, 30*time.Second, "claim "+name+" protected as the snapshot's source",
-		claimFinalizers("kubernetes.io/pvc-protection", sourceProtectionFinalizer))
+	if size, _, _ := unstructured.NestedString(got.Object, "status", "restoreSize"); size != "16Mi" {
+		t.Errorf("VolumeSnapshot %s: restoreSize %q, want 16Mi", name, size)
+	}
+	if content, err = dyn.Resource(snapshotContentGVR).Get(ctx, contentName, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if h, _, _ := unstructured.NestedString(content.Object, "status", "snapshotHandle"); h != handle {
+		t.Errorf("content %s: snapshotHandle %q, want %q", contentName, h, handle)
+	}
+	snapshotDir := filepath.Join(c.DataDir, "snapshots", handle)
+	if data, err := os.ReadFile(filepath.Join(snapshotDir, "tree", "file")); err != nil || string(data) != "data\n" {
+		t.Errorf("the pod's file in snapshot %s: %q, %v; want %q", handle, data, err, "data\n")
+	}
 
-	// Deleting the snapshot hands the content's deletion to the driver's
-	// side: the content is marked for deletion and keeps the finalizer
-	// that the side which made the snapshot removes once it has deleted
-	// it. Until the node does that part (issue 39), the test removes it;
-	// then the snapshot and its content are gone.
+	// Deleting the snapshot hands the content's deletion to the node: it
+	// deletes its copy and removes the content's finalizer.
 	if err := snapshots.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	contents := dyn.Resource(snapshotContentGVR)
-	await.For(t, ctx, 30*time.Second, "content "+contentName+" marked for deletion", func() (bool, error) {
-		got, err := contents.Get(ctx, contentName, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		return got.GetDeletionTimestamp() != nil && got.GetAnnotations()[beingDeletedAnnotation] == "yes",
-			fmt.Errorf("deletionTimestamp %v, annotations %v", got.GetDeletionTimestamp(), got.GetAnnotations())
-	})
-	if _, err := contents.Patch(ctx, contentName, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
-		t.Fatalf("removing the finalizers of content %s: %v", contentName, err)
-	}
 	await.For(t, ctx, 30*time.Second, "VolumeSnapshot "+name+" and content "+contentName+" deleted", func() (bool, error) {
 		if _, err := contents.Get(ctx, contentName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return false, fmt.Errorf("content still there: %v", err)
@@ -156,7 +153,19 @@ func TestVolumeSnapshotGetsContent(t *testing.T) {
 		_, err := snapshots.Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), err
 	})
-	await.For(t, ctx, 30*time.Second, "claim "+name+" released by the snapshot", claimFinalizers("kubernetes.io/pvc-protection"))
+	if _, err := os.Stat(snapshotDir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("snapshot %s after its VolumeSnapshot was deleted: %v, want it gone", snapshotDir, err)
+	}
+	// The claim was held while the snapshot was made (the
+	// snapshot-controller's finalizer, too brief now to watch for), and
+	// is released.
+	await.For(t, ctx, 30*time.Second, "claim "+name+" released by the snapshot", func() (bool, error) {
+		got, err := c.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return slices.Equal(got.Finalizers, []string{"kubernetes.io/pvc-protection"}), fmt.Errorf("finalizers %v", got.Finalizers)
+	})
 }
 
 // createObject creates obj and deletes it when the test ends.
