@@ -149,6 +149,20 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (cp *Control
 	return cp, nil
 }
 
+// StartSnapshotAPI installs the snapshot API (the CRDs, then the
+// snapshot-controller; see ControlPlaneConfig.SnapshotAPI) in a control
+// plane started without it, as an administrator adds it to a running
+// cluster: for tests of what waits for it.
+func (cp *ControlPlane) StartSnapshotAPI(ctx context.Context) error {
+	c := cp.Cluster
+	dir, err := c.snapshotBinaries(ctx)
+	if err != nil {
+		return err
+	}
+	c.SnapshotBin = dir
+	return c.startSnapshotAPI(ctx)
+}
+
 // Stop stops the components (newest first) and removes the work directory
 // except its logs. It is safe to call more than once.
 func (cp *ControlPlane) Stop(ctx context.Context) error {

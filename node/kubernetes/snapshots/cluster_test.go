@@ -32,6 +32,7 @@ import (
 	"source.plinth.dev/node/kubernetes/provisioner"
 	"source.plinth.dev/pkg/supervisor"
 	"source.plinth.dev/test/controllertest"
+	"source.plinth.dev/test/launch"
 )
 
 func TestMain(m *testing.M) { os.Exit(controllertest.Tests(m, controllertest.WithSnapshotAPI()).Run()) }
@@ -46,7 +47,13 @@ type env struct {
 // env's own on the host's filesystem (no reflink) when vols is nil.
 func newEnv(t *testing.T, vols *volume.Manager) *env {
 	t.Helper()
-	e := controllertest.NewEnv(t, true)
+	return newEnvOn(t, controllertest.ControlPlane(t), vols)
+}
+
+// newEnvOn is newEnv in the control plane cp.
+func newEnvOn(t *testing.T, cp *launch.ControlPlane, vols *volume.Manager) *env {
+	t.Helper()
+	e := controllertest.NewEnvOn(t, cp, true)
 	if vols != nil {
 		e.Vols = vols
 	}

@@ -19,6 +19,8 @@ import (
 
 	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/pkg/logtree"
+	"source.plinth.dev/pkg/supervisor"
 	"source.plinth.dev/test/controllertest"
 	"source.plinth.dev/test/volumetest"
 )
@@ -250,4 +252,54 @@ func (e *env) notMarked(name string) {
 		_, marked := c.Annotations[AnnBeingCreated]
 		return !marked, nil
 	})
+}
+
+// TestWaitsForTheSnapshotAPI: in a cluster that does not serve the
+// snapshot API the controller waits, healthy, says so once and does not
+// restart; once an administrator installs the API, it acts on the node's
+// contents within its poll.
+func TestWaitsForTheSnapshotAPI(t *testing.T) {
+	cp := controllertest.NewControlPlane(t)
+	e := newEnvOn(t, cp, controllertest.NewVolumes(t, volumetest.ReflinkXFS(t), true))
+	ctx := context.Background()
+	c, err := New(Config{Base: e.base(), Snapshots: e.snaps, Volumes: e.Vols, APIPoll: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, lt := supervisor.TestHarness(t, c.Run)
+	const waiting = "does not serve the snapshot API"
+	controllertest.Eventually(t, 10*time.Second, "the controller saying it waits", func() (bool, error) {
+		return strings.Contains(logs(t, lt), waiting), nil
+	})
+	time.Sleep(2 * time.Second) // ten polls
+	if got := logs(t, lt); strings.Count(got, waiting) != 1 || strings.Contains(got, "restart") {
+		t.Fatalf("while the API is missing the controller logged:\n%s\nwant %q once and no restart", got, waiting)
+	}
+
+	if err := cp.StartSnapshotAPI(ctx); err != nil {
+		t.Fatal(err)
+	}
+	id := ownership.VolumeIDFor(uuid.NewUUID())
+	if _, err := e.Vols.Create(ctx, id, volume.Block, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	name := e.NS + "-late"
+	e.create(content{name: name, node: e.Node, volume: id})
+	e.waitStatus(name, "ready", func(s *crdv1.VolumeSnapshotContentStatus) bool { return s.ReadyToUse != nil && *s.ReadyToUse })
+}
+
+// logs is every line the controller logged so far.
+func logs(t *testing.T, lt *logtree.LogTree) string {
+	t.Helper()
+	r, err := lt.Read("root", logtree.WithChildren(), logtree.WithBacklog(logtree.BacklogAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var b strings.Builder
+	for _, e := range r.Backlog {
+		b.WriteString(e.String())
+		b.WriteByte('\n')
+	}
+	return b.String()
 }
