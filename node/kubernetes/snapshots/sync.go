@@ -54,14 +54,7 @@ func (r *run) createSnapshot(ctx context.Context, content *crdv1.VolumeSnapshotC
 	}
 	snap, err := r.Volumes.CreateSnapshot(ctx, volumeID, snapshotID)
 	if err != nil {
-		if ctx.Err() == nil {
-			// The engine answered: nothing of the snapshot is left, so
-			// the content may go if its VolumeSnapshot does.
-			if content, err2 := r.unmarkBeingCreated(ctx, content); err2 == nil {
-				return r.fail(ctx, content, ReasonCreationFailed, r.createFailure(volumeID, err), err)
-			}
-		}
-		return fmt.Errorf("making snapshot %s of volume %s: %w", snapshotID, volumeID, err)
+		return r.createFailed(ctx, content, volumeID, err)
 	}
 	if content, err = r.recordSnapshot(ctx, content, snap); err != nil {
 		return err
@@ -71,6 +64,23 @@ func (r *run) createSnapshot(ctx context.Context, content *crdv1.VolumeSnapshotC
 		r.log.Infof("content %s: snapshot %s of volume %s made (%d bytes to restore)", content.Name, snap.ID, volumeID, snap.SizeBytes)
 	}
 	return err
+}
+
+// createFailed reports a snapshot the engine did not make. The engine
+// leaves nothing of a snapshot it failed to make, so the being-created
+// mark comes off first: the content may go if its VolumeSnapshot does.
+// When ctx has ended (the node stops) nothing can be written; the next
+// run finds the mark and asks the engine again.
+func (r *run) createFailed(ctx context.Context, content *crdv1.VolumeSnapshotContent, volumeID string, err error) error {
+	failure := fmt.Errorf("content %s: making a snapshot of volume %s: %w", content.Name, volumeID, err)
+	if ctx.Err() != nil {
+		return failure
+	}
+	content, uerr := r.unmarkBeingCreated(ctx, content)
+	if uerr != nil {
+		return errors.Join(failure, uerr)
+	}
+	return r.fail(ctx, content, ReasonCreationFailed, r.createFailure(volumeID, err), err)
 }
 
 // createFailure says why CreateSnapshot failed, in the user's words.
