@@ -6,10 +6,12 @@
 //
 // The snapshot-controller (run with distributed snapshotting) labels each
 // content with the node of its source volume
-// (ownership.LabelSnapshotManagedBy=<node name>); the node watches only the contents of
-// driver storage.plinth.dev with its own label, selected on the API
-// server, so what it holds does not grow with the cluster. For each one
-// it speaks the sidecar's part of the snapshot protocol (plan.go):
+// (ownership.LabelSnapshotManagedBy=<node name>); the node watches only
+// the contents of driver storage.plinth.dev with its own label, selected
+// on the API server, so what it holds does not grow with the cluster, and
+// the admission policies let it write no other node's
+// (clusterobjects.AdmissionPolicies). For each one it speaks the sidecar's
+// part of the snapshot protocol (plan.go):
 //
 //   - a dynamic content (spec.source.volumeHandle) is a request for a new
 //     snapshot: the node marks it being created (AnnBeingCreated), has the
