@@ -303,3 +303,40 @@ func logs(t *testing.T, lt *logtree.LogTree) string {
 	}
 	return b.String()
 }
+
+// TestResumesAfterACrash: a node killed after the engine made a snapshot
+// but before the content recorded it leaves the content marked being
+// created, without status, and the snapshot in the engine. The next run
+// records that same snapshot (the engine's CreateSnapshot finds it) and
+// takes the mark off: no second snapshot, none lost.
+func TestResumesAfterACrash(t *testing.T) {
+	e := newEnv(t, controllertest.NewVolumes(t, volumetest.ReflinkXFS(t), true))
+	ctx := context.Background()
+	id := ownership.VolumeIDFor(uuid.NewUUID())
+	if _, err := e.Vols.Create(ctx, id, volume.Filesystem, 2<<20); err != nil {
+		t.Fatal(err)
+	}
+	name := e.NS + "-crashed"
+	made := e.create(content{name: name, node: e.Node, volume: id})
+	// What the crashed run left: the mark, and the snapshot.
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"yes"}}}`, AnnBeingCreated)
+	if _, err := e.snaps.SnapshotV1().VolumeSnapshotContents().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	handle := SnapshotName(string(made.Spec.VolumeSnapshotRef.UID))
+	before, err := e.Vols.CreateSnapshot(ctx, id, handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	e.startSnapshots()
+	c := e.waitStatus(name, "ready", func(s *crdv1.VolumeSnapshotContentStatus) bool { return s.ReadyToUse != nil && *s.ReadyToUse })
+	if s := c.Status; s.SnapshotHandle == nil || *s.SnapshotHandle != handle || s.CreationTime == nil || *s.CreationTime != before.CreatedAt.UnixNano() {
+		t.Errorf("content %s: status %s creationTime %v, want the crashed run's snapshot %s made at %d",
+			name, describe(s), s.CreationTime, handle, before.CreatedAt.UnixNano())
+	}
+	e.notMarked(name)
+	if snaps, err := e.Vols.ListSnapshots(ctx); err != nil || len(snaps) != 1 || snaps[0].ID != handle {
+		t.Errorf("snapshots in the engine: %+v (%v), want only %s", snaps, err, handle)
+	}
+}
