@@ -225,6 +225,10 @@ func callOperation(method string) (metrics.Operation, bool) {
 		return metrics.Unpublish, true
 	case "NodeGetVolumeStats":
 		return metrics.Stats, true
+	case "CreateSnapshot":
+		return metrics.Snapshot, true
+	case "DeleteSnapshot":
+		return metrics.SnapshotDelete, true
 	}
 	return "", false
 }

@@ -40,6 +40,11 @@ const (
 	Publish   Operation = "publish"
 	Unpublish Operation = "unpublish"
 	Stats     Operation = "stats"
+	// Snapshot is making a volume's snapshot (CSI CreateSnapshot, or the
+	// node's work on a VolumeSnapshotContent); SnapshotDelete is
+	// deleting one. A restore or clone is a Provision.
+	Snapshot       Operation = "snapshot"
+	SnapshotDelete Operation = "snapshot_delete"
 	// Audit is one walk of a filesystem volume by the quota audit
 	// (volumehealth), paced, so it lasts as long as the volume's files
 	// take at the node's audit rate.

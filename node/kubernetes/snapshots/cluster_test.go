@@ -28,6 +28,7 @@ import (
 	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/internal/controller"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/node/kubernetes/metrics"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/provisioner"
 	"source.plinth.dev/pkg/supervisor"
@@ -73,10 +74,14 @@ func (e *env) base() controller.Base {
 }
 
 // startSnapshots runs the controller under test for the env's node until
-// the test ends.
-func (e *env) startSnapshots() {
+// the test ends, counting into m if it is not nil.
+func (e *env) startSnapshots(m ...*metrics.Metrics) {
 	e.T.Helper()
-	c, err := New(Config{Base: e.base(), Snapshots: e.snaps, Volumes: e.Vols})
+	base := e.base()
+	if len(m) > 0 {
+		base.Metrics = m[0]
+	}
+	c, err := New(Config{Base: base, Snapshots: e.snaps, Volumes: e.Vols})
 	if err != nil {
 		e.T.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	crdv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,8 @@ import (
 
 	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/node/kubernetes/metrics"
+	"source.plinth.dev/node/kubernetes/metrics/metricstest"
 	"source.plinth.dev/pkg/logtree"
 	"source.plinth.dev/pkg/supervisor"
 	"source.plinth.dev/test/controllertest"
@@ -39,7 +42,12 @@ func TestSnapshotOfAClaim(t *testing.T) {
 	// affinity among the Node objects.
 	e.CreateNode(e.Node, e.Node)
 	e.startProvisioner()
-	e.startSnapshots()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.startSnapshots(m)
 	e.CreateClaim(controllertest.Claim{Name: "data", Size: "16Mi"})
 	_, pv := e.WaitBound("data")
 	_, dir, err := e.Vols.Locate(ctx, pv.Name)
@@ -102,6 +110,16 @@ func TestSnapshotOfAClaim(t *testing.T) {
 	})
 	if _, err := e.Vols.GetSnapshot(ctx, want); !errors.Is(err, volume.ErrNotFound) {
 		t.Errorf("the engine's snapshot %s after its VolumeSnapshot was deleted: %v, want it gone", want, err)
+	}
+	// An operator sees both in the node's operation metrics.
+	f, err := metricstest.Gather(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []metrics.Operation{metrics.Snapshot, metrics.SnapshotDelete} {
+		if n := f.Value("plinth_operation_duration_seconds", "operation", string(op)); n != 1 {
+			t.Errorf("%v %s operations counted, want 1", n, op)
+		}
 	}
 }
 

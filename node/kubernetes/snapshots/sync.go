@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	crdv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/node/kubernetes/metrics"
 )
 
 // syncContent does what content name asks of this node now (planFor). It
@@ -52,7 +54,9 @@ func (r *run) createSnapshot(ctx context.Context, content *crdv1.VolumeSnapshotC
 	if err != nil {
 		return err
 	}
+	start := time.Now()
 	snap, err := r.Volumes.CreateSnapshot(ctx, volumeID, snapshotID)
+	r.Metrics.Observe(metrics.Snapshot, start, metrics.Reason(err))
 	if err != nil {
 		return r.createFailed(ctx, content, volumeID, err)
 	}
@@ -139,7 +143,10 @@ func (r *run) release(ctx context.Context, content *crdv1.VolumeSnapshotContent,
 		return r.fail(ctx, content, ReasonDeleteError, p.refusal, nil)
 	}
 	if p.remove != "" {
-		if err := r.Volumes.DeleteSnapshot(ctx, p.remove); err != nil {
+		start := time.Now()
+		err := r.Volumes.DeleteSnapshot(ctx, p.remove)
+		r.Metrics.Observe(metrics.SnapshotDelete, start, metrics.Reason(err))
+		if err != nil {
 			r.recorder.Eventf(r.ref(content), corev1.EventTypeWarning, ReasonDeleteError, "Deleting snapshot %s on node %s failed: %v (will retry)", p.remove, r.NodeName, err)
 			return fmt.Errorf("deleting snapshot %s: %w", p.remove, err)
 		}
