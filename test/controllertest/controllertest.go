@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,6 +35,7 @@ import (
 	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/node/kubernetes/snapshotapi"
 	"source.plinth.dev/pkg/fsquota"
 	"source.plinth.dev/test/ktest"
 	"source.plinth.dev/test/launch"
@@ -47,6 +49,10 @@ var controlPlane struct {
 	// scheduler and snapshots are set by Tests before any test runs
 	// (WithScheduler, WithSnapshotAPI).
 	scheduler, snapshots bool
+	// lateSnapshots starts the snapshot API in cp once, for a binary
+	// started without it (SnapshotAPI).
+	lateSnapshots    sync.Once
+	lateSnapshotsErr error
 }
 
 // Option changes the control plane a test binary starts.
@@ -140,6 +146,35 @@ func ControlPlane(t testing.TB) *launch.ControlPlane {
 	return controlPlane.cp
 }
 
+// SnapshotAPI makes the test binary's control plane serve the snapshot
+// API (the snapshot.storage.k8s.io CRDs, and the snapshot-controller that
+// binds VolumeSnapshots to their contents), as every cluster test/launch
+// starts does, and returns the control plane: for the tests of restores
+// in a binary whose other tests do without it (WithSnapshotAPI starts it
+// with the control plane). Started on first use. It needs
+// the snapshot API's binaries (launch.SnapshotBinEnv, else they are
+// built); the kernel-test VM has none unless that variable names them,
+// and the test is skipped there.
+func SnapshotAPI(t testing.TB) *launch.ControlPlane {
+	t.Helper()
+	cp := ControlPlane(t)
+	if ktest.InVM() && os.Getenv(launch.SnapshotBinEnv) == "" {
+		t.Skipf("needs the snapshot API's binaries, which the VM has only when %s names them", launch.SnapshotBinEnv)
+	}
+	if controlPlane.snapshots {
+		return cp // WithSnapshotAPI: started with the control plane
+	}
+	controlPlane.lateSnapshots.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		controlPlane.lateSnapshotsErr = cp.StartSnapshotAPI(ctx)
+	})
+	if controlPlane.lateSnapshotsErr != nil {
+		t.Fatalf("starting the snapshot API: %v", controlPlane.lateSnapshotsErr)
+	}
+	return cp
+}
+
 // NewControlPlane starts a control plane of the test's own, stopped when
 // the test ends, for tests that do to a cluster what the shared one must
 // not suffer (restore its etcd) or that need a second cluster.
@@ -209,11 +244,14 @@ type Env struct {
 	// the test's own: NewEnvOn).
 	CP     *launch.ControlPlane
 	Client kubernetes.Interface
-	NS     string
-	Class  string
-	Node   string
-	Vols   *volume.Manager
-	Dir    string
+	// Snapshots is a client of the snapshot API with Client's identity;
+	// the control plane serves the API only WithSnapshotAPI.
+	Snapshots snapclient.Interface
+	NS        string
+	Class     string
+	Node      string
+	Vols      *volume.Manager
+	Dir       string
 }
 
 // RetryBase and RetryMax are the per-key retry backoff the controllers'
@@ -258,7 +296,11 @@ func NewEnvOn(t testing.TB, cp *launch.ControlPlane, allowUnenforced bool) *Env 
 	if err != nil {
 		t.Fatalf("creating namespace: %v", err)
 	}
-	e := &Env{T: t, CP: cp, Client: cp.Client, NS: name, Class: "sc-" + name, Node: "node-" + name}
+	snapshots, err := snapshotapi.NewClient(cp.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Env{T: t, CP: cp, Client: cp.Client, Snapshots: snapshots, NS: name, Class: "sc-" + name, Node: "node-" + name}
 	e.CreateClass(e.Class, corev1.PersistentVolumeReclaimDelete, nil)
 	e.Dir = t.TempDir()
 	if ktest.InVM() {

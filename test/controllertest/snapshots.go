@@ -1,0 +1,87 @@
+package controllertest
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"source.plinth.dev/node/kubernetes/names"
+)
+
+// labelSnapshotManagedBy names a content's node: ownership's
+// LabelSnapshotManagedBy, which this package, outside node/kubernetes,
+// cannot import.
+const labelSnapshotManagedBy = "snapshot.storage.kubernetes.io/managed-by"
+
+// Snapshot is a VolumeSnapshot CreateSnapshot makes, bound to a
+// pre-provisioned (static) VolumeSnapshotContent of Plinth's driver.
+type Snapshot struct {
+	Name string
+	// Node is the content's managed-by label (none when empty).
+	Node string
+	// Handle is the content's snapshot handle: the engine's snapshot ID.
+	Handle string
+	// RestoreBytes is the content's status.restoreSize (none when zero).
+	RestoreBytes int64
+	// NotReady leaves the content's status.readyToUse false.
+	NotReady bool
+}
+
+// CreateSnapshot makes s as an administrator makes a static snapshot, and
+// as the node's snapshot controller would report it: the content with its
+// status (snapshot handle, readiness, size), then the VolumeSnapshot that
+// names it. It waits until the snapshot-controller has bound the two. The
+// control plane must serve the snapshot API (SnapshotAPI). The content is
+// deleted when the test ends (its deletion policy is Retain: the engine's
+// snapshot is the test's).
+func (e *Env) CreateSnapshot(s Snapshot) *snapshotv1.VolumeSnapshot {
+	e.T.Helper()
+	ctx := context.Background()
+	contentName := fmt.Sprintf("content-%s-%s", e.NS, s.Name)
+	content := &snapshotv1.VolumeSnapshotContent{
+		ObjectMeta: metav1.ObjectMeta{Name: contentName},
+		Spec: snapshotv1.VolumeSnapshotContentSpec{
+			VolumeSnapshotRef: corev1.ObjectReference{Namespace: e.NS, Name: s.Name},
+			DeletionPolicy:    snapshotv1.VolumeSnapshotContentRetain,
+			Driver:            names.DriverName,
+			Source:            snapshotv1.VolumeSnapshotContentSource{SnapshotHandle: &s.Handle},
+		},
+	}
+	if s.Node != "" {
+		content.Labels = map[string]string{labelSnapshotManagedBy: s.Node}
+	}
+	contents := e.Snapshots.SnapshotV1().VolumeSnapshotContents()
+	made, err := contents.Create(ctx, content, metav1.CreateOptions{})
+	if err != nil {
+		e.T.Fatalf("creating VolumeSnapshotContent %s: %v", contentName, err)
+	}
+	e.T.Cleanup(func() { _ = contents.Delete(context.Background(), contentName, metav1.DeleteOptions{}) })
+	ready := !s.NotReady
+	made.Status = &snapshotv1.VolumeSnapshotContentStatus{SnapshotHandle: &s.Handle, ReadyToUse: &ready}
+	if s.RestoreBytes > 0 {
+		made.Status.RestoreSize = &s.RestoreBytes
+	}
+	if _, err := contents.UpdateStatus(ctx, made, metav1.UpdateOptions{}); err != nil {
+		e.T.Fatalf("setting the status of VolumeSnapshotContent %s: %v", contentName, err)
+	}
+	snap := &snapshotv1.VolumeSnapshot{
+		ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: e.NS},
+		Spec:       snapshotv1.VolumeSnapshotSpec{Source: snapshotv1.VolumeSnapshotSource{VolumeSnapshotContentName: &contentName}},
+	}
+	snaps := e.Snapshots.SnapshotV1().VolumeSnapshots(e.NS)
+	if _, err := snaps.Create(ctx, snap, metav1.CreateOptions{}); err != nil {
+		e.T.Fatalf("creating VolumeSnapshot %s: %v", s.Name, err)
+	}
+	Eventually(e.T, 30*time.Second, "VolumeSnapshot "+s.Name+" bound", func() (bool, error) {
+		snap, err = snaps.Get(ctx, s.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return snap.Status != nil && snap.Status.BoundVolumeSnapshotContentName != nil, nil
+	})
+	return snap
+}
