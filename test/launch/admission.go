@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,6 +22,7 @@ import (
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/placement"
+	"source.plinth.dev/node/kubernetes/snapshotapi"
 	"source.plinth.dev/pkg/logtree"
 )
 
@@ -40,6 +42,8 @@ type admissionServer struct {
 	client kubernetes.Interface
 	// leaseClient renews the placer's Lease.
 	leaseClient kubernetes.Interface
+	// snapshots reads the snapshot API for the placer.
+	snapshots snapclient.Interface
 	// rights is closed once the server's identity has its rights
 	// (applyRBAC): the claim labeller and the placer wait for it, so that
 	// their first calls are not refused (the webhook itself must serve
@@ -82,10 +86,14 @@ func (c *Cluster) startAdmission() error {
 	if err != nil {
 		return fmt.Errorf("admission webhook client: %w", err)
 	}
+	snapshots, err := snapshotapi.NewClient(cfg)
+	if err != nil {
+		return fmt.Errorf("admission webhook client: %w", err)
+	}
 	c.mu.Lock()
 	after := len(c.procs)
 	c.mu.Unlock()
-	c.admission = &admissionServer{addr: "127.0.0.1:0", client: client, leaseClient: leaseClient,
+	c.admission = &admissionServer{addr: "127.0.0.1:0", client: client, leaseClient: leaseClient, snapshots: snapshots,
 		rights: make(chan struct{}), after: after}
 	return c.serveAdmission()
 }
@@ -115,7 +123,7 @@ func (c *Cluster) serveAdmission() error {
 		return fmt.Errorf("admission webhook listener: %w", err)
 	}
 	a.addr = l.Addr().String()
-	placer, err := placement.New(placement.Config{Client: a.client, LeaseClient: a.leaseClient, Driver: names.DriverName,
+	placer, err := placement.New(placement.Config{Client: a.client, Snapshots: a.snapshots, LeaseClient: a.leaseClient, Driver: names.DriverName,
 		LeaseNamespace: metav1.NamespaceSystem, LeaseName: clusterobjects.PlacerLeaseName, Identity: placement.Identity(),
 		Log: logs.LeveledFor("placement")})
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"source.plinth.dev/node/kubernetes/clusterobjects"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/node/kubernetes/placement"
+	"source.plinth.dev/node/kubernetes/snapshotapi"
 	"source.plinth.dev/pkg/logtree"
 )
 
@@ -150,7 +151,11 @@ func admissionServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("creating the Kubernetes client of the placer's Lease: %w", err)
 	}
-	placer, err := placement.New(placement.Config{Client: client, LeaseClient: leaseClient, Driver: names.DriverName, LeaseNamespace: o.leaseNamespace,
+	snapshots, err := snapshotapi.NewClient(cfg)
+	if err != nil {
+		return err
+	}
+	placer, err := placement.New(placement.Config{Client: client, Snapshots: snapshots, LeaseClient: leaseClient, Driver: names.DriverName, LeaseNamespace: o.leaseNamespace,
 		LeaseName: clusterobjects.PlacerLeaseName, Identity: placement.Identity(), Log: logs.LeveledFor("placement")})
 	if err != nil {
 		return err

@@ -157,7 +157,9 @@ func webhookDefaults() webhookSettings {
 // placement, whose placer the server runs: no node agent places a
 // claim), for which it watches claims, Nodes, StorageClasses and the
 // capacity the nodes publish, patches a claim's selected-node
-// annotation, and says what it did, or why it could not, in Events
+// annotation, reads live the source of a claim with a data source (a
+// VolumeSnapshot and its content, or a claim and its PV) to place the
+// claim on the source's node, and says what it did, or why it could not, in Events
 // (created, and patched when they repeat); and, where it keeps its own
 // certificate (deploy/), put its CAs into the caBundle of its two
 // configurations (package admission's SetCABundle), which it may read and
@@ -169,11 +171,12 @@ func AdmissionRole() *rbacv1.ClusterRole {
 		ObjectMeta: metav1.ObjectMeta{Name: AdmissionRoleName, Labels: map[string]string{labelManagedBy: managedBy}},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch", "patch"}},
-			{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}, Verbs: []string{"list", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}, Verbs: []string{"get", "list", "patch"}},
 			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csistoragecapacities"}, Verbs: []string{"list", "watch"}},
+			{APIGroups: []string{"snapshot.storage.k8s.io"}, Resources: []string{"volumesnapshots", "volumesnapshotcontents"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"},
 				ResourceNames: []string{WebhookName}, Verbs: []string{"get", "update"}},
 			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"},

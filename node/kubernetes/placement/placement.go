@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -62,11 +63,14 @@ func Identity() string {
 	return host + "_" + string(uuid.NewUUID())
 }
 
-// Config is what a Placer needs. Client, Driver, LeaseNamespace,
+// Config is what a Placer needs. Client, Snapshots, Driver, LeaseNamespace,
 // LeaseName, Identity and Log are required.
 type Config struct {
 	// Client reads the cluster and patches claims.
 	Client kubernetes.Interface
+	// Snapshots reads the VolumeSnapshots and contents that claims are
+	// restored from (placeAtSource).
+	Snapshots snapclient.Interface
 	// EventClient sends Events; Client when nil.
 	EventClient kubernetes.Interface
 	// LeaseClient renews the Lease; Client when nil. A client of its own
@@ -103,6 +107,8 @@ func New(cfg Config) (*Placer, error) {
 	switch {
 	case cfg.Client == nil:
 		return nil, errors.New("creating the placer: no Kubernetes client")
+	case cfg.Snapshots == nil:
+		return nil, errors.New("creating the placer: no snapshot API client")
 	case cfg.Driver == "":
 		return nil, errors.New("creating the placer: no driver name")
 	case cfg.LeaseNamespace == "" || cfg.LeaseName == "":

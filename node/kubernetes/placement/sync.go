@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"source.plinth.dev/node/kubernetes/internal/datasource"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 )
 
@@ -21,6 +22,9 @@ func (r *run) sync(ctx context.Context, key string) error {
 	if pvc == nil {
 		delete(r.said, key)
 		return nil
+	}
+	if datasource.Ref(pvc) != nil {
+		return r.placeAtSource(ctx, key, pvc, class)
 	}
 	bytes := int64(0)
 	if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
@@ -40,8 +44,9 @@ func (r *run) sync(ctx context.Context, key string) error {
 
 // claimToPlace returns the cached claim of key and its class when the
 // claim is one to place: it asks the driver for a volume, is unplaced
-// and unbound, its class binds immediately, and the cache does not still
-// show the version a placement was just made from. A claim no node
+// and unbound, its class binds immediately or it has a data source (which
+// decides its node, whatever the binding mode: placeAtSource), and the
+// cache does not still show the version a placement was just made from. A claim no node
 // could serve as it is (no size, say) is placed all the same: the node
 // it lands on says why in a ProvisioningFailed Event.
 func (r *run) claimToPlace(key string) (*corev1.PersistentVolumeClaim, *storagev1.StorageClass) {
@@ -54,7 +59,7 @@ func (r *run) claimToPlace(key string) (*corev1.PersistentVolumeClaim, *storagev
 		return nil, nil
 	}
 	class, err := r.classes.Get(*pvc.Spec.StorageClassName)
-	if err != nil || class.Provisioner != r.cfg.Driver || !ownership.BindsImmediately(class) {
+	if err != nil || class.Provisioner != r.cfg.Driver || !ownership.BindsImmediately(class) && datasource.Ref(pvc) == nil {
 		// A class not seen yet queues every claim when it comes.
 		return nil, nil
 	}
@@ -95,6 +100,11 @@ func (r *run) offers(class *storagev1.StorageClass, uid types.UID) []offer {
 // conditional on the version the choice was made from: a claim that
 // changed meanwhile is looked at again as it is now.
 func (r *run) placeOn(ctx context.Context, key string, pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, node string, bytes int64) error {
+	return r.placeWith(ctx, key, pvc, node, bytes, fmt.Sprintf("StorageClass %s binds immediately; the placer chose node %s, which provisions the volume", class.Name, node))
+}
+
+// placeWith is placeOn with the Event's message why.
+func (r *run) placeWith(ctx context.Context, key string, pvc *corev1.PersistentVolumeClaim, node string, bytes int64, why string) error {
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"resourceVersion": pvc.ResourceVersion,
 		"annotations":     map[string]string{ownership.AnnSelectedNode: node},
@@ -113,19 +123,23 @@ func (r *run) placeOn(ctx context.Context, key string, pvc *corev1.PersistentVol
 	r.ledger.promise(node, bytes, now)
 	r.attempts.placed(pvc.UID, pvc.ResourceVersion, node, now)
 	delete(r.said, key)
-	r.cfg.Log.Infof("placed claim %s of StorageClass %s on node %s", ownership.DescribeClaim(placed), class.Name, node)
-	r.recorder.Eventf(placed, corev1.EventTypeNormal, ReasonPlaced,
-		"StorageClass %s binds immediately; the placer chose node %s, which provisions the volume", class.Name, node)
+	r.cfg.Log.Infof("placed claim %s on node %s: %s", ownership.DescribeClaim(placed), node, why)
+	r.recorder.Event(placed, corev1.EventTypeNormal, ReasonPlaced, why)
 	return nil
 }
 
 // notPlaced says why the claim waits, once for each kind of reason.
 func (r *run) notPlaced(key string, pvc *corev1.PersistentVolumeClaim, v verdict) {
-	if r.said[key] == v.kind {
+	r.sayOnce(key, pvc, v.kind, fmt.Sprintf("Waiting for a node to take the claim: %s. The placer tries again when a node's capacity changes.", v.why))
+}
+
+// sayOnce sends a NotPlaced Event with msg, unless the last one for the
+// claim was of the same kind.
+func (r *run) sayOnce(key string, pvc *corev1.PersistentVolumeClaim, kind, msg string) {
+	if r.said[key] == kind {
 		return
 	}
-	r.said[key] = v.kind
-	r.cfg.Log.Infof("not placing claim %s yet: %s", ownership.DescribeClaim(pvc), v.why)
-	r.recorder.Eventf(pvc, corev1.EventTypeWarning, ReasonNotPlaced,
-		"Waiting for a node to take the claim: %s. The placer tries again when a node's capacity changes.", v.why)
+	r.said[key] = kind
+	r.cfg.Log.Infof("not placing claim %s yet: %s", ownership.DescribeClaim(pvc), msg)
+	r.recorder.Event(pvc, corev1.EventTypeWarning, ReasonNotPlaced, msg)
 }
