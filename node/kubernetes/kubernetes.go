@@ -40,6 +40,7 @@ import (
 	"source.plinth.dev/node/kubernetes/internal/controller"
 	"source.plinth.dev/node/kubernetes/metrics"
 	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/node/kubernetes/snapshotapi"
 	"source.plinth.dev/pkg/logtree"
 )
 
@@ -149,12 +150,9 @@ func NewClients(cfg *rest.Config) (Clients, error) {
 	if err != nil {
 		return Clients{}, fmt.Errorf("building Kubernetes event client: %w", err)
 	}
-	// The snapshot API is served by CRDs, which speak JSON only.
-	scfg := rest.CopyConfig(cfg)
-	scfg.ContentType, scfg.AcceptContentTypes = "application/json", "application/json"
-	snapshots, err := snapclient.NewForConfig(scfg)
+	snapshots, err := snapshotapi.NewClient(cfg)
 	if err != nil {
-		return Clients{}, fmt.Errorf("building the snapshot API client: %w", err)
+		return Clients{}, err
 	}
 	return Clients{Client: client, Events: events, Snapshots: snapshots}, nil
 }

@@ -85,6 +85,7 @@ func (s *service) controllers(base controller.Base, clients Clients) (map[string
 	prov, err := provisioner.New(provisioner.Config{
 		Base:                    base,
 		Volumes:                 vols,
+		Snapshots:               clients.Snapshots,
 		OrphanGracePeriod:       s.o.OrphanGracePeriod,
 		OrphanRetention:         s.o.OrphanRetention,
 		TestOnlyNoOrphanRemoval: s.o.TestOnlyNoOrphanRemoval,

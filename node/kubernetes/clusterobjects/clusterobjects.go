@@ -106,6 +106,9 @@ func StorageClass() *storagev1.StorageClass {
 //     delete PVs of its node (an informer of them, live reads before
 //     destroying data); read namespace kube-system, whose UID names the
 //     cluster its volumes belong to;
+//   - restore and clone (provisioner restore.go): read the VolumeSnapshot
+//     a claim names and its VolumeSnapshotContent, or the claim it names
+//     and that claim's PV (the rules above), live before the copy;
 //   - resizer: patch PVs and claim status; read a claim and its PV again
 //     after a write conflict;
 //   - both: create Events, and patch them when they repeat;
@@ -156,6 +159,9 @@ func ClusterRole() *rbacv1.ClusterRole {
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csistoragecapacities"}, Verbs: []string{"list", "watch", "delete"}},
 			{APIGroups: []string{snapshotGroup}, Resources: []string{"volumesnapshotcontents"}, Verbs: []string{"list", "watch", "patch"}},
 			{APIGroups: []string{snapshotGroup}, Resources: []string{"volumesnapshotcontents/status"}, Verbs: []string{"patch"}},
+			// The source of a claim restored from a snapshot, read live
+			// before the copy (provisioner restore.go).
+			{APIGroups: []string{snapshotGroup}, Resources: []string{"volumesnapshots", "volumesnapshotcontents"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"},
 				ResourceNames: []string{ClusterRoleName}, Verbs: []string{"get"}},
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles", "rolebindings"},

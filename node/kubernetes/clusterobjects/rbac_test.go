@@ -43,7 +43,9 @@ import (
 // through a workload that takes every path that talks to the API server:
 // Ensure with everything installed, provisioning (filesystem, block,
 // Retain, a claim whose class appears late, so its failure Event repeats,
-// a claim of an Immediate class placed on the node for it),
+// a claim of an Immediate class placed on the node for it, a claim
+// restored from a VolumeSnapshot of the node, read before the copy, which
+// this host's data directory cannot make),
 // the kubelet's part of the CSI plugin (publish, stats, unpublish), a
 // resize, an infeasible resize and its recovery, a VolumeSnapshotContent
 // of the node (refused: the host's filesystem makes no copy-on-write
@@ -57,7 +59,7 @@ import (
 // creation of missing cluster objects and its repair of a changed role,
 // which need admin credentials (see ClusterRole).
 func TestNodeRoleIsWhatTheNodeUses(t *testing.T) {
-	cp := controllertest.ControlPlane(t)
+	cp := controllertest.SnapshotAPI(t)
 	ctx := context.Background()
 	// What an installer does: the cluster objects are in place.
 	if err := clusterobjects.Ensure(ctx, cp.Client, capacity.DefaultNamespace, logger(t)); err != nil {
@@ -97,6 +99,7 @@ func TestNodeRoleIsWhatTheNodeUses(t *testing.T) {
 	// A claim of a class that binds immediately, placed on the node as
 	// the admission server's placer places it.
 	immediate := immediateClaim(t, e)
+	restored := restoredClaim(t, e)
 	// A repeated Event is patched (its count raised), not created again:
 	// wait for the node's patch in the audit log itself. An Event's count
 	// of 2 is not enough: once, the second failure came as a second
@@ -105,6 +108,14 @@ func TestNodeRoleIsWhatTheNodeUses(t *testing.T) {
 	controllertest.Eventually(t, 60*time.Second, "a repeated ProvisioningFailed Event patched by the node", func() (bool, error) {
 		for _, c := range controllertest.NodeCalls(t, e.Node) {
 			if c.Verb == "patch" && c.ObjectRef != nil && c.ObjectRef.Resource == "events" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	controllertest.Eventually(t, 60*time.Second, "the node reading the VolumeSnapshotContent of a restore", func() (bool, error) {
+		for _, c := range controllertest.NodeCalls(t, e.Node) {
+			if c.Verb == "get" && c.ObjectRef != nil && c.ObjectRef.Resource == "volumesnapshotcontents" {
 				return true, nil
 			}
 		}
@@ -147,7 +158,7 @@ func TestNodeRoleIsWhatTheNodeUses(t *testing.T) {
 		e.WaitEvent(c.UID, "VolumeResizeSuccessful", "32Mi")
 	}
 
-	for _, c := range []*corev1.PersistentVolumeClaim{fs, blk, keep, waiting, immediate} {
+	for _, c := range []*corev1.PersistentVolumeClaim{fs, blk, keep, waiting, immediate, restored} {
 		if err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -201,6 +212,25 @@ func immediateClaim(t *testing.T, e *controllertest.Env) *corev1.PersistentVolum
 	obj := e.ClaimObject(controllertest.Claim{Name: "immediate", Class: sc.Name})
 	obj.Annotations = map[string]string{ownership.AnnSelectedNode: e.Node}
 	pvc, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Create(ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pvc
+}
+
+// restoredClaim creates a claim placed on the env's node that restores a
+// VolumeSnapshot of that node, and the snapshot (static: the content as
+// the node's snapshot controller would report it). The engine has no such
+// snapshot, and the host's data directory makes no copies: the node reads
+// the snapshot and its content, and then says in an Event that it cannot
+// make the copy.
+func restoredClaim(t *testing.T, e *controllertest.Env) *corev1.PersistentVolumeClaim {
+	t.Helper()
+	e.CreateSnapshot(controllertest.Snapshot{Name: "restore-source", Node: e.Node, Handle: "snapshot-" + string(uuid.NewUUID()), RestoreBytes: 1 << 20})
+	obj := e.ClaimObject(controllertest.Claim{Name: "restored"})
+	group := "snapshot.storage.k8s.io"
+	obj.Spec.DataSource = &corev1.TypedLocalObjectReference{APIGroup: &group, Kind: "VolumeSnapshot", Name: "restore-source"}
+	pvc, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Create(context.Background(), obj, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -20,7 +21,9 @@ import (
 	"source.plinth.dev/test/controllertest"
 )
 
-func TestMain(m *testing.M) { controllertest.Main(m) }
+// TestMain starts kube-scheduler too, for the test of restores with the
+// scheduler (scheduler_test.go); the placer's other tests make no pods.
+func TestMain(m *testing.M) { os.Exit(controllertest.Tests(m, controllertest.WithScheduler()).Run()) }
 
 // The tests below run against the test control plane's admission server,
 // whose placer is the one under test (test/launch runs it as

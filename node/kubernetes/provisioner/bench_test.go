@@ -145,6 +145,7 @@ func provisionBatch(b *testing.B, impl string, i int) (created, bound time.Durat
 				NodeName:    e.Node,
 			},
 			Volumes:           e.Vols,
+			Snapshots:         e.Snapshots,
 			OrphanGracePeriod: time.Hour,
 		})
 		if err != nil {

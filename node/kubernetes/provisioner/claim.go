@@ -12,6 +12,7 @@ import (
 
 	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/classparams"
+	"source.plinth.dev/node/kubernetes/internal/datasource"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
 )
@@ -30,6 +31,9 @@ type request struct {
 	class   *storagev1.StorageClass
 	// params are what the class asks of its volumes.
 	params classparams.Params
+	// source is what the volume is copied from (restore.go); nil for an
+	// empty volume.
+	source *datasource.Source
 }
 
 // maxBytes is the largest size a volume can have. It is well below 2^63-1,
@@ -54,8 +58,8 @@ func validateClaim(pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageCl
 	if pvc.Spec.Selector != nil {
 		return bad("claims with a selector are not supported (a selector picks existing volumes; this driver only provisions new ones)")
 	}
-	if pvc.Spec.DataSource != nil || pvc.Spec.DataSourceRef != nil {
-		return bad("volume data sources (clones, snapshots, populators) are not supported")
+	if err := datasource.Check(pvc); err != nil {
+		return bad("%v", err)
 	}
 	if c := pvc.Spec.VolumeAttributesClassName; c != nil && *c != "" {
 		// Kubernetes binds a claim only to a PV of the class it names; a

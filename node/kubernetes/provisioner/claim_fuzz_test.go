@@ -28,8 +28,8 @@ const (
 	fuzzOvercommit                // the class sets overcommit
 	fuzzExtraParam                // the class sets one more parameter
 	fuzzSelector                  // the claim has a selector
-	fuzzDataSource                // the claim has a data source
-	fuzzDataSourceRef             // the claim has a data source reference
+	fuzzDataSource                // the claim has a data source (a volume populator's)
+	fuzzDataSourceRef             // the claim has a data source reference (a populator's)
 	fuzzNoRequest                 // the claim requests no storage
 )
 
@@ -71,11 +71,12 @@ func (in claimInput) build() (pvc *corev1.PersistentVolumeClaim, class *storagev
 		if in.flags&fuzzSelector != 0 {
 			p.Spec.Selector = &metav1.LabelSelector{}
 		}
+		populator := "example.com"
 		if in.flags&fuzzDataSource != 0 {
-			p.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "source"}
+			p.Spec.DataSource = &corev1.TypedLocalObjectReference{APIGroup: &populator, Kind: "Widget", Name: "source"}
 		}
 		if in.flags&fuzzDataSourceRef != 0 {
-			p.Spec.DataSourceRef = &corev1.TypedObjectReference{Kind: "PersistentVolumeClaim", Name: "source"}
+			p.Spec.DataSourceRef = &corev1.TypedObjectReference{APIGroup: &populator, Kind: "Widget", Name: "source"}
 		}
 		if in.flags&fuzzNoRequest != 0 {
 			p.Spec.Resources.Requests = nil
@@ -124,8 +125,9 @@ func (in claimInput) build() (pvc *corev1.PersistentVolumeClaim, class *storagev
 //     when unset), the volume ID of the claim's UID, the class it was
 //     given and its parameters as classparams reads them; and only for a
 //     claim of Plinth's class with access modes ReadWriteOnce or
-//     ReadWriteOncePod, no selector, data source or volume attributes
-//     class;
+//     ReadWriteOncePod, no selector, populator data source or volume
+//     attributes class (snapshots and claims as sources are checked
+//     against the API server, after validateClaim: restore.go);
 //   - a refusal wraps errInvalidClaim and returns no request.
 //
 // The seed corpus (TestValidateClaim's refused claims) runs with every

@@ -131,9 +131,14 @@ func TestValidateClaim(t *testing.T) {
 		{name: "class of other driver", claim: testClaim(), class: testClass(func(s *storagev1.StorageClass) { s.Provisioner = "x" }), wantErr: "belongs to provisioner"},
 		{name: "recycle", claim: testClaim(), class: testClass(func(s *storagev1.StorageClass) { s.ReclaimPolicy = &recycle }), wantErr: "reclaim policy"},
 		{name: "selector", claim: testClaim(func(p *corev1.PersistentVolumeClaim) { p.Spec.Selector = &metav1.LabelSelector{} }), class: testClass(), wantErr: "selector"},
-		{name: "data source", claim: testClaim(func(p *corev1.PersistentVolumeClaim) {
-			p.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "x"}
-		}), class: testClass(), wantErr: "data sources"},
+		{name: "populator", claim: testClaim(func(p *corev1.PersistentVolumeClaim) {
+			group := "example.com"
+			p.Spec.DataSource = &corev1.TypedLocalObjectReference{APIGroup: &group, Kind: "Widget", Name: "x"}
+		}), class: testClass(), wantErr: "volume populators are not supported"},
+		{name: "source of another namespace", claim: testClaim(func(p *corev1.PersistentVolumeClaim) {
+			other := "other"
+			p.Spec.DataSourceRef = &corev1.TypedObjectReference{Kind: "PersistentVolumeClaim", Name: "x", Namespace: &other}
+		}), class: testClass(), wantErr: "only sources of the claim's own namespace"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := validateClaim(tc.claim, tc.class, testDriver)

@@ -41,7 +41,7 @@ func newEnv(t *testing.T, allowUnenforced bool) *env {
 func (e *env) controller() *Config {
 	base := controller.Base{Client: e.Client, Driver: names.DriverName, NodeName: e.Node,
 		RetryBase: controllertest.RetryBase, RetryMax: controllertest.RetryMax}
-	return &Config{Base: base, Volumes: e.Vols, OrphanGracePeriod: time.Hour}
+	return &Config{Base: base, Volumes: e.Vols, Snapshots: e.Snapshots, OrphanGracePeriod: time.Hour}
 }
 
 // start runs a controller of cfg under a supervisor until the test ends

@@ -61,7 +61,10 @@ func (r *run) handBack(ctx context.Context, key string, pvc *corev1.PersistentVo
 		}
 	}
 	next := "the scheduler chooses a node again"
-	if ownership.BindsImmediately(req.class) {
+	switch {
+	case errors.Is(cause, errSourceElsewhere):
+		next = "the placer puts it on its data source's node"
+	case ownership.BindsImmediately(req.class):
 		next = "another node with room may take it"
 	}
 	r.log.Infof("handing back claim %s: %v", ownership.DescribeClaim(pvc), cause)

@@ -272,9 +272,9 @@ func TestBadInput(t *testing.T) {
 		{"selector", func(p *corev1.PersistentVolumeClaim) {
 			p.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}
 		}, "selector"},
-		{"clone", func(p *corev1.PersistentVolumeClaim) {
-			p.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "rwx"}
-		}, "data sources"},
+		{"clone-of-nothing", func(p *corev1.PersistentVolumeClaim) {
+			p.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "nothing"}
+		}, "PersistentVolumeClaim " + e.NS + "/nothing does not exist"},
 		{"attributes-class", func(p *corev1.PersistentVolumeClaim) {
 			gold := "gold"
 			p.Spec.VolumeAttributesClassName = &gold

@@ -31,6 +31,8 @@ import (
 	"errors"
 	"time"
 
+	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
+
 	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/internal/controller"
 )
@@ -110,6 +112,9 @@ type Config struct {
 	controller.Base
 	// Volumes creates and deletes volumes on this node's data directory.
 	Volumes Volumes
+	// Snapshots reads the VolumeSnapshots and contents claims are
+	// restored from (restore.go).
+	Snapshots snapclient.Interface
 
 	// ClaimWorkers and VolumeWorkers are the number of concurrent
 	// provisioning and deletion workers.
@@ -146,6 +151,9 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if cfg.Volumes == nil {
 		return nil, errors.New("creating provisioner: no volume manager")
+	}
+	if cfg.Snapshots == nil {
+		return nil, errors.New("creating provisioner: no snapshot API client")
 	}
 	cfg.ClaimWorkers = controller.OrDefault(cfg.ClaimWorkers, DefaultClaimWorkers)
 	cfg.VolumeWorkers = controller.OrDefault(cfg.VolumeWorkers, DefaultVolumeWorkers)

@@ -55,10 +55,14 @@ func (r *run) syncClaim(ctx context.Context, key string) error {
 		reason = metrics.ReasonInvalid
 		return err
 	}
+	if ok, err := r.resolveSource(ctx, key, pvc, req); !ok {
+		reason = metrics.ReasonInvalid
+		return err
+	}
 	info, err := r.ensureVolume(ctx, pvc, req)
 	if err != nil {
 		reason = metrics.Reason(err)
-		if fitsElsewhere(err) {
+		if req.handsBack(err) {
 			return r.handBack(ctx, key, pvc, req, err)
 		}
 		return err
@@ -139,11 +143,17 @@ func (r *run) ensureVolume(ctx context.Context, pvc *corev1.PersistentVolumeClai
 	if err := r.recordCluster(ctx); err != nil {
 		return volume.Info{}, err
 	}
-	info, err := r.Volumes.Create(ctx, req.id, mode, req.bytes, req.params.CreateOptions(mode)...)
+	opts := req.params.CreateOptions(mode)
+	if from := req.copyOption(); from != nil {
+		opts = append(opts, from)
+	}
+	info, err := r.Volumes.Create(ctx, req.id, mode, req.bytes, opts...)
 	if err != nil {
 		switch {
-		case fitsElsewhere(err):
+		case req.handsBack(err):
 			// Reported by handBack, which says what happens next.
+		case req.source != nil && errors.Is(err, volume.ErrNotFound):
+			r.failClaim(pvc, fmt.Sprintf("Cannot copy %s into a new volume on node %s: its data is not on this node (%v); will retry.", req.source.Name, r.NodeName, err))
 		case volume.Infeasible(err):
 			r.failClaim(pvc, r.cannotProvision(req, err)+".")
 		default:
