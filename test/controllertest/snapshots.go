@@ -29,12 +29,17 @@ type Snapshot struct {
 	RestoreBytes int64
 	// NotReady leaves the content's status.readyToUse false.
 	NotReady bool
+	// NodeReports leaves the content's status to the node it is
+	// labelled for: a real plinth-node's snapshot controller reports a
+	// pre-provisioned content (package snapshots), and would meet the
+	// test's status write.
+	NodeReports bool
 }
 
 // CreateSnapshot makes s as an administrator makes a static snapshot, and
-// as the node's snapshot controller would report it: the content with its
-// status (snapshot handle, readiness, size), then the VolumeSnapshot that
-// names it. It waits until the snapshot-controller has bound the two. The
+// as the node's snapshot controller would report it (unless
+// s.NodeReports): the content with its status (snapshot handle,
+// readiness, size), then the VolumeSnapshot that names it. It waits until the snapshot-controller has bound the two. The
 // control plane must serve the snapshot API (SnapshotAPI). The content is
 // deleted when the test ends (its deletion policy is Retain: the engine's
 // snapshot is the test's).
@@ -60,13 +65,15 @@ func (e *Env) CreateSnapshot(s Snapshot) *snapshotv1.VolumeSnapshot {
 		e.T.Fatalf("creating VolumeSnapshotContent %s: %v", contentName, err)
 	}
 	e.T.Cleanup(func() { _ = contents.Delete(context.Background(), contentName, metav1.DeleteOptions{}) })
-	ready := !s.NotReady
-	made.Status = &snapshotv1.VolumeSnapshotContentStatus{SnapshotHandle: &s.Handle, ReadyToUse: &ready}
-	if s.RestoreBytes > 0 {
-		made.Status.RestoreSize = &s.RestoreBytes
-	}
-	if _, err := contents.UpdateStatus(ctx, made, metav1.UpdateOptions{}); err != nil {
-		e.T.Fatalf("setting the status of VolumeSnapshotContent %s: %v", contentName, err)
+	if !s.NodeReports {
+		ready := !s.NotReady
+		made.Status = &snapshotv1.VolumeSnapshotContentStatus{SnapshotHandle: &s.Handle, ReadyToUse: &ready}
+		if s.RestoreBytes > 0 {
+			made.Status.RestoreSize = &s.RestoreBytes
+		}
+		if _, err := contents.UpdateStatus(ctx, made, metav1.UpdateOptions{}); err != nil {
+			e.T.Fatalf("setting the status of VolumeSnapshotContent %s: %v", contentName, err)
+		}
 	}
 	snap := &snapshotv1.VolumeSnapshot{
 		ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: e.NS},

@@ -219,14 +219,13 @@ func immediateClaim(t *testing.T, e *controllertest.Env) *corev1.PersistentVolum
 }
 
 // restoredClaim creates a claim placed on the env's node that restores a
-// VolumeSnapshot of that node, and the snapshot (static: the content as
-// the node's snapshot controller would report it). The engine has no such
-// snapshot, and the host's data directory makes no copies: the node reads
-// the snapshot and its content, and then says in an Event that it cannot
-// make the copy.
+// pre-provisioned VolumeSnapshot labelled for that node, whose snapshot
+// the engine does not have (the node's snapshot controller reports the
+// content as it finds it): the node reads the snapshot and its content
+// before it can tell, and says in an Event why it cannot restore it.
 func restoredClaim(t *testing.T, e *controllertest.Env) *corev1.PersistentVolumeClaim {
 	t.Helper()
-	e.CreateSnapshot(controllertest.Snapshot{Name: "restore-source", Node: e.Node, Handle: "snapshot-" + string(uuid.NewUUID()), RestoreBytes: 1 << 20})
+	e.CreateSnapshot(controllertest.Snapshot{Name: "restore-source", Node: e.Node, Handle: "snapshot-" + string(uuid.NewUUID()), NodeReports: true})
 	obj := e.ClaimObject(controllertest.Claim{Name: "restored"})
 	group := "snapshot.storage.k8s.io"
 	obj.Spec.DataSource = &corev1.TypedLocalObjectReference{APIGroup: &group, Kind: "VolumeSnapshot", Name: "restore-source"}

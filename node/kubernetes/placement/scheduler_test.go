@@ -137,7 +137,9 @@ func TestScheduledRestore(t *testing.T) {
 	if _, err := holder.env.Vols.CreateSnapshot(ctx, ownership.VolumeIDFor(src.UID), snapID); err != nil {
 		t.Fatal(err)
 	}
-	e.CreateSnapshot(controllertest.Snapshot{Name: "snap", Node: holder.env.Node, Handle: snapID, RestoreBytes: 16 << 20})
+	// The holder's snapshot controller finds the engine's snapshot and
+	// reports the content ready.
+	e.CreateSnapshot(controllertest.Snapshot{Name: "snap", Node: holder.env.Node, Handle: snapID, NodeReports: true})
 
 	var restored []*corev1.PersistentVolumeClaim
 	for i := range 4 {
