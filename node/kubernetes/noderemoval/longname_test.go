@@ -36,7 +36,7 @@ func TestRemovedLongNamedNodeFound(t *testing.T) {
 	e.CreateNode(gone, e.NS+"-gone")
 	base := testBase(e, gone)
 	base.Client = controllertest.NodeAgentClient(t, gone)
-	p, err := provisioner.New(provisioner.Config{Base: base, Volumes: controllertest.NewVolumes(t, t.TempDir(), true), OrphanGracePeriod: time.Hour})
+	p, err := provisioner.New(provisioner.Config{Base: base, Volumes: controllertest.NewVolumes(t, t.TempDir(), true), Snapshots: e.Snapshots, OrphanGracePeriod: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

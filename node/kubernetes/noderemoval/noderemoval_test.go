@@ -313,7 +313,7 @@ func testBase(e *controllertest.Env, node string) controller.Base {
 // until the test ends or stop is called.
 func startProvisioner(t *testing.T, e *controllertest.Env, node, dir string) (stop func()) {
 	t.Helper()
-	p, err := provisioner.New(provisioner.Config{Base: testBase(e, node), Volumes: controllertest.NewVolumes(t, dir, true), OrphanGracePeriod: time.Hour})
+	p, err := provisioner.New(provisioner.Config{Base: testBase(e, node), Volumes: controllertest.NewVolumes(t, dir, true), Snapshots: e.Snapshots, OrphanGracePeriod: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

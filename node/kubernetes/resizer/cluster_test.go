@@ -52,7 +52,7 @@ func (e *env) base(node string) controller.Base {
 // ends.
 func (e *env) startProvisioner(node string, vols *volume.Manager) {
 	e.T.Helper()
-	p, err := provisioner.New(provisioner.Config{Base: e.base(node), Volumes: vols, OrphanGracePeriod: time.Hour})
+	p, err := provisioner.New(provisioner.Config{Base: e.base(node), Volumes: vols, Snapshots: e.Snapshots, OrphanGracePeriod: time.Hour})
 	if err != nil {
 		e.T.Fatal(err)
 	}

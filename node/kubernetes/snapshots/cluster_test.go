@@ -92,7 +92,7 @@ func (e *env) startSnapshots(m ...*metrics.Metrics) {
 // get volumes and PVs as in a cluster.
 func (e *env) startProvisioner() {
 	e.T.Helper()
-	p, err := provisioner.New(provisioner.Config{Base: e.base(), Volumes: e.Vols, OrphanGracePeriod: time.Hour})
+	p, err := provisioner.New(provisioner.Config{Base: e.base(), Volumes: e.Vols, Snapshots: e.Snapshots, OrphanGracePeriod: time.Hour})
 	if err != nil {
 		e.T.Fatal(err)
 	}
