@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	crdv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -535,5 +537,23 @@ func TestCapacityRoleMatchesTheCode(t *testing.T) {
 	if binding.Namespace != wantBinding.Namespace || binding.RoleRef != wantBinding.RoleRef || !reflect.DeepEqual(binding.Subjects, append(subjects, sa)) {
 		t.Errorf("RoleBinding %s/%s refers to %+v for %+v; want %s referring to %+v for %+v",
 			binding.Namespace, binding.Name, binding.RoleRef, binding.Subjects, wantBinding.Namespace, wantBinding.RoleRef, append(subjects, sa))
+	}
+}
+
+// TestSnapshotClassMatchesTheCode: deploy/snapshotclass.yaml is the
+// default VolumeSnapshotClass test/launch creates
+// (clusterobjects.SnapshotClass).
+func TestSnapshotClassMatchesTheCode(t *testing.T) {
+	data, err := os.ReadFile("snapshotclass.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got crdv1.VolumeSnapshotClass
+	if err := yaml.UnmarshalStrict(data, &got); err != nil {
+		t.Fatalf("snapshotclass.yaml: %v", err)
+	}
+	if want := clusterobjects.SnapshotClass(); !reflect.DeepEqual(&got, want) {
+		wantYAML, _ := yaml.Marshal(want)
+		t.Errorf("snapshotclass.yaml is\n%+v\nthe code's class is\n%s", got, wantYAML)
 	}
 }

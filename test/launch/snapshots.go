@@ -9,11 +9,15 @@ import (
 	"slices"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
+
+	"source.plinth.dev/node/kubernetes/clusterobjects"
+	"source.plinth.dev/node/kubernetes/snapshotapi"
 )
 
 // The snapshot API: the snapshot.storage.k8s.io CRDs and the
@@ -94,6 +98,9 @@ func (c *Cluster) startSnapshotAPI(ctx context.Context) error {
 		}
 	}
 	c.mark("snapshot CRDs established")
+	if err := c.applySnapshotClass(ctx); err != nil {
+		return err
+	}
 	return c.run("snapshot-controller", filepath.Join(dir, "snapshot-controller"), []string{
 		"--kubeconfig=" + c.kubeconfigPath("snapshot-controller"),
 		"--leader-election=false",
@@ -158,4 +165,20 @@ func crdEstablished(crd *unstructured.Unstructured) bool {
 		m, ok := c.(map[string]any)
 		return ok && m["type"] == "Established" && m["status"] == "True"
 	})
+}
+
+// applySnapshotClass creates the driver's default VolumeSnapshotClass
+// (clusterobjects.SnapshotClass), as an installer does once the snapshot
+// CRDs are served, so that a user of the cluster snapshots a claim
+// without making a class first.
+func (c *Cluster) applySnapshotClass(ctx context.Context) error {
+	client, err := snapshotapi.NewClient(c.RESTConfig)
+	if err != nil {
+		return err
+	}
+	class := clusterobjects.SnapshotClass()
+	if _, err := client.SnapshotV1().VolumeSnapshotClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating VolumeSnapshotClass %s: %w", class.Name, err)
+	}
+	return nil
 }

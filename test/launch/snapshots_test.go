@@ -43,6 +43,15 @@ func TestControlPlaneSnapshotAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A user snapshots a claim without making a class: the driver's
+	// default one is there.
+	def, err := dyn.Resource(schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotclasses"}).Get(ctx, names.StorageClassName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the default VolumeSnapshotClass: %v", err)
+	}
+	if d, _, _ := unstructured.NestedString(def.Object, "driver"); d != names.DriverName || def.GetAnnotations()["snapshot.storage.kubernetes.io/is-default-class"] != "true" {
+		t.Errorf("VolumeSnapshotClass %s: driver %q, annotations %v; want the default class of %s", def.GetName(), d, def.GetAnnotations(), names.DriverName)
+	}
 	v1 := func(resource string) schema.GroupVersionResource {
 		return schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: resource}
 	}

@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"reflect"
 
+	crdv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -95,6 +97,30 @@ func StorageClass() *storagev1.StorageClass {
 		ReclaimPolicy:        &reclaim,
 		VolumeBindingMode:    &binding,
 		AllowVolumeExpansion: &expand,
+	}
+}
+
+// annDefaultSnapshotClass marks the VolumeSnapshotClass the
+// snapshot-controller uses for a VolumeSnapshot that names none.
+const annDefaultSnapshotClass = "snapshot.storage.kubernetes.io/is-default-class"
+
+// SnapshotClass is the default VolumeSnapshotClass of the driver, named
+// like the default StorageClass, so that a user snapshots a claim without
+// choosing a class. Plinth's snapshots take no parameters; deletionPolicy
+// Delete: deleting the VolumeSnapshot deletes the node's copy, as deleting
+// a claim of the default StorageClass deletes its volume. It exists only
+// where the snapshot API is served: the installer applies it after the
+// snapshot CRDs (test/launch does; deploy/snapshotclass.yaml).
+func SnapshotClass() *crdv1.VolumeSnapshotClass {
+	return &crdv1.VolumeSnapshotClass{
+		TypeMeta: metav1.TypeMeta{APIVersion: crdv1.SchemeGroupVersion.String(), Kind: "VolumeSnapshotClass"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        names.StorageClassName,
+			Labels:      map[string]string{labelManagedBy: managedBy},
+			Annotations: map[string]string{annDefaultSnapshotClass: "true"},
+		},
+		Driver:         names.DriverName,
+		DeletionPolicy: crdv1.VolumeSnapshotContentDelete,
 	}
 }
 
