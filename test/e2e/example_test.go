@@ -64,6 +64,8 @@ func TestMakeRunExample(t *testing.T) {
 		return len(data) > 0, err
 	})
 
+	readmeRestore(t, c, kubectl, logFile)
+
 	// The user grows the claim, as the README tells them to, and sees the
 	// new size in kubectl: the claim's capacity, the PV's, and an Event.
 	kubectl("patch", "pvc", "example", "-p", `{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}`)
@@ -91,4 +93,51 @@ func TestMakeRunExample(t *testing.T) {
 	if _, err := os.Stat(filepath.Dir(logFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("example volume directory after kubectl delete: %v", err)
 	}
+}
+
+// readmeRestore does what the README's "Snapshots, restores and clones"
+// shows, with its very text and kubectl: snapshot the example claim in
+// use (the default VolumeSnapshotClass) and restore it into claim
+// "restored", whose pod must read the example's log as the snapshot has
+// it. Both are deleted again.
+func readmeRestore(t *testing.T, c *launch.Cluster, kubectl func(...string) string, logFile string) {
+	t.Helper()
+	root, err := launch.RepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "    kubectl apply -f - <<EOF\n")
+	snippet, _, ok2 := strings.Cut(rest, "    EOF\n")
+	if !ok || !ok2 {
+		t.Fatal("README.md has no `kubectl apply -f - <<EOF` example")
+	}
+	file := filepath.Join(t.TempDir(), "restore.yaml")
+	if err := os.WriteFile(file, []byte(strings.ReplaceAll("\n"+snippet, "\n    ", "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl("apply", "-f", file)
+	pod := busyboxPod("restored-reader", "cat /data/log; sleep 3600")
+	mountClaim(pod, "restored", false)
+	if _, err := c.Client.CoreV1().Pods("default").Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitPodRunning(t.Context(), c.Client, "default", pod.Name, 2*time.Minute); err != nil {
+		t.Fatalf("%v; claim events: %s", err, await.Events(t.Context(), c.Client, "default", "restored"))
+	}
+	waitLogs(t, c, pod.Name, strings.TrimSpace(string(want)))
+	ready := kubectl("get", "volumesnapshot", "example", "-o", "jsonpath={.status.readyToUse} {.spec.volumeSnapshotClassName}")
+	t.Logf("README's restore: the pod of claim restored reads the example's log; VolumeSnapshot example (readyToUse, class): %s", ready)
+	if ready != "true local" {
+		t.Errorf("VolumeSnapshot example: readyToUse and class %q, want \"true local\" (the default class)", ready)
+	}
+	deletePod(t, c.Client, "default", pod.Name)
+	kubectl("delete", "-f", file)
 }
