@@ -39,17 +39,37 @@ func TestStorageSuiteUnusedVolumes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	checkVantage(ctx, t, w)
+	passed := runVMSpecs(ctx, t, w, "unused volumes", unusedVolumesFocus)
+	for _, mode := range []string{"filesystem volmode", "block volmode"} {
+		n := 0
+		for _, p := range passed {
+			if strings.Contains(p, mode) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d passed specs of pattern %q, want 1 (passed: %v)", n, mode, passed)
+		}
+	}
+}
+
+// runVMSpecs runs the storage suite's specs of focus against the VM node
+// with Plinth's driver definition, fails the test for every spec that
+// fails or is skipped (the node has all they need), and returns the names
+// of those that passed.
+func runVMSpecs(ctx context.Context, t *testing.T, w *world, what, focus string) []string {
+	t.Helper()
 	bin, err := suite.Binaries(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := suite.Config{
 		Bin: bin, Kubeconfig: w.cp.Kubeconfig,
-		Focus: unusedVolumesFocus, Procs: 1, Timeout: 15 * time.Minute,
+		Focus: focus, Procs: 1, Timeout: 15 * time.Minute,
 		// The link to the node's kubelet root (the spec itself hard-codes
 		// this path).
 		KubeletRootDir: "/var/lib/kubelet",
-		OutDir:         filepath.Join(workDir, "storage-suite"),
+		OutDir:         filepath.Join(workDir, "storage-suite", strings.ReplaceAll(what, " ", "-")),
 	}
 	t.Logf("running ginkgo %s", strings.Join(cfg.Args(), " "))
 	res, err := suite.Run(ctx, cfg)
@@ -57,24 +77,13 @@ func TestStorageSuiteUnusedVolumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := res.Summary
-	t.Logf("unused volumes on the VM node: %d selected, %d passed, %d failed, %d skipped; wall time %s",
-		s.Selected, len(s.Passed), len(s.Failed), len(s.Skipped), res.Wall.Round(time.Second))
+	t.Logf("%s on the VM node: %d selected, %d passed, %d failed, %d skipped; wall time %s",
+		what, s.Selected, len(s.Passed), len(s.Failed), len(s.Skipped), res.Wall.Round(time.Second))
 	for _, f := range s.Failed {
 		t.Errorf("FAILED %s\n    %s", f.Name, f.Message)
 	}
 	for _, sk := range s.Skipped {
 		t.Errorf("skipped on a node that has all it needs: %s\n    %s", sk.Name, sk.Message)
-	}
-	for _, mode := range []string{"filesystem volmode", "block volmode"} {
-		n := 0
-		for _, p := range s.Passed {
-			if strings.Contains(p.Name, mode) {
-				n++
-			}
-		}
-		if n != 1 {
-			t.Errorf("%d passed specs of pattern %q, want 1 (passed: %v)", n, mode, s.Passed)
-		}
 	}
 	if res.Err != nil && len(s.Failed) == 0 {
 		t.Errorf("ginkgo failed (%v) but no spec did; see %s", res.Err, res.Log)
@@ -82,6 +91,11 @@ func TestStorageSuiteUnusedVolumes(t *testing.T) {
 	if t.Failed() {
 		t.Logf("full output: %s (kept with the work directory)", res.Log)
 	}
+	var passed []string
+	for _, p := range s.Passed {
+		passed = append(passed, p.Name)
+	}
+	return passed
 }
 
 // vantageScript runs in a privileged pod with the node's / at /rootfs and
