@@ -9,12 +9,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
-	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/test/e2e/await"
 	"source.plinth.dev/test/images"
 	"source.plinth.dev/test/launch"
@@ -41,23 +38,15 @@ func TestSnapshotHoldsAPrefixOfAWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	class := "e2e-consistency"
-	createObject(t, dyn.Resource(snapshotClassGVR), map[string]any{
-		"apiVersion":     "snapshot.storage.k8s.io/v1",
-		"kind":           "VolumeSnapshotClass",
-		"metadata":       map[string]any{"name": class},
-		"driver":         names.DriverName,
-		"deletionPolicy": "Delete",
-	})
 	for _, mode := range []corev1.PersistentVolumeMode{corev1.PersistentVolumeBlock, corev1.PersistentVolumeFilesystem} {
 		t.Run(string(mode), func(t *testing.T) {
-			snapshotWhileWriting(t, c, dyn, class, mode)
+			snapshotWhileWriting(t, c, dyn, mode)
 		})
 	}
 }
 
 // snapshotWhileWriting runs the test for one volume mode.
-func snapshotWhileWriting(t *testing.T, c *launch.Cluster, dyn dynamic.Interface, class string, mode corev1.PersistentVolumeMode) {
+func snapshotWhileWriting(t *testing.T, c *launch.Cluster, dyn dynamic.Interface, mode corev1.PersistentVolumeMode) {
 	ctx := t.Context()
 	name := "e2e-consistency-" + map[corev1.PersistentVolumeMode]string{corev1.PersistentVolumeBlock: "block", corev1.PersistentVolumeFilesystem: "fs"}[mode]
 	pvc := createClaim(t, c, name, mode, consistencySize)
@@ -71,29 +60,13 @@ func snapshotWhileWriting(t *testing.T, c *launch.Cluster, dyn dynamic.Interface
 		before = lastAcked(ctx, c, writer.Name)
 		return before >= 200, fmt.Errorf("%d acknowledged", before)
 	})
-	snapshots := dyn.Resource(snapshotGVR).Namespace("default")
-	createObject(t, snapshots, map[string]any{
-		"apiVersion": "snapshot.storage.k8s.io/v1",
-		"kind":       "VolumeSnapshot",
-		"metadata":   map[string]any{"name": name},
-		"spec": map[string]any{
-			"volumeSnapshotClassName": class,
-			"source":                  map[string]any{"persistentVolumeClaimName": name},
-		},
-	})
+	snapshotOf(t, dyn, name, name)
 	start := time.Now()
-	await.For(t, ctx, 2*time.Minute, "VolumeSnapshot "+name+" ready to use", func() (bool, error) {
-		got, err := snapshots.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		ready, _, _ := unstructured.NestedBool(got.Object, "status", "readyToUse")
-		return ready, fmt.Errorf("status %v", got.Object["status"])
-	})
+	waitSnapshotReady(t, ctx, dyn, name)
 	after := lastAcked(ctx, c, writer.Name)
 	t.Logf("snapshot %s ready %.1fs after it was requested; the writer had acknowledged %d records before, %d after", name, time.Since(start).Seconds(), before, after)
 
-	restored := restoreClaim(t, c, name+"-restored", name, mode, consistencySize)
+	restored := claimFrom(t, c, name+"-restored", mode, consistencySize, snapshotSource(name))
 	checker := recordsPod(name+"-checker", restored.Name, mode, "-check-records")
 	runPod(t, c, checker, restored)
 	log := podLogs(t, c, checker.Name, "[RECORDS-")
@@ -151,28 +124,4 @@ func lastAcked(ctx context.Context, c *launch.Cluster, pod string) int {
 	}
 	n, _ := strconv.Atoi(string(all[len(all)-1][1]))
 	return n
-}
-
-// restoreClaim creates claim name of the default class, restored from
-// VolumeSnapshot snapshot.
-func restoreClaim(t *testing.T, c *launch.Cluster, name, snapshot string, mode corev1.PersistentVolumeMode, size string) *corev1.PersistentVolumeClaim {
-	t.Helper()
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			VolumeMode:       &mode,
-			StorageClassName: ptr(names.StorageClassName),
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
-			DataSource:       &corev1.TypedLocalObjectReference{APIGroup: ptr(snapshotGVR.Group), Kind: "VolumeSnapshot", Name: snapshot},
-		},
-	}
-	made, err := c.Client.CoreV1().PersistentVolumeClaims("default").Create(t.Context(), pvc, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating claim %s from snapshot %s: %v", name, snapshot, err)
-	}
-	t.Cleanup(func() {
-		_ = c.Client.CoreV1().PersistentVolumeClaims("default").Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	return made
 }

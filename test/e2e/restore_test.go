@@ -1,51 +1,12 @@
 package e2e
 
 import (
-	"context"
-	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
-
-	"source.plinth.dev/node/kubernetes/names"
-	"source.plinth.dev/test/e2e/await"
-	"source.plinth.dev/test/launch"
 )
-
-// claimFrom creates a filesystem claim of the default class, of size,
-// whose data source is kind name (in group, "" for a claim).
-func claimFrom(t *testing.T, c *launch.Cluster, claim, size, group, kind, name string) *corev1.PersistentVolumeClaim {
-	t.Helper()
-	fs := corev1.PersistentVolumeFilesystem
-	src := &corev1.TypedLocalObjectReference{Kind: kind, Name: name}
-	if group != "" {
-		src.APIGroup = &group
-	}
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: claim},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			VolumeMode:       &fs,
-			StorageClassName: ptr(names.StorageClassName),
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
-			DataSource:       src,
-		},
-	}
-	made, err := c.Client.CoreV1().PersistentVolumeClaims("default").Create(context.Background(), pvc, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.Client.CoreV1().PersistentVolumeClaims("default").Delete(context.Background(), claim, metav1.DeleteOptions{})
-	})
-	return made
-}
 
 // TestRestoreHasTheSnapshotsData: a user snapshots a claim in use, its
 // pod then changes the file, and a claim restored from the snapshot gives
@@ -66,26 +27,10 @@ func TestRestoreHasTheSnapshotsData(t *testing.T) {
 	runPod(t, c, writer, pvc)
 	podLogs(t, c, writer.Name, "written")
 
-	createObject(t, dyn.Resource(snapshotClassGVR), map[string]any{
-		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
-		"metadata": map[string]any{"name": name}, "driver": names.DriverName, "deletionPolicy": "Delete",
-	})
-	snapshots := dyn.Resource(snapshotGVR).Namespace("default")
-	createObject(t, snapshots, map[string]any{
-		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
-		"metadata": map[string]any{"name": name},
-		"spec":     map[string]any{"volumeSnapshotClassName": name, "source": map[string]any{"persistentVolumeClaimName": name}},
-	})
+	snapshotOf(t, dyn, name, name)
 	// The restored claim is made at once: it waits for the snapshot.
-	restored := claimFrom(t, c, "e2e-restored", "32Mi", "snapshot.storage.k8s.io", "VolumeSnapshot", name)
-	await.For(t, ctx, 60*time.Second, "VolumeSnapshot "+name+" readyToUse", func() (bool, error) {
-		got, err := snapshots.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		ready, _, _ := unstructured.NestedBool(got.Object, "status", "readyToUse")
-		return ready, fmt.Errorf("status %v", got.Object["status"])
-	})
+	restored := claimFrom(t, c, "e2e-restored", corev1.PersistentVolumeFilesystem, "32Mi", snapshotSource(name))
+	waitSnapshotReady(t, ctx, dyn, name)
 	// The source changes after the snapshot.
 	toucher := busyboxPod(name+"-go", "touch /data/go && sleep 3600")
 	mountClaim(toucher, name, false)
@@ -118,7 +63,7 @@ func TestCloneHasItsSourcesData(t *testing.T) {
 	runPod(t, c, writer, pvc)
 	podLogs(t, c, writer.Name, "written")
 
-	made := claimFrom(t, c, clone, "32Mi", "", "PersistentVolumeClaim", src)
+	made := claimFrom(t, c, clone, corev1.PersistentVolumeFilesystem, "32Mi", &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: src})
 	reader := busyboxPod(clone+"-reader", "echo content=$(cat /data/file) && echo changed > /data/file && sync && echo rewritten && sleep 3600")
 	mountClaim(reader, clone, false)
 	pv := runPod(t, c, reader, made)

@@ -26,7 +26,6 @@ import (
 // installs. The test speaks to them through the dynamic client, as
 // kubectl does, so the main module needs no snapshot client types.
 var (
-	snapshotClassGVR   = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotclasses"}
 	snapshotGVR        = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshots"}
 	snapshotContentGVR = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotcontents"}
 )
@@ -62,23 +61,8 @@ func TestVolumeSnapshotGetsContent(t *testing.T) {
 	mountClaim(pod, name, false)
 	pv := runPod(t, c, pod, pvc)
 
-	createObject(t, dyn.Resource(snapshotClassGVR), map[string]any{
-		"apiVersion":     "snapshot.storage.k8s.io/v1",
-		"kind":           "VolumeSnapshotClass",
-		"metadata":       map[string]any{"name": name},
-		"driver":         names.DriverName,
-		"deletionPolicy": "Delete",
-	})
+	snap := snapshotOf(t, dyn, name, name)
 	snapshots := dyn.Resource(snapshotGVR).Namespace("default")
-	snap := createObject(t, snapshots, map[string]any{
-		"apiVersion": "snapshot.storage.k8s.io/v1",
-		"kind":       "VolumeSnapshot",
-		"metadata":   map[string]any{"name": name},
-		"spec": map[string]any{
-			"volumeSnapshotClassName": name,
-			"source":                  map[string]any{"persistentVolumeClaimName": name},
-		},
-	})
 
 	var contentName string
 	await.For(t, ctx, 30*time.Second, "VolumeSnapshot "+name+" bound to a content", func() (bool, error) {
@@ -101,6 +85,7 @@ func TestVolumeSnapshotGetsContent(t *testing.T) {
 		{"driver", []string{"spec", "driver"}, names.DriverName},
 		{"source volume handle", []string{"spec", "source", "volumeHandle"}, pv.Spec.CSI.VolumeHandle},
 		{"source volume mode", []string{"spec", "sourceVolumeMode"}, string(corev1.PersistentVolumeFilesystem)},
+		{"class (the default)", []string{"spec", "volumeSnapshotClassName"}, names.StorageClassName},
 		{"deletion policy", []string{"spec", "deletionPolicy"}, "Delete"},
 		{"snapshot's namespace", []string{"spec", "volumeSnapshotRef", "namespace"}, "default"},
 		{"snapshot's name", []string{"spec", "volumeSnapshotRef", "name"}, name},
@@ -182,4 +167,38 @@ func createObject(t *testing.T, res dynamic.ResourceInterface, obj map[string]an
 		}
 	})
 	return made
+}
+
+// snapshotOf creates VolumeSnapshot name of claim in namespace default,
+// of the default VolumeSnapshotClass (the driver's, which every launched
+// cluster has: clusterobjects.SnapshotClass), as a user who names no
+// class does; it is deleted when the test ends.
+func snapshotOf(t *testing.T, dyn dynamic.Interface, name, claim string) *unstructured.Unstructured {
+	t.Helper()
+	return createObject(t, dyn.Resource(snapshotGVR).Namespace("default"), map[string]any{
+		"apiVersion": "snapshot.storage.k8s.io/v1",
+		"kind":       "VolumeSnapshot",
+		"metadata":   map[string]any{"name": name},
+		"spec":       map[string]any{"source": map[string]any{"persistentVolumeClaimName": claim}},
+	})
+}
+
+// waitSnapshotReady waits until VolumeSnapshot name (namespace default)
+// is ready to use.
+func waitSnapshotReady(t *testing.T, ctx context.Context, dyn dynamic.Interface, name string) {
+	t.Helper()
+	snapshots := dyn.Resource(snapshotGVR).Namespace("default")
+	await.For(t, ctx, 2*time.Minute, "VolumeSnapshot "+name+" ready to use", func() (bool, error) {
+		got, err := snapshots.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		ready, _, _ := unstructured.NestedBool(got.Object, "status", "readyToUse")
+		return ready, fmt.Errorf("status %v", got.Object["status"])
+	})
+}
+
+// snapshotSource is a claim's data source naming VolumeSnapshot name.
+func snapshotSource(name string) *corev1.TypedLocalObjectReference {
+	return &corev1.TypedLocalObjectReference{APIGroup: ptr(snapshotGVR.Group), Kind: "VolumeSnapshot", Name: name}
 }

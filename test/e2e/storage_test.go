@@ -206,6 +206,13 @@ func growClaim(t *testing.T, c *launch.Cluster, name, size string) {
 // createClaim creates a ReadWriteOnce claim of the default StorageClass.
 func createClaim(t *testing.T, c *launch.Cluster, name string, mode corev1.PersistentVolumeMode, size string) *corev1.PersistentVolumeClaim {
 	t.Helper()
+	return claimFrom(t, c, name, mode, size, nil)
+}
+
+// claimFrom creates a ReadWriteOnce claim of the default StorageClass
+// whose data source is src (none when nil): a restore or a clone.
+func claimFrom(t *testing.T, c *launch.Cluster, name string, mode corev1.PersistentVolumeMode, size string, src *corev1.TypedLocalObjectReference) *corev1.PersistentVolumeClaim {
+	t.Helper()
 	pvc := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PersistentVolumeClaimSpec{
@@ -213,6 +220,7 @@ func createClaim(t *testing.T, c *launch.Cluster, name string, mode corev1.Persi
 			VolumeMode:       &mode,
 			StorageClassName: ptr(names.StorageClassName),
 			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
+			DataSource:       src,
 		},
 	}
 	made, err := c.Client.CoreV1().PersistentVolumeClaims("default").Create(context.Background(), pvc, metav1.CreateOptions{})
