@@ -146,35 +146,6 @@ func ControlPlane(t testing.TB) *launch.ControlPlane {
 	return controlPlane.cp
 }
 
-// SnapshotAPI makes the test binary's control plane serve the snapshot
-// API (the snapshot.storage.k8s.io CRDs, and the snapshot-controller that
-// binds VolumeSnapshots to their contents), as every cluster test/launch
-// starts does, and returns the control plane: for the tests of restores
-// in a binary whose other tests do without it (WithSnapshotAPI starts it
-// with the control plane). Started on first use. It needs
-// the snapshot API's binaries (launch.SnapshotBinEnv, else they are
-// built); the kernel-test VM has none unless that variable names them,
-// and the test is skipped there.
-func SnapshotAPI(t testing.TB) *launch.ControlPlane {
-	t.Helper()
-	cp := ControlPlane(t)
-	if ktest.InVM() && os.Getenv(launch.SnapshotBinEnv) == "" {
-		t.Skipf("needs the snapshot API's binaries, which the VM has only when %s names them", launch.SnapshotBinEnv)
-	}
-	if controlPlane.snapshots {
-		return cp // WithSnapshotAPI: started with the control plane
-	}
-	controlPlane.lateSnapshots.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		controlPlane.lateSnapshotsErr = cp.StartSnapshotAPI(ctx)
-	})
-	if controlPlane.lateSnapshotsErr != nil {
-		t.Fatalf("starting the snapshot API: %v", controlPlane.lateSnapshotsErr)
-	}
-	return cp
-}
-
 // NewControlPlane starts a control plane of the test's own, stopped when
 // the test ends, for tests that do to a cluster what the shared one must
 // not suffer (restore its etcd) or that need a second cluster.

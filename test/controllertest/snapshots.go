@@ -3,6 +3,8 @@ package controllertest
 import (
 	"context"
 	"fmt"
+	"os"
+	"testing"
 	"time"
 
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
@@ -10,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/test/ktest"
+	"source.plinth.dev/test/launch"
 )
 
 // labelSnapshotManagedBy names a content's node: ownership's
@@ -91,4 +95,33 @@ func (e *Env) CreateSnapshot(s Snapshot) *snapshotv1.VolumeSnapshot {
 		return snap.Status != nil && snap.Status.BoundVolumeSnapshotContentName != nil, nil
 	})
 	return snap
+}
+
+// SnapshotAPI makes the test binary's control plane serve the snapshot
+// API (the snapshot.storage.k8s.io CRDs, and the snapshot-controller that
+// binds VolumeSnapshots to their contents), as every cluster test/launch
+// starts does, and returns the control plane: for the tests of restores
+// in a binary whose other tests do without it (WithSnapshotAPI starts it
+// with the control plane). Started on first use. It needs
+// the snapshot API's binaries (launch.SnapshotBinEnv, else they are
+// built); the kernel-test VM has none unless that variable names them,
+// and the test is skipped there.
+func SnapshotAPI(t testing.TB) *launch.ControlPlane {
+	t.Helper()
+	cp := ControlPlane(t)
+	if ktest.InVM() && os.Getenv(launch.SnapshotBinEnv) == "" {
+		t.Skipf("needs the snapshot API's binaries, which the VM has only when %s names them", launch.SnapshotBinEnv)
+	}
+	if controlPlane.snapshots {
+		return cp // WithSnapshotAPI: started with the control plane
+	}
+	controlPlane.lateSnapshots.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		controlPlane.lateSnapshotsErr = cp.StartSnapshotAPI(ctx)
+	})
+	if controlPlane.lateSnapshotsErr != nil {
+		t.Fatalf("starting the snapshot API: %v", controlPlane.lateSnapshotsErr)
+	}
+	return cp
 }
