@@ -122,7 +122,8 @@ func warning(ctx context.Context, w *world, ns, claim, reason string) string {
 // pods are by default, that moves a directory of its 4 MiB volume out of
 // the volume's project quota and writes 8 MiB into it, which the kernel
 // allows. The node must put the files back, its quota watch as they are
-// written or its audit (every 20 s on this node, see setUp): the claim
+// written (which may cut the write short) or its audit (every 20 s on
+// this node, see setUp): the claim
 // gets a Warning VolumeQuotaRestored saying how much, and inside the pod
 // the volume then shows itself full and the next write fails. The pod
 // has CAP_SYS_ADMIN: the node's runc wrapper refuses the move to any pod
@@ -159,8 +160,11 @@ func TestQuotaEscapeRepaired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(line, "[ESCAPED]") {
-		t.Fatalf("the pod could not write past its volume's size, so there is nothing to repair: %s", line)
+	// [ESCAPE-CUT]: the node's quota watch put the files back while the
+	// pod was still writing (it reads every volume's usage each second),
+	// and the rest of the write failed over the size: repaired sooner.
+	if !strings.HasPrefix(line, "[ESCAPED]") && !strings.HasPrefix(line, "[ESCAPE-CUT]") {
+		t.Fatalf("the pod could not move files out of its volume's quota, so there is nothing to repair: %s", line)
 	}
 	escaped := time.Now()
 	t.Logf("pod: %s", line)
@@ -173,23 +177,25 @@ func TestQuotaEscapeRepaired(t *testing.T) {
 	t.Logf("claim: %s %.0fs after the escape: %s", volumehealth.ReasonQuotaRestored, time.Since(escaped).Seconds(), msg)
 	// The node's quota watch puts the files back as they are written
 	// (the audit's walk finds them otherwise): the Event says how much
-	// they held when it did. That is what the quota charges for them,
-	// so it has no upper bound in the 8 MiB written: XFS counts the
-	// blocks it reserves past the end of a growing file (speculative
-	// preallocation, trimmed later), and one CI run's Event said 32640Ki.
-	// Nor a lower one: the watch may put the file back mid-write (one
-	// run: 4Mi held, the rest counted against the volume).
+	// they held when it did, what the quota charges for them. So it has
+	// no upper bound in the 8 MiB written: XFS counts the blocks it
+	// reserves past the end of a growing file (speculative preallocation,
+	// trimmed later), and one CI run's Event said 32640Ki. Nor a lower
+	// one: the watch may put the file back mid-write (one run: 4Mi held,
+	// the rest counted against the volume), or put the directory back
+	// before the pod wrote into it ("the 0 they hold"), when the write
+	// fails at the volume's size and nothing escapes at all.
 	if !strings.Contains(msg, `(the first: "moved-out")`) {
 		t.Errorf("the Event says %q, want it to name the first file put back, \"moved-out\"", msg)
 	}
-	var held int64
+	var held int64 = -1
 	if h := regexp.MustCompile(`so the (\S+) they hold did not count`).FindStringSubmatch(msg); h != nil {
 		if q, err := resource.ParseQuantity(h[1]); err == nil {
 			held = q.Value()
 		}
 	}
-	if held <= 0 {
-		t.Errorf("the Event says %q, want it to say how much the files held (more than 0)", msg)
+	if held < 0 {
+		t.Errorf("the Event says %q, want it to say how much the files held", msg)
 	}
 	line, err = waitLog(ctx, w, ns, pod.Name, markEscapeEnded, 2*time.Minute)
 	if err != nil {
@@ -210,8 +216,8 @@ func TestQuotaEscapeRepaired(t *testing.T) {
 	}
 	entries, bytes := s.Families.Value("plinth_quota_audit_restored_entries_total"), s.Families.Value("plinth_quota_audit_restored_bytes_total")
 	t.Logf("plinth-node: plinth_quota_audit_restored_entries_total %v, plinth_quota_audit_restored_bytes_total %v", entries, bytes)
-	if entries < 2 || bytes < float64(held) {
-		t.Errorf("plinth-node counted %v entries and %v bytes put back, want at least the 2 and the %d bytes of the Event", entries, bytes, held)
+	if entries < 1 || bytes < float64(held) {
+		t.Errorf("plinth-node counted %v entries and %v bytes put back, want at least the directory and the %d bytes of the Event", entries, bytes, held)
 	}
 }
 

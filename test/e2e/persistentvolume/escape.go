@@ -17,6 +17,7 @@ import (
 // Markers of the escape mode (-escape-quota).
 const (
 	markEscaped      = "[ESCAPED]"
+	markEscapeCut    = "[ESCAPE-CUT]"
 	markEscapeFailed = "[ESCAPE-FAILED]"
 	markEscapeEnded  = "[ESCAPE-ENDED]"
 )
@@ -24,8 +25,10 @@ const (
 // escapeQuota does, from an ordinary pod in the host's user namespace,
 // what any owner of a file may: it moves a new directory of the volume
 // mounted at dir to project 0 and writes twice the volume's size into it,
-// printing [ESCAPED] with the figures (or [ESCAPE-FAILED] <reason>, e.g.
-// where the kernel refuses the change). Then it tries a small write every
+// printing [ESCAPED] with the figures, [ESCAPE-CUT] when the files were
+// out of the quota but a write into them failed over the volume's size
+// (the node put them back while it wrote), or [ESCAPE-FAILED] <reason>
+// (e.g. where the kernel refuses the change). Then it tries a small write every
 // poll, and prints [ESCAPE-ENDED] once one fails over the volume's size,
 // with the usage the pod sees then: what the node's audit should bring
 // about. It returns when ctx ends.
@@ -45,11 +48,16 @@ func escapeQuota(ctx context.Context, dir string, out io.Writer, poll time.Durat
 		fmt.Fprintf(out, "%s %v\n", markEscapeFailed, err)
 		return
 	}
-	if err := writeReadBack(filepath.Join(moved, "big"), int(2*size)); err != nil {
+	err := writeReadBack(filepath.Join(moved, "big"), int(2*size))
+	switch {
+	case errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT):
+		fmt.Fprintf(out, "%s writing %d bytes into a volume of %d, out of its quota, failed: %v; it shows %d bytes used\n", markEscapeCut, 2*size, size, err, used(dir))
+	case err != nil:
 		fmt.Fprintf(out, "%s writing %d bytes into a volume of %d: %v\n", markEscapeFailed, 2*size, size, err)
 		return
+	default:
+		fmt.Fprintf(out, "%s wrote %d bytes into a volume of %d bytes; it shows %d bytes used\n", markEscaped, 2*size, size, used(dir))
 	}
-	fmt.Fprintf(out, "%s wrote %d bytes into a volume of %d bytes; it shows %d bytes used\n", markEscaped, 2*size, size, used(dir))
 	probe := filepath.Join(dir, "probe")
 	for {
 		err := writeReadBack(probe, 64<<10)
