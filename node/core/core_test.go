@@ -59,20 +59,14 @@ func waitEnv(t testing.TB, ch <-chan *Env) *Env {
 	}
 }
 
-// logs returns every message logged in the tree so far.
+// logs is every line logged in the tree so far.
 func logs(t *testing.T, lt *logtree.LogTree) string {
 	t.Helper()
-	r, err := lt.Read("root", logtree.WithChildren(), logtree.WithBacklog(logtree.BacklogAll))
+	text, err := lt.Text("root")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	var b strings.Builder
-	for _, e := range r.Backlog {
-		b.WriteString(e.String())
-		b.WriteByte('\n')
-	}
-	return b.String()
+	return text
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {

@@ -372,3 +372,20 @@ func BenchmarkInfoWithStreams(b *testing.B) {
 		l.Info("a message of typical length for a log line")
 	}
 }
+
+// TestText: a node's text holds its entries and its children's, oldest
+// first, and nothing of a sibling whose name merely starts the same.
+func TestText(t *testing.T) {
+	lt := New()
+	lt.LeveledFor("a").Info("first")
+	lt.LeveledFor("ab").Info("sibling")
+	lt.LeveledFor("a.b").Info("second")
+	text, err := lt.Text("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, second := strings.Index(text, "first"), strings.Index(text, "second")
+	if first < 0 || second < first || strings.Contains(text, "sibling") || strings.Count(text, "\n") != 2 {
+		t.Errorf("Text(a) = %q, want the lines first and second, in order, and not sibling", text)
+	}
+}

@@ -3,6 +3,7 @@ package logtree
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 )
 
@@ -136,4 +137,20 @@ func (r *Reader) Close() {
 	r.closed = true
 	delete(r.t.readers, r)
 	close(r.ch)
+}
+
+// Text returns every entry logged so far at dn and below it, one per
+// line, oldest first: what a test reads to see that something was said.
+func (t *LogTree) Text(dn DN) (string, error) {
+	r, err := t.Read(dn, WithChildren(), WithBacklog(BacklogAll))
+	if err != nil {
+		return "", fmt.Errorf("reading the log of %s: %w", dn, err)
+	}
+	defer r.Close()
+	var b strings.Builder
+	for _, e := range r.Backlog {
+		b.WriteString(e.String())
+		b.WriteByte('\n')
+	}
+	return b.String(), nil
 }

@@ -306,20 +306,14 @@ func TestWaitsForTheSnapshotAPI(t *testing.T) {
 	e.waitStatus(name, "ready", func(s *crdv1.VolumeSnapshotContentStatus) bool { return s.ReadyToUse != nil && *s.ReadyToUse })
 }
 
-// logs is every line the controller logged so far.
+// logs is every line logged in the tree so far.
 func logs(t *testing.T, lt *logtree.LogTree) string {
 	t.Helper()
-	r, err := lt.Read("root", logtree.WithChildren(), logtree.WithBacklog(logtree.BacklogAll))
+	text, err := lt.Text("root")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	var b strings.Builder
-	for _, e := range r.Backlog {
-		b.WriteString(e.String())
-		b.WriteByte('\n')
-	}
-	return b.String()
+	return text
 }
 
 // TestResumesAfterACrash: a node killed after the engine made a snapshot
