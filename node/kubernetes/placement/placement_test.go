@@ -82,7 +82,12 @@ func publish(e *controllertest.Env, node, class, room string) {
 // nothing else; the PV controller then marks it as the driver's.
 func userClaim(e *controllertest.Env, name, class, size string) *corev1.PersistentVolumeClaim {
 	e.T.Helper()
-	pvc := &corev1.PersistentVolumeClaim{
+	return createClaimObject(e, userClaimObject(e, name, class, size))
+}
+
+// userClaimObject is the claim userClaim creates.
+func userClaimObject(e *controllertest.Env, name, class, size string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.NS},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
@@ -91,9 +96,14 @@ func userClaim(e *controllertest.Env, name, class, size string) *corev1.Persiste
 				corev1.ResourceStorage: resource.MustParse(size)}},
 		},
 	}
+}
+
+// createClaimObject creates pvc in the env's namespace.
+func createClaimObject(e *controllertest.Env, pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+	e.T.Helper()
 	made, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Create(context.Background(), pvc, metav1.CreateOptions{})
 	if err != nil {
-		e.T.Fatalf("creating claim %s: %v", name, err)
+		e.T.Fatalf("creating claim %s: %v", pvc.Name, err)
 	}
 	return made
 }

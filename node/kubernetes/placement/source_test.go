@@ -23,24 +23,12 @@ import (
 // unplaced one is one a node handed back).
 func sourcedClaim(e *controllertest.Env, name, class, size string, provisioner bool, group *string, kind, source string) *corev1.PersistentVolumeClaim {
 	e.T.Helper()
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.NS},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			StorageClassName: &class,
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
-				corev1.ResourceStorage: resource.MustParse(size)}},
-			DataSource: &corev1.TypedLocalObjectReference{APIGroup: group, Kind: kind, Name: source},
-		},
-	}
+	pvc := userClaimObject(e, name, class, size)
+	pvc.Spec.DataSource = &corev1.TypedLocalObjectReference{APIGroup: group, Kind: kind, Name: source}
 	if provisioner {
 		pvc.Annotations = map[string]string{ownership.AnnStorageProvisioner: names.DriverName}
 	}
-	made, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Create(context.Background(), pvc, metav1.CreateOptions{})
-	if err != nil {
-		e.T.Fatalf("creating claim %s: %v", name, err)
-	}
-	return made
+	return createClaimObject(e, pvc)
 }
 
 var snapshotGroup = snapshotv1.GroupName
