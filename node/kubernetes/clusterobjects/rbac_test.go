@@ -130,22 +130,7 @@ func TestNodeRoleIsWhatTheNodeUses(t *testing.T) {
 	kubeletPublishes(t, kubelet, e.Dir, ownership.VolumeIDFor(fs.UID))
 	nodeSnapshots(t, e, ownership.VolumeIDFor(fs.UID))
 
-	// Grow fs while the claim is being written to all the time (as
-	// users and other controllers do), so that the resizer's status write
-	// meets a conflict and it reads the claim and PV afresh.
-	stopTouching := touch(t, e, "fs")
-	if err := e.SetRequest("fs", "32Mi"); err != nil {
-		t.Fatal(err)
-	}
-	controllertest.Eventually(t, 30*time.Second, "the resizer reading the claim after a conflict", func() (bool, error) {
-		for _, c := range controllertest.NodeCalls(t, e.Node) {
-			if c.Verb == "get" && c.ObjectRef != nil && c.ObjectRef.Resource == "persistentvolumeclaims" && c.ObjectRef.Name == "fs" {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	stopTouching()
+	fsSize := growThroughConflict(t, e, "fs")
 	// Ask blk for more than the disk holds, then for less.
 	if err := e.SetRequest("blk", "1Pi"); err != nil {
 		t.Fatal(err)
@@ -154,9 +139,8 @@ func TestNodeRoleIsWhatTheNodeUses(t *testing.T) {
 	if err := e.SetRequest("blk", "32Mi"); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []*corev1.PersistentVolumeClaim{fs, blk} {
-		e.WaitEvent(c.UID, "VolumeResizeSuccessful", "32Mi")
-	}
+	e.WaitEvent(fs.UID, "VolumeResizeSuccessful", fsSize)
+	e.WaitEvent(blk.UID, "VolumeResizeSuccessful", "32Mi")
 
 	for _, c := range []*corev1.PersistentVolumeClaim{fs, blk, keep, waiting, immediate, restored} {
 		if err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil {
@@ -234,6 +218,45 @@ func restoredClaim(t *testing.T, e *controllertest.Env) *corev1.PersistentVolume
 		t.Fatal(err)
 	}
 	return pvc
+}
+
+// growThroughConflict grows claim name while it is being written to all
+// the time (as users and other controllers do), until the resizer's
+// status write meets a conflict and it reads the claim afresh, which the
+// audit log shows. A conflict is a race the resizer may win: each round
+// that ends with the volume grown and no fresh read asks for 1Mi more.
+// It returns the last size asked for.
+func growThroughConflict(t *testing.T, e *controllertest.Env, name string) string {
+	t.Helper()
+	stop := touch(t, e, name)
+	defer stop()
+	const rounds = 10
+	for i := range rounds {
+		size := fmt.Sprintf("%dMi", 32+i)
+		if err := e.SetRequest(name, size); err != nil {
+			t.Fatal(err)
+		}
+		read := false
+		controllertest.Eventually(t, 30*time.Second, "the resizer growing "+name+" to "+size, func() (bool, error) {
+			for _, c := range controllertest.NodeCalls(t, e.Node) {
+				if c.Verb == "get" && c.ObjectRef != nil && c.ObjectRef.Resource == "persistentvolumeclaims" && c.ObjectRef.Name == name {
+					read = true
+					return true, nil
+				}
+			}
+			pvc, err := e.Client.CoreV1().PersistentVolumeClaims(e.NS).Get(context.Background(), name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			return pvc.Status.Capacity.Storage().String() == size, nil
+		})
+		if read {
+			t.Logf("the resizer read claim %s afresh after a conflict, in resize %d of at most %d", name, i+1, rounds)
+			return size
+		}
+	}
+	t.Fatalf("the resizer never read claim %s afresh in %d resizes made while it was being written to", name, rounds)
+	return ""
 }
 
 // touch changes a label of claim name as fast as the API server takes it,
