@@ -28,14 +28,25 @@ const (
 	shareClaimBytes = 64 << 20
 )
 
-// fillerScript fills the pod's emptyDir until a write fails, holds it
-// full for HOLD seconds, then frees it and says how far it got (busybox
-// dd's report, error included). Nothing is written to a file meanwhile:
-// while the node share is full, so is the container's writable layer, and
-// the container log, which is why the report waits until the end.
+// fillerScript fills the pod's emptyDir until a write fails, keeps it full
+// for HOLD seconds, then frees it and says how far it got (busybox dd's
+// report, error included). Keeping it full means writing again each
+// second, 4 KiB at a time, into whatever room came free: the claimant's
+// probe may hold a MiB of room at the instant the first dd fails, and once
+// the probe deletes it the share would otherwise stay 1 MiB short of full
+// for the whole hold, every probe succeeding: the claimant would never see
+// the share full, as in session 31's landing CI. Nothing is written to a
+// log meanwhile: while the node share is full, so is the container's
+// writable layer, and the container log, which is why the report waits
+// until the end.
 const fillerScript = `r=$(dd if=/dev/zero of=/scratch/fill bs=1M conv=fsync 2>&1)
-sleep "$HOLD"
-rm -f /scratch/fill
+i=0
+while [ "$i" -lt "$HOLD" ]; do
+  dd if=/dev/zero of=/scratch/top.$i bs=4k conv=fsync 2>/dev/null
+  i=$((i + 1))
+  sleep 1
+done
+rm -f /scratch/fill /scratch/top.*
 echo "[FILLED] $r" | tr '\n' ' '
 echo
 exec sleep 1000000`
