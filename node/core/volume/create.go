@@ -145,14 +145,20 @@ func (m *Manager) Create(ctx context.Context, id string, mode Mode, bytes int64,
 	return Info{ID: id, Mode: mode, CapacityBytes: size}, nil
 }
 
-// createOptionsFor applies opts to the defaults and checks them against
-// mode, and that the data directory takes volumes of that mode; errors
-// wrap ErrInvalid, or say why filesystem volumes are refused.
-func (m *Manager) createOptionsFor(mode Mode, opts []CreateOption) (createOptions, error) {
+// applyCreateOptions applies opts to the defaults.
+func applyCreateOptions(opts []CreateOption) createOptions {
 	o := createOptions{rootDirMode: DefaultRootDirMode, overcommit: NoOvercommit}
 	for _, opt := range opts {
 		opt(&o)
 	}
+	return o
+}
+
+// createOptionsFor applies opts to the defaults and checks them against
+// mode, and that the data directory takes volumes of that mode; errors
+// wrap ErrInvalid, or say why filesystem volumes are refused.
+func (m *Manager) createOptionsFor(mode Mode, opts []CreateOption) (createOptions, error) {
+	o := applyCreateOptions(opts)
 	switch mode {
 	case Filesystem:
 		if err := m.checkFilesystemAllowed(); err != nil {

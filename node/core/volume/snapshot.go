@@ -137,12 +137,21 @@ func (m *Manager) checkCopyOnWrite() error {
 // accounting (it reserves what it holds) ErrNoSpace. On failure nothing of
 // the snapshot is left.
 //
+// Of the options, only WithOvercommit applies: the snapshot's reservation
+// may then take room promised to filesystem volumes and other copies, as
+// a volume of that ratio may (the user's choice to share, from a
+// VolumeSnapshotClass); any other is ErrInvalid.
+//
 // The volume is locked while it is copied: it cannot be deleted or grown
 // meanwhile, and Stat waits. For a block volume that is one FICLONE; for a
 // filesystem volume it is a walk of its tree, whose time grows with the
 // number of its files, not their size.
-func (m *Manager) CreateSnapshot(ctx context.Context, volumeID, snapshotID string) (Snapshot, error) {
+func (m *Manager) CreateSnapshot(ctx context.Context, volumeID, snapshotID string, opts ...CreateOption) (Snapshot, error) {
 	if err := ctx.Err(); err != nil {
+		return Snapshot{}, fmt.Errorf("creating snapshot %s: %w", snapshotID, err)
+	}
+	o, err := snapshotOptions(opts)
+	if err != nil {
 		return Snapshot{}, fmt.Errorf("creating snapshot %s: %w", snapshotID, err)
 	}
 	if err := ValidateSnapshotID(snapshotID); err != nil {
@@ -174,7 +183,7 @@ func (m *Manager) CreateSnapshot(ctx context.Context, volumeID, snapshotID strin
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("creating snapshot %s of volume %s: %w", snapshotID, volumeID, err)
 	}
-	snap, err := m.takeSnapshot(ctx, s, vol)
+	snap, err := m.takeSnapshot(ctx, s, vol, o.overcommit)
 	if err != nil {
 		if rerr := m.removeSnapshot(s); rerr != nil {
 			return Snapshot{}, fmt.Errorf("creating snapshot %s of volume %s: %w (and removing the partial snapshot failed: %v; it will be retried)", snapshotID, volumeID, err, rerr)
@@ -184,9 +193,20 @@ func (m *Manager) CreateSnapshot(ctx context.Context, volumeID, snapshotID strin
 	return snap, nil
 }
 
+// snapshotOptions reads CreateSnapshot's options: over-commit, and
+// nothing else.
+func snapshotOptions(opts []CreateOption) (createOptions, error) {
+	o := applyCreateOptions(opts)
+	if o.rootDirMode != DefaultRootDirMode || o.source != nil {
+		return o, fmt.Errorf("%w: a snapshot takes only an over-commit ratio, not a root directory mode or a source", ErrInvalid)
+	}
+	return o, nil
+}
+
 // takeSnapshot copies volume vol into the snapshot directory s, which does
-// not exist. Callers hold both locks and remove s on failure.
-func (m *Manager) takeSnapshot(ctx context.Context, s localstorage.SnapshotDirectory, vol Info) (Snapshot, error) {
+// not exist, reserving what it shares under over-commit ratio r. Callers
+// hold both locks and remove s on failure.
+func (m *Manager) takeSnapshot(ctx context.Context, s localstorage.SnapshotDirectory, vol Info, r Overcommit) (Snapshot, error) {
 	fsPath, imgPath := m.paths(vol.ID)
 	estimate, err := m.heldBytes(vol, fsPath, imgPath)
 	if err != nil {
@@ -194,7 +214,7 @@ func (m *Manager) takeSnapshot(ctx context.Context, s localstorage.SnapshotDirec
 	}
 	rec := snapshotRecord{State: snapshotCreating, SourceVolumeID: vol.ID, Mode: vol.Mode.String(),
 		SizeBytes: vol.CapacityBytes, ReservedBytes: estimate, CreatedAt: time.Now().UTC().Truncate(time.Second)}
-	if err := m.startSnapshot(s, rec); err != nil {
+	if err := m.startSnapshot(s, rec, r); err != nil {
 		return Snapshot{}, err
 	}
 	m.crashPoint("snapshot:intent")
@@ -220,10 +240,10 @@ func (m *Manager) takeSnapshot(ctx context.Context, s localstorage.SnapshotDirec
 
 // startSnapshot makes the snapshot directory s with its record rec, which
 // says "creating". The record is the promise of rec.ReservedBytes: once it
-// is written, space() counts it, so the room check and the record are
-// made under spaceMu together.
-func (m *Manager) startSnapshot(s localstorage.SnapshotDirectory, rec snapshotRecord) error {
-	release, err := m.promise(rec.ReservedBytes, NoOvercommit)
+// is written, space() counts it, so the room check (under over-commit
+// ratio r) and the record are made under spaceMu together.
+func (m *Manager) startSnapshot(s localstorage.SnapshotDirectory, rec snapshotRecord, r Overcommit) error {
+	release, err := m.promise(rec.ReservedBytes, r)
 	if err != nil {
 		return err
 	}

@@ -137,3 +137,49 @@ func settleFreeSpace(t testing.TB, m *Manager) {
 	}
 	t.Fatal("the data filesystem's usage kept changing for 2 s")
 }
+
+// TestSnapshotOvercommitLendsPromisedRoom: a snapshot's reservation may
+// take room promised to others only under an over-commit ratio, as a
+// volume's may. With a first snapshot promising a quarter of the room, a
+// block volume of 9/32 of it can be snapshotted under ratio 2 (half of
+// that promise is lent) and not without over-commit; the refused attempt
+// leaves nothing. A snapshot refuses the options of a volume.
+func TestSnapshotOvercommitLendsPromisedRoom(t *testing.T) {
+	ctx := context.Background()
+	forEachReflinkBackend(t, func(t *testing.T, b backend) {
+		m := newManagerOn(t, b)
+		settleFreeSpace(t, m)
+		start, err := m.Space(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		room := start.Available(NoOvercommit)
+		sizeA, sizeB := room/4/MiB*MiB, room*9/32/MiB*MiB
+		for _, v := range []struct {
+			id   string
+			size int64
+		}{{"a", sizeA}, {"b", sizeB}} {
+			if _, err := m.Create(ctx, v.id, Block, v.size); err != nil {
+				t.Fatal(err)
+			}
+			writeImage(t, m, v.id, pattern(7, int(v.size)))
+		}
+		if _, err := m.CreateSnapshot(ctx, "a", "snap-a"); err != nil {
+			t.Fatalf("a snapshot of a quarter of the room: %v", err)
+		}
+		if _, err := m.CreateSnapshot(ctx, "b", "snap-b"); !errors.Is(err, ErrNoSpace) {
+			t.Errorf("a snapshot that fits only in lent room, without over-commit = %v, want ErrNoSpace", err)
+		}
+		assertSnapshotGone(t, m, "snap-b")
+		if _, err := m.CreateSnapshot(ctx, "b", "snap-b", WithRootDirMode(0o770)); !errors.Is(err, ErrInvalid) {
+			t.Errorf("a snapshot with a root directory mode = %v, want ErrInvalid", err)
+		}
+		snap, err := m.CreateSnapshot(ctx, "b", "snap-b", WithOvercommit(2))
+		if err != nil {
+			t.Fatalf("the same snapshot under over-commit 2: %v", err)
+		}
+		if snap.ReservedBytes != sizeB {
+			t.Errorf("the lent snapshot reserves %d bytes, want %d: lending changes the check, not the reservation", snap.ReservedBytes, sizeB)
+		}
+	})
+}

@@ -1,9 +1,11 @@
 // Package classparams is the one reader of the parameters a StorageClass
-// gives Plinth's volumes. The provisioner reads a class's parameters here
-// before it makes a volume, the capacity publisher before it says how much
-// room the class has, and the development CSI controller (csi-serve) reads
-// a CreateVolume call's parameters here too; with one reader, the three
-// cannot disagree on what a class asks for.
+// gives Plinth's volumes, and a VolumeSnapshotClass its snapshots. The
+// provisioner reads a class's parameters here before it makes a volume,
+// the capacity publisher before it says how much room the class has, the
+// snapshot controller before it makes a snapshot, and the development CSI
+// controller (csi-serve) reads a CreateVolume or CreateSnapshot call's
+// parameters here too; with one reader, they cannot disagree on what a
+// class asks for.
 //
 // Unknown parameters are refused rather than ignored: a user who asks for,
 // say, a filesystem type must not get a volume that silently lacks it.
@@ -56,6 +58,54 @@ func Supported() []string { return slices.Sorted(maps.Keys(readers)) }
 // the user who reads it in an Event or a gRPC status.
 func Parse(params map[string]string) (Params, error) {
 	p := Params{RootDirMode: volume.DefaultRootDirMode, Overcommit: volume.NoOvercommit}
+	if err := parse(params, readers, &p); err != nil {
+		return Params{}, err
+	}
+	return p, nil
+}
+
+// SnapshotParams are what a VolumeSnapshotClass's parameters ask of its
+// snapshots.
+type SnapshotParams struct {
+	// Overcommit is the ratio by which a snapshot's reservation (the
+	// blocks it shares with its volume, which a write to either side
+	// makes real) may take room promised to filesystem volumes and other
+	// copies (names.ParameterOvercommit, as for a StorageClass); without
+	// the parameter, volume.NoOvercommit: every snapshot's share of blocks
+	// stays reserved.
+	Overcommit volume.Overcommit
+}
+
+// snapshotReaders reads each parameter a VolumeSnapshotClass may give.
+var snapshotReaders = map[string]func(string, *SnapshotParams) error{
+	names.ParameterOvercommit: func(v string, p *SnapshotParams) (err error) {
+		p.Overcommit, err = volume.ParseOvercommit(v)
+		return err
+	},
+}
+
+// ParseSnapshot reads a VolumeSnapshotClass's params (as the
+// csi-snapshotter passes them to CreateSnapshot: those prefixed
+// "csi.storage.k8s.io/" are the sidecar's own and never reach here). Its
+// errors are Parse's, for the snapshot class.
+func ParseSnapshot(params map[string]string) (SnapshotParams, error) {
+	p := SnapshotParams{Overcommit: volume.NoOvercommit}
+	if err := parse(params, snapshotReaders, &p); err != nil {
+		return SnapshotParams{}, err
+	}
+	return p, nil
+}
+
+// SnapshotOptions are the volume engine's options for a snapshot made
+// with p (volume.Manager.CreateSnapshot).
+func (p SnapshotParams) SnapshotOptions() []volume.CreateOption {
+	return []volume.CreateOption{volume.WithOvercommit(p.Overcommit)}
+}
+
+// parse reads params into p with readers, refusing any parameter readers
+// do not know, and reading the others in a fixed order.
+func parse[P any](params map[string]string, readers map[string]func(string, *P) error, p *P) error {
+	supported := slices.Sorted(maps.Keys(readers))
 	var unknown []string
 	for k := range params {
 		if readers[k] == nil {
@@ -64,17 +114,17 @@ func Parse(params map[string]string) (Params, error) {
 	}
 	if len(unknown) > 0 {
 		slices.Sort(unknown)
-		return Params{}, fmt.Errorf("unknown parameters %s; %s supports only %s",
-			strings.Join(unknown, ", "), names.DriverName, strings.Join(Supported(), ", "))
+		return fmt.Errorf("unknown parameters %s; %s supports only %s",
+			strings.Join(unknown, ", "), names.DriverName, strings.Join(supported, ", "))
 	}
-	for _, k := range Supported() {
+	for _, k := range supported {
 		if v, ok := params[k]; ok {
-			if err := readers[k](v, &p); err != nil {
-				return Params{}, fmt.Errorf("parameter %s: %w", k, err)
+			if err := readers[k](v, p); err != nil {
+				return fmt.Errorf("parameter %s: %w", k, err)
 			}
 		}
 	}
-	return p, nil
+	return nil
 }
 
 // CreateOptions are the volume engine's options for a volume of mode made

@@ -53,3 +53,31 @@ func TestVolumeAttributes(t *testing.T) {
 		t.Errorf("%d filesystem and %d block create options; want the root directory mode only for the first", n, m)
 	}
 }
+
+// TestParseSnapshot: a VolumeSnapshotClass may ask only for an
+// over-commit ratio; a StorageClass's other parameters are refused there,
+// as is any unknown one.
+func TestParseSnapshot(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		params  map[string]string
+		want    SnapshotParams
+		wantErr string // substring; empty: valid
+	}{
+		{name: "none", want: SnapshotParams{Overcommit: volume.NoOvercommit}},
+		{name: "ratio", params: map[string]string{"overcommit": "3"}, want: SnapshotParams{Overcommit: 3}},
+		{name: "a volume's parameter", params: map[string]string{"rootDirMode": "0750"},
+			wantErr: "unknown parameters rootDirMode; storage.plinth.dev supports only overcommit"},
+		{name: "bad ratio", params: map[string]string{"overcommit": "101"}, wantErr: "parameter overcommit: "},
+	} {
+		got, err := ParseSnapshot(tc.params)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%s: ParseSnapshot(%v) = %v", tc.name, tc.params, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%s: ParseSnapshot(%v) = %+v, %v; want an error containing %q", tc.name, tc.params, got, err, tc.wantErr)
+		case tc.wantErr == "" && got != tc.want:
+			t.Errorf("%s: ParseSnapshot(%v) = %+v, want %+v", tc.name, tc.params, got, tc.want)
+		}
+	}
+}

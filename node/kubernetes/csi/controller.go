@@ -57,17 +57,22 @@ const parameterPrefix = "csi.storage.k8s.io/"
 // are ignored, it reads them as the provisioner reads a StorageClass's
 // (classparams.Parse).
 func checkParameters(params map[string]string, mode volume.Mode) ([]volume.CreateOption, map[string]string, error) {
+	p, err := classparams.Parse(ownParameters(params))
+	if err != nil {
+		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return p.CreateOptions(mode), p.VolumeAttributes(mode), nil
+}
+
+// ownParameters are params without the CO's own (parameterPrefix).
+func ownParameters(params map[string]string) map[string]string {
 	own := make(map[string]string, len(params))
 	for k, v := range params {
 		if !strings.HasPrefix(k, parameterPrefix) {
 			own[k] = v
 		}
 	}
-	p, err := classparams.Parse(own)
-	if err != nil {
-		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	return p.CreateOptions(mode), p.VolumeAttributes(mode), nil
+	return own
 }
 
 // sizeFor picks the size for a capacity range: the required bytes (or the

@@ -3,7 +3,6 @@ package csi
 import (
 	"context"
 	"errors"
-	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -11,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"source.plinth.dev/node/core/volume"
+	"source.plinth.dev/node/kubernetes/classparams"
 )
 
 // The snapshot RPCs of the development Controller service present the
@@ -41,16 +41,17 @@ func (c *controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if err := volume.ValidateID(vid); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "source_volume_id: %v", err)
 	}
-	for k := range req.GetParameters() {
-		if !strings.HasPrefix(k, parameterPrefix) {
-			return nil, status.Errorf(codes.InvalidArgument, "parameters: this driver takes no snapshot parameters, not %q", k)
-		}
+	// The snapshot class's parameters, read as the node's snapshot
+	// controller reads them.
+	p, err := classparams.ParseSnapshot(ownParameters(req.GetParameters()))
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "parameters: %v", err)
 	}
 	// A snapshot is usable only on this node, where its source is.
 	if !c.reachable(req.GetAccessibilityRequirements()) {
 		return nil, status.Errorf(codes.ResourceExhausted, "accessibility_requirements exclude node %s, the only node a snapshot of this plugin is usable from", c.s.cfg.NodeName)
 	}
-	snap, err := c.s.cfg.Volumes.CreateSnapshot(ctx, vid, SnapshotIDForName(req.GetName()))
+	snap, err := c.s.cfg.Volumes.CreateSnapshot(ctx, vid, SnapshotIDForName(req.GetName()), p.SnapshotOptions()...)
 	if errors.Is(err, volume.ErrCopyUnsupported) {
 		// ControllerGetCapabilities does not offer snapshots then.
 		return nil, status.Error(codes.Unimplemented, err.Error())

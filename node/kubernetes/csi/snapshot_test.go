@@ -143,16 +143,19 @@ func TestCreateSnapshot(t *testing.T) {
 		{"no source", &csi.CreateSnapshotRequest{Name: "x"}, codes.InvalidArgument},
 		{"malformed source", &csi.CreateSnapshotRequest{Name: "x", SourceVolumeId: "../vol-a"}, codes.InvalidArgument},
 		{"missing source", &csi.CreateSnapshotRequest{Name: "x", SourceVolumeId: "vol-missing"}, codes.NotFound},
-		{"a parameter", &csi.CreateSnapshotRequest{Name: "x", SourceVolumeId: "vol-a", Parameters: map[string]string{"retain": "1d"}}, codes.InvalidArgument},
+		{"an unknown parameter", &csi.CreateSnapshotRequest{Name: "x", SourceVolumeId: "vol-a", Parameters: map[string]string{"retain": "1d"}}, codes.InvalidArgument},
+		{"a volume's parameter", &csi.CreateSnapshotRequest{Name: "x", SourceVolumeId: "vol-a", Parameters: map[string]string{"rootDirMode": "0770"}}, codes.InvalidArgument},
+		{"a bad ratio", &csi.CreateSnapshotRequest{Name: "x", SourceVolumeId: "vol-a", Parameters: map[string]string{"overcommit": "0.5"}}, codes.InvalidArgument},
 		{"another node", &csi.CreateSnapshotRequest{Name: "x", SourceVolumeId: "vol-a", AccessibilityRequirements: otherNode}, codes.ResourceExhausted},
 	} {
 		_, err := c.CreateSnapshot(ctx, b.req)
 		wantCode(t, "CreateSnapshot with "+b.what, err, b.want)
 	}
-	// The CO's own parameters are not the driver's.
+	// The CO's own parameters are not the driver's; an over-commit ratio
+	// is (how it lends room: TestSnapshotOvercommitLendsPromisedRoom).
 	if _, err := c.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "y", SourceVolumeId: "vol-a",
-		Parameters: map[string]string{"csi.storage.k8s.io/volumesnapshot/name": "y"}}); err != nil {
-		t.Errorf("CreateSnapshot with a CO parameter: %v", err)
+		Parameters: map[string]string{"csi.storage.k8s.io/volumesnapshot/name": "y", "overcommit": "2"}}); err != nil {
+		t.Errorf("CreateSnapshot with a CO parameter and a ratio: %v", err)
 	}
 	if _, err := e.volumes.GetSnapshot(ctx, "x"); err == nil {
 		t.Error("a refused CreateSnapshot left snapshot x")

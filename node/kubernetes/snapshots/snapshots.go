@@ -96,7 +96,7 @@ const DefaultAPIPoll = time.Minute
 // controller uses. CreateSnapshot and DeleteSnapshot are idempotent and
 // crash-safe; a snapshot that is not whole is never returned.
 type Volumes interface {
-	CreateSnapshot(ctx context.Context, volumeID, snapshotID string) (volume.Snapshot, error)
+	CreateSnapshot(ctx context.Context, volumeID, snapshotID string, opts ...volume.CreateOption) (volume.Snapshot, error)
 	DeleteSnapshot(ctx context.Context, id string) error
 	GetSnapshot(ctx context.Context, id string) (volume.Snapshot, error)
 }
