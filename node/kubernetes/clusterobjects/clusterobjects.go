@@ -106,7 +106,9 @@ const annDefaultSnapshotClass = "snapshot.storage.kubernetes.io/is-default-class
 
 // SnapshotClass is the default VolumeSnapshotClass of the driver, named
 // like the default StorageClass, so that a user snapshots a claim without
-// choosing a class. Plinth's snapshots take no parameters; deletionPolicy
+// choosing a class. It has no parameters: every snapshot's share of
+// blocks stays reserved (a class of its own with parameter overcommit
+// lends room, classparams.SnapshotParams); deletionPolicy
 // Delete: deleting the VolumeSnapshot deletes the node's copy, as deleting
 // a claim of the default StorageClass deletes its volume. It exists only
 // where the snapshot API is served: the installer applies it after the
@@ -188,6 +190,9 @@ func ClusterRole() *rbacv1.ClusterRole {
 			// The source of a claim restored from a snapshot, read live
 			// before the copy (provisioner restore.go).
 			{APIGroups: []string{snapshotGroup}, Resources: []string{"volumesnapshots", "volumesnapshotcontents"}, Verbs: []string{"get"}},
+			// A content's class, read live for its parameters before
+			// the snapshot is made (snapshots class.go).
+			{APIGroups: []string{snapshotGroup}, Resources: []string{"volumesnapshotclasses"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"},
 				ResourceNames: []string{ClusterRoleName}, Verbs: []string{"get"}},
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles", "rolebindings"},

@@ -434,10 +434,11 @@ func nodeSnapshots(t *testing.T, e *controllertest.Env, id string) {
 	c := &crdv1.VolumeSnapshotContent{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{ownership.LabelSnapshotManagedBy: e.Node}},
 		Spec: crdv1.VolumeSnapshotContentSpec{
-			Driver:            names.DriverName,
-			DeletionPolicy:    crdv1.VolumeSnapshotContentDelete,
-			Source:            crdv1.VolumeSnapshotContentSource{VolumeHandle: &id},
-			VolumeSnapshotRef: corev1.ObjectReference{Namespace: e.NS, Name: "snap", UID: uuid.NewUUID()},
+			Driver:                  names.DriverName,
+			DeletionPolicy:          crdv1.VolumeSnapshotContentDelete,
+			Source:                  crdv1.VolumeSnapshotContentSource{VolumeHandle: &id},
+			VolumeSnapshotClassName: &clusterobjects.SnapshotClass().Name,
+			VolumeSnapshotRef:       corev1.ObjectReference{Namespace: e.NS, Name: "snap", UID: uuid.NewUUID()},
 		},
 	}
 	if _, err := api.Create(ctx, c, metav1.CreateOptions{}); err != nil {

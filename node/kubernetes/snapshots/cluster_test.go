@@ -99,12 +99,12 @@ func (e *env) startProvisioner() {
 	supervisor.TestHarness(e.T, p.Run)
 }
 
-// createClass creates a VolumeSnapshotClass of the driver with policy,
-// removed when the test ends.
-func (e *env) createClass(policy crdv1.DeletionPolicy) string {
+// createClass creates a VolumeSnapshotClass of the driver with policy and
+// params, named for the env and suffix, removed when the test ends.
+func (e *env) createClass(suffix string, policy crdv1.DeletionPolicy, params map[string]string) string {
 	e.T.Helper()
-	name := "vsc-" + e.NS + "-" + strings.ToLower(string(policy))
-	class := &crdv1.VolumeSnapshotClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Driver: names.DriverName, DeletionPolicy: policy}
+	name := "vsc-" + e.NS + "-" + suffix
+	class := &crdv1.VolumeSnapshotClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Driver: names.DriverName, DeletionPolicy: policy, Parameters: params}
 	if _, err := e.snaps.SnapshotV1().VolumeSnapshotClasses().Create(context.Background(), class, metav1.CreateOptions{}); err != nil {
 		e.T.Fatal(err)
 	}
@@ -134,11 +134,12 @@ func (e *env) createSnapshot(name, claim, class string) *crdv1.VolumeSnapshot {
 // content is a VolumeSnapshotContent as the snapshot-controller makes one
 // for a VolumeSnapshot (dynamic: source a volume handle), or as an
 // administrator pre-provisions one (static: source a snapshot handle),
-// labelled for node.
+// labelled for node, of VolumeSnapshotClass class (none when empty).
 type content struct {
 	name, node     string
 	volume, handle string
 	policy         crdv1.DeletionPolicy
+	class          string
 }
 
 // create creates c, bound to a VolumeSnapshot of the env's namespace that
@@ -156,6 +157,9 @@ func (e *env) create(c content) *crdv1.VolumeSnapshotContent {
 			DeletionPolicy:    c.policy,
 			VolumeSnapshotRef: corev1.ObjectReference{Namespace: e.NS, Name: "vs-" + c.name},
 		},
+	}
+	if c.class != "" {
+		obj.Spec.VolumeSnapshotClassName = &c.class
 	}
 	if c.volume != "" {
 		obj.Spec.Source.VolumeHandle = &c.volume

@@ -14,7 +14,8 @@
 // part of the snapshot protocol (plan.go):
 //
 //   - a dynamic content (spec.source.volumeHandle) is a request for a new
-//     snapshot: the node marks it being created (AnnBeingCreated), has the
+//     snapshot: the node reads its VolumeSnapshotClass's parameters
+//     (class.go), marks it being created (AnnBeingCreated), has the
 //     volume engine copy the volume into snapshot "snapshot-<UID of the
 //     VolumeSnapshot>" (the name the sidecar would pass to CreateSnapshot,
 //     so the snapshot handle names the same snapshot whoever asks), records

@@ -57,7 +57,7 @@ func TestSnapshotOfAClaim(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "file"), []byte("before the snapshot"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	class := e.createClass(crdv1.VolumeSnapshotContentDelete)
+	class := e.createClass("delete", crdv1.VolumeSnapshotContentDelete, nil)
 	start := time.Now()
 	vs := e.createSnapshot("snap", "data", class)
 
@@ -139,7 +139,7 @@ func TestDeletionPolicy(t *testing.T) {
 		name := e.NS + "-" + strings.ToLower(string(policy))
 		made := e.create(content{name: name, node: e.Node, volume: id, policy: policy})
 		handle := SnapshotName(string(made.Spec.VolumeSnapshotRef.UID))
-		c := e.waitStatus(name, "ready", func(s *crdv1.VolumeSnapshotContentStatus) bool { return s.ReadyToUse != nil && *s.ReadyToUse })
+		c := e.waitStatus(name, "ready", readyToUse)
 		if got := describe(c.Status); c.Status.SnapshotHandle == nil || *c.Status.SnapshotHandle != handle ||
 			c.Status.RestoreSize == nil || *c.Status.RestoreSize != 4<<20 {
 			t.Errorf("content %s: status %s restoreSize %v, want handle %s and 4 MiB", name, got, c.Status.RestoreSize, handle)
@@ -196,7 +196,7 @@ func TestPreProvisionedSnapshot(t *testing.T) {
 	}
 	name := e.NS + "-static"
 	e.create(content{name: name, node: e.Node, handle: snap.ID})
-	c := e.waitStatus(name, "ready", func(s *crdv1.VolumeSnapshotContentStatus) bool { return s.ReadyToUse != nil && *s.ReadyToUse })
+	c := e.waitStatus(name, "ready", readyToUse)
 	s := c.Status
 	if s.SnapshotHandle == nil || *s.SnapshotHandle != snap.ID || s.RestoreSize == nil || *s.RestoreSize != 8<<20 ||
 		s.CreationTime == nil || *s.CreationTime != snap.CreatedAt.UnixNano() || s.Error != nil {
@@ -303,7 +303,7 @@ func TestWaitsForTheSnapshotAPI(t *testing.T) {
 	}
 	name := e.NS + "-late"
 	e.create(content{name: name, node: e.Node, volume: id})
-	e.waitStatus(name, "ready", func(s *crdv1.VolumeSnapshotContentStatus) bool { return s.ReadyToUse != nil && *s.ReadyToUse })
+	e.waitStatus(name, "ready", readyToUse)
 }
 
 // logs is every line logged in the tree so far.
@@ -342,7 +342,7 @@ func TestResumesAfterACrash(t *testing.T) {
 	}
 
 	e.startSnapshots()
-	c := e.waitStatus(name, "ready", func(s *crdv1.VolumeSnapshotContentStatus) bool { return s.ReadyToUse != nil && *s.ReadyToUse })
+	c := e.waitStatus(name, "ready", readyToUse)
 	if s := c.Status; s.SnapshotHandle == nil || *s.SnapshotHandle != handle || s.CreationTime == nil || *s.CreationTime != before.CreatedAt.UnixNano() {
 		t.Errorf("content %s: status %s creationTime %v, want the crashed run's snapshot %s made at %d",
 			name, describe(s), s.CreationTime, handle, before.CreatedAt.UnixNano())

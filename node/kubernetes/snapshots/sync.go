@@ -41,21 +41,28 @@ func (r *run) syncContent(ctx context.Context, name string) error {
 }
 
 // createSnapshot makes the snapshot of a dynamic content's volume, as
-// named steps: mark the content being created, copy the volume, record
-// the snapshot in the status, take the mark off. A failure is recorded in
-// the status and an Event, and retried with backoff.
+// named steps: read its class's parameters, mark the content being
+// created, copy the volume, record the snapshot in the status, take the
+// mark off. A failure is recorded in the status and an Event, and retried
+// with backoff.
 func (r *run) createSnapshot(ctx context.Context, content *crdv1.VolumeSnapshotContent) error {
 	uid := string(content.Spec.VolumeSnapshotRef.UID)
 	if uid == "" {
 		return r.fail(ctx, content, ReasonCreationFailed, "cannot make a snapshot for a content bound to no VolumeSnapshot (spec.volumeSnapshotRef.uid is empty)", nil)
 	}
 	volumeID, snapshotID := *content.Spec.Source.VolumeHandle, SnapshotName(uid)
-	content, err := r.markBeingCreated(ctx, content)
+	opts, err := r.snapshotOptions(ctx, content)
+	if errors.Is(err, errBadClass) {
+		return r.fail(ctx, content, ReasonCreationFailed, err.Error(), err)
+	} else if err != nil {
+		return err
+	}
+	content, err = r.markBeingCreated(ctx, content)
 	if err != nil {
 		return err
 	}
 	start := time.Now()
-	snap, err := r.Volumes.CreateSnapshot(ctx, volumeID, snapshotID)
+	snap, err := r.Volumes.CreateSnapshot(ctx, volumeID, snapshotID, opts...)
 	r.Metrics.Observe(metrics.Snapshot, start, metrics.Reason(err))
 	if err != nil {
 		return r.createFailed(ctx, content, volumeID, err)
