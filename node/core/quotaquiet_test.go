@@ -27,7 +27,9 @@ import (
 // quotaWatchBound the watch must have found it anyway, by B's usage
 // growing with no write or creation in B to account for it: the outside
 // file gets project 0, the volume's file A's project again, and B's
-// write of (nearly) its full size succeeds.
+// write of (nearly) its full size succeeds. The engine hands up the room
+// given back to B, with the file and, in case volume, volume A as where
+// it came from (volume.Manager.TakeReclaimed), for B's claim to hear of.
 func TestQuotaWatchFindsQuietMove(t *testing.T) {
 	ktest.RequireVM(t)
 	for _, where := range []string{"outside", "volume", "share", "busy"} {
@@ -87,6 +89,14 @@ func TestQuotaWatchFindsQuietMove(t *testing.T) {
 			// file through the noted repairs (an Event on A's
 			// claim, from the volume health monitor), one outside
 			// in the watch's log.
+			// B's user, whose room the file took, hears of it
+			// too (an Event on B's claim), with the volume whose
+			// user moved it when it was a volume's.
+			if where == "volume" {
+				checkReclaimed(t, vols, "pvc-a", "quiet", 4*mib)
+			} else {
+				checkReclaimed(t, vols, "", file, 4*mib)
+			}
 			if where == "volume" {
 				if r := vols.TakeRepairs()["pvc-a"]; r.Strays == 0 || r.FirstStray != "quiet" {
 					t.Errorf("repairs noted for volume A: %+v; want the moved file, for the audit's reporter to tell the user", r)

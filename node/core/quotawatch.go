@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -183,7 +182,7 @@ func releaseEntry(ctx context.Context, log logtree.LeveledLogger, vols *volume.M
 	if r.Strays > 0 {
 		log.Warningf("quota watch: %s: gave %q (%d bytes) project ID %d: it lies outside every volume, and a process had moved it into a volume's project quota and was writing to it",
 			d.Path, name, r.StrayBytes, d.Release)
-		r.FirstStray = filepath.Join(d.Path, r.FirstStray)
+		r.Rebase(d.Path)
 		vols.NoteRelease(r)
 	}
 }

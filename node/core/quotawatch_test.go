@@ -83,6 +83,10 @@ func TestQuotaWatchPutsMovedFileBack(t *testing.T) {
 			if r := vols.TakeRepairs()["pvc-a"]; r.Strays == 0 || r.FirstStray != "escape" {
 				t.Errorf("repairs noted for volume A: %+v; want the put-back file, for the audit's reporter to tell the user", r)
 			}
+			// And B's user, whose room it took, hears that A's
+			// user took it (how much depends on how far the
+			// write came before the watch stepped in).
+			checkReclaimed(t, vols, "pvc-a", "escape", 1)
 		})
 	}
 }
@@ -151,7 +155,22 @@ func TestQuotaWatchResetsOutsideFile(t *testing.T) {
 			if r := vols.TakeReleases(); r.Strays == 0 || r.FirstStray != file {
 				t.Errorf("releases noted: %+v; want the moved file %s, for the operator's counters", r, file)
 			}
+			// B's user, whose writes failed, hears of it too.
+			checkReclaimed(t, vols, "", file, 4*mib)
 		})
+	}
+}
+
+// checkReclaimed checks what the engine hands up for the volume health
+// monitor to tell pvc-b's claim (volume.Manager.TakeReclaimed): the file
+// first, moved by the user of volume from ("" outside every volume), and
+// at least the least bytes it took of pvc-b's room.
+func checkReclaimed(t *testing.T, vols *volume.Manager, from, first string, least int64) {
+	t.Helper()
+	got := vols.TakeReclaimed()
+	r, ok := got["pvc-b"]
+	if !ok || r.Entries == 0 || r.Bytes < least || r.From != from || r.First != first {
+		t.Errorf("room reclaimed for volume B: %+v (all: %+v); want the moved file %q and at least %d bytes, from volume %q, for B's claim to hear of", r, got, first, least, from)
 	}
 }
 

@@ -46,6 +46,74 @@ type Restored struct {
 	// hide the rest.
 	Failed       int64
 	FirstFailure string
+	// From says, for the strays that carried another nonzero project
+	// ID, which project each came from and what that project's quota
+	// was charged for them (by the ID they carried): room the walk gave
+	// back to that project. A project's owner lost that room while the
+	// entries carried its ID, so the caller can tell it; a repair of a
+	// flag alone is not in it. Nil when there were none.
+	From map[uint32]Charge
+}
+
+// Charge is what a project's quota was charged for entries that were
+// not its own: how many, the bytes they held (allocated blocks; none for
+// directories), and the path of one, relative to the walk's top
+// directory.
+type Charge struct {
+	Entries, Bytes int64
+	First          string
+}
+
+// Add adds o's counts to r's, and each of o's charges to r's for the
+// same project; the first stray and failure of r stay, or are o's when
+// r had none.
+func (r *Restored) Add(o Restored) {
+	r.Checked += o.Checked
+	r.Strays += o.Strays
+	r.StrayBytes += o.StrayBytes
+	r.Unchecked += o.Unchecked
+	r.Mounts += o.Mounts
+	r.Failed += o.Failed
+	if r.FirstStray == "" {
+		r.FirstStray = o.FirstStray
+	}
+	if r.FirstFailure == "" {
+		r.FirstFailure = o.FirstFailure
+	}
+	for id, c := range o.From {
+		r.charge(id, c)
+	}
+}
+
+// Rebase joins the paths of r's strays (FirstStray and each charge's
+// First), relative to a walk's top directory, to top: a caller that walked
+// several tops reports them where they are. "" stays "".
+func (r *Restored) Rebase(top string) {
+	join := func(rel string) string {
+		if rel == "" {
+			return ""
+		}
+		return path.Join(top, rel)
+	}
+	r.FirstStray = join(r.FirstStray)
+	for id, c := range r.From {
+		c.First = join(c.First)
+		r.From[id] = c
+	}
+}
+
+// charge adds c to what project id was charged.
+func (r *Restored) charge(id uint32, c Charge) {
+	if r.From == nil {
+		r.From = map[uint32]Charge{}
+	}
+	sum := r.From[id]
+	sum.Entries += c.Entries
+	sum.Bytes += c.Bytes
+	if sum.First == "" {
+		sum.First = c.First
+	}
+	r.From[id] = sum
 }
 
 // RestoreTree gives every regular file and directory below dir, and dir
@@ -290,11 +358,15 @@ func (w *treeWalk) repair(fd int, rel string, isDir bool, allocated int64) error
 		return nil
 	}
 	w.r.Strays++
-	if !isDir {
-		w.r.StrayBytes += allocated
+	if isDir {
+		allocated = 0
 	}
+	w.r.StrayBytes += allocated
 	if w.r.FirstStray == "" {
 		w.r.FirstStray = rel
+	}
+	if x.Projid != 0 && x.Projid != w.id {
+		w.r.charge(x.Projid, Charge{Entries: 1, Bytes: allocated, First: rel})
 	}
 	x.Projid = w.id
 	if inherit {

@@ -41,15 +41,15 @@ func (m *Manager) ReleaseOutside(ctx context.Context, pace func(context.Context)
 		share = sh.dirs
 	}
 	total, err := fsquota.ReleaseTree(ctx, root, FirstProjectID, LastProjectID, 0, append(engine, share...), pace)
-	total.FirstStray = absolute(root, total.FirstStray)
+	total.Rebase(root)
 	for _, d := range share {
 		if err != nil {
 			break
 		}
 		var r fsquota.Restored
 		r, err = fsquota.ReleaseTree(ctx, d, FirstProjectID, LastProjectID, ShareProjectID, engine, pace)
-		r.FirstStray = absolute(d, r.FirstStray)
-		addRestored(&total, r)
+		r.Rebase(d)
+		total.Add(r)
 	}
 	if err != nil {
 		return total, fmt.Errorf("releasing the volumes' project IDs outside the volumes: %w", err)
@@ -61,15 +61,6 @@ func (m *Manager) ReleaseOutside(ctx context.Context, pace func(context.Context)
 // writes (enginePath).
 func (m *Manager) engineTrees() []string {
 	return []string{m.Data.Volumes.FullPath(), m.Data.Quarantine.FullPath(), m.Data.Snapshots.FullPath(), m.Data.State.FullPath()}
-}
-
-// absolute joins rel, a walk's path relative to its top directory top,
-// to top; "" stays "".
-func absolute(top, rel string) string {
-	if rel == "" {
-		return ""
-	}
-	return filepath.Join(top, rel)
 }
 
 // mountRoot returns the root of the mount holding dir: the nearest of dir

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -67,7 +68,7 @@ func TestRestoreProjectIDsEndsAnEscape(t *testing.T) {
 			if _, err := m.Create(ctx, "blk", Block, MiB); err != nil {
 				t.Fatal(err)
 			}
-			if r, err := m.RestoreProjectIDs(ctx, "blk", nil); err != nil || r != (fsquota.Restored{}) {
+			if r, err := m.RestoreProjectIDs(ctx, "blk", nil); err != nil || !reflect.DeepEqual(r, fsquota.Restored{}) {
 				t.Errorf("RestoreProjectIDs of a block volume = %+v, %v; want nothing done", r, err)
 			}
 			if _, err := m.RestoreProjectIDs(ctx, "nope", nil); !errors.Is(err, ErrNotFound) {

@@ -19,7 +19,28 @@ type repairs struct {
 	// released is what was taken out of volumes' project quotas
 	// outside every volume (NoteRelease): no claim's, so kept apart.
 	released fsquota.Restored
-	noted    changes
+	// reclaimed is the room given back to volumes' project quotas,
+	// by the volume whose quota it was (noteReclaimed).
+	reclaimed map[string]Reclaimed
+	noted     changes
+}
+
+// Reclaimed is room of a volume's project quota that entries not of the
+// volume's tree had taken, given back when the quota watch took them out
+// of the project (NoteRepair, NoteRelease). The volume's user lost that
+// room meanwhile: its writes within its size could fail with EDQUOT. A
+// process that may change project IDs moved the entries into the
+// volume's project: the user of volume From (From's walk put them back
+// into From's project), or, when From is "", a process using the node's
+// filesystem outside every volume (an emptyDir, a container's layer).
+type Reclaimed struct {
+	Entries, Bytes int64
+	// First is one of the entries: within From, its path as the
+	// repair named it (relative to the volume's directory, or its
+	// name alone for the entry the watch saw written); outside every
+	// volume, its absolute path.
+	First string
+	From  string
 }
 
 // NoteRepair adds r, what was just put back into volume id's project
@@ -34,14 +55,10 @@ func (m *Manager) NoteRepair(id string, r fsquota.Restored) {
 		m.repairs.pending = map[string]fsquota.Restored{}
 	}
 	p := m.repairs.pending[id]
-	p.Checked += r.Checked
-	p.Strays += r.Strays
-	p.StrayBytes += r.StrayBytes
-	if p.FirstStray == "" {
-		p.FirstStray = r.FirstStray
-	}
+	p.Add(r)
 	m.repairs.pending[id] = p
 	m.repairs.mu.Unlock()
+	m.noteReclaimed(id, r.From)
 	m.repairs.noted.signal()
 }
 
@@ -54,9 +71,53 @@ func (m *Manager) NoteRelease(r fsquota.Restored) {
 		return
 	}
 	m.repairs.mu.Lock()
-	addRestored(&m.repairs.released, r)
+	m.repairs.released.Add(r)
 	m.repairs.mu.Unlock()
+	m.noteReclaimed("", r.From)
 	m.repairs.noted.signal()
+}
+
+// noteReclaimed notes, for each project of from (fsquota.Restored.From)
+// that a volume other than volume from holds, the room given back to it.
+// A project no volume holds (freed meanwhile, or not a volume's) is
+// nobody's to tell.
+func (m *Manager) noteReclaimed(from string, charged map[uint32]fsquota.Charge) {
+	if m.ProjectIDs == nil || len(charged) == 0 {
+		return
+	}
+	owners := map[uint32]string{}
+	for pid := range charged {
+		owner, held, err := m.ProjectIDs.Owner(pid)
+		if err == nil && held && owner != from && ValidateID(owner) == nil {
+			owners[pid] = owner
+		}
+	}
+	m.repairs.mu.Lock()
+	defer m.repairs.mu.Unlock()
+	if m.repairs.reclaimed == nil {
+		m.repairs.reclaimed = map[string]Reclaimed{}
+	}
+	for pid, owner := range owners {
+		c := charged[pid]
+		sum := m.repairs.reclaimed[owner]
+		sum.Entries += c.Entries
+		sum.Bytes += c.Bytes
+		if sum.First == "" {
+			sum.First, sum.From = c.First, from
+		}
+		m.repairs.reclaimed[owner] = sum
+	}
+}
+
+// TakeReclaimed returns the room given back to volumes' project quotas
+// since the last call (Reclaimed), by the volume whose quota it was, and
+// forgets it.
+func (m *Manager) TakeReclaimed() map[string]Reclaimed {
+	m.repairs.mu.Lock()
+	defer m.repairs.mu.Unlock()
+	taken := m.repairs.reclaimed
+	m.repairs.reclaimed = nil
+	return taken
 }
 
 // TakeReleases returns the releases noted since the last call, and
@@ -69,7 +130,8 @@ func (m *Manager) TakeReleases() fsquota.Restored {
 	return r
 }
 
-// Repaired returns a channel that is closed at the next NoteRepair. A
+// Repaired returns a channel that is closed at the next NoteRepair or
+// NoteRelease. A
 // reporter takes a new channel before each TakeRepairs, so that a repair
 // noted meanwhile wakes it again.
 func (m *Manager) Repaired() <-chan struct{} { return m.repairs.noted.wait() }

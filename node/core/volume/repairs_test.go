@@ -1,6 +1,7 @@
 package volume
 
 import (
+	"maps"
 	"testing"
 
 	"source.plinth.dev/pkg/fsquota"
@@ -64,5 +65,45 @@ func TestReleasesAddUpUntilTaken(t *testing.T) {
 	}
 	if again := m.TakeReleases(); again.Strays != 0 {
 		t.Errorf("releases taken twice: %+v", again)
+	}
+}
+
+// TestReclaimedGoesToTheProjectsOwner: room given back to a project by a
+// repair of volume A or a release outside every volume is noted for the
+// volume holding that project, with where the entries came from, adds up
+// per volume, and is gone once taken. A project no volume holds, and A's
+// own, are nobody's to tell.
+func TestReclaimedGoesToTheProjectsOwner(t *testing.T) {
+	ids, err := fsquota.NewIDAllocator(t.TempDir(), FirstProjectID, LastProjectID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := Manager{ProjectIDs: ids}
+	pid := map[string]uint32{}
+	for _, v := range []string{"pvc-a", "pvc-b"} {
+		if pid[v], err = ids.Allocate(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unheld := pid["pvc-b"] + 1
+	m.NoteRepair("pvc-a", fsquota.Restored{Strays: 3, StrayBytes: 12288, FirstStray: "dir/x", From: map[uint32]fsquota.Charge{
+		pid["pvc-b"]: {Entries: 2, Bytes: 8192, First: "dir/x"},
+		pid["pvc-a"]: {Entries: 1, Bytes: 4096, First: "own"},
+		unheld:       {Entries: 1, Bytes: 4096, First: "gone"},
+	}})
+	m.NoteRelease(fsquota.Restored{Strays: 1, StrayBytes: 4096, FirstStray: "/data/emptydir/y", From: map[uint32]fsquota.Charge{
+		pid["pvc-b"]: {Entries: 1, Bytes: 4096, First: "/data/emptydir/y"},
+		pid["pvc-a"]: {Entries: 1, Bytes: 1024, First: "/data/emptydir/z"},
+	}})
+	got := m.TakeReclaimed()
+	want := map[string]Reclaimed{
+		"pvc-b": {Entries: 3, Bytes: 12288, First: "dir/x", From: "pvc-a"},
+		"pvc-a": {Entries: 1, Bytes: 1024, First: "/data/emptydir/z"},
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("reclaimed: %+v; want %+v", got, want)
+	}
+	if again := m.TakeReclaimed(); len(again) != 0 {
+		t.Errorf("reclaimed taken twice: %+v", again)
 	}
 }

@@ -131,7 +131,7 @@ func (m *Manager) SetUpShare(ctx context.Context) (ShareSetup, error) {
 		if err != nil {
 			return setup, fmt.Errorf("setting up the node share: %w", err)
 		}
-		addRestored(&setup.Restored, r)
+		setup.Restored.Add(r)
 	}
 	m.spaceMu.Lock()
 	defer m.spaceMu.Unlock()
@@ -181,21 +181,6 @@ func (m *Manager) shareDirs(dirs []string) (on, off []string, err error) {
 	return on, off, nil
 }
 
-func addRestored(sum *fsquota.Restored, r fsquota.Restored) {
-	sum.Checked += r.Checked
-	sum.Strays += r.Strays
-	sum.StrayBytes += r.StrayBytes
-	sum.Unchecked += r.Unchecked
-	sum.Mounts += r.Mounts
-	sum.Failed += r.Failed
-	if sum.FirstStray == "" {
-		sum.FirstStray = r.FirstStray
-	}
-	if sum.FirstFailure == "" {
-		sum.FirstFailure = r.FirstFailure
-	}
-}
-
 // RefitShare fits the node share's limit to what volumes are promised now
 // and returns it (0 and no error without an active share). The node calls
 // it periodically: Create, Expand and Delete fit the limit themselves,
@@ -228,7 +213,7 @@ func (m *Manager) RestoreShare(ctx context.Context, pace func(context.Context) e
 	}
 	for _, d := range sh.dirs {
 		r, err := fsquota.RestoreTree(ctx, d, ShareProjectID, pace)
-		addRestored(&sum, r)
+		sum.Add(r)
 		if err != nil {
 			return sum, fmt.Errorf("restoring the node share's project IDs: %w", err)
 		}
