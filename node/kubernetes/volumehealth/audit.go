@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/metrics"
 	"source.plinth.dev/pkg/fsquota"
 )
@@ -23,6 +24,11 @@ const (
 	// some may still be outside the quota. A reason of its own, so that
 	// an alert on restored files does not fire for it.
 	ReasonAuditIncomplete = "VolumeQuotaAuditIncomplete"
+	// ReasonQuotaReclaimed: files that were not the volume's had been
+	// moved into its project quota, taking its room, and were taken
+	// out of it. The user of the volume is the one who lost (writes
+	// within its size failed meanwhile), not the one who did it.
+	ReasonQuotaReclaimed = "VolumeQuotaReclaimed"
 )
 
 // Defaults of the audit (Config.Auditor).
@@ -47,12 +53,15 @@ const (
 // its walks, by the node's quota watch, are taken from TakeRepairs as soon
 // as Repaired's channel closes, and reported as the walk's are; what the
 // watch released outside every volume, from TakeReleases, is counted and
-// logged (it belongs to no claim).
+// logged (it belongs to no claim). The room the watch gave back to a
+// volume whose project those files, or a neighbour's, had been moved
+// into, from TakeReclaimed, is told to that volume's claim.
 type Auditor interface {
 	RestoreProjectIDs(ctx context.Context, volumeID string, pace func(context.Context) error) (fsquota.Restored, error)
 	Repaired() <-chan struct{}
 	TakeRepairs() map[string]fsquota.Restored
 	TakeReleases() fsquota.Restored
+	TakeReclaimed() map[string]volume.Reclaimed
 }
 
 // audit is the state of the monitor's audit loop.
@@ -99,10 +108,14 @@ const repairSettle = 2 * time.Second
 func (a *audit) reportRepairs(ctx context.Context) {
 	for {
 		noted := a.Auditor.Repaired()
-		if taken := a.Auditor.TakeRepairs(); len(taken) > 0 {
+		taken, reclaimed := a.Auditor.TakeRepairs(), a.Auditor.TakeReclaimed()
+		if len(taken)+len(reclaimed) > 0 {
 			for _, pv := range a.watchedPVs() {
 				if r, ok := taken[pv.Spec.CSI.VolumeHandle]; ok {
 					a.reportRestored(pv, r)
+				}
+				if r, ok := reclaimed[pv.Spec.CSI.VolumeHandle]; ok {
+					a.reportReclaimed(pv, r)
 				}
 			}
 		}
@@ -154,6 +167,37 @@ func (a *audit) reportRestored(pv *corev1.PersistentVolume, r fsquota.Restored) 
 	msg := restoredMessage(id, a.NodeName, r)
 	a.log.Warningf("volume %s of claim %s/%s: %s", id, claim.Namespace, claim.Name, msg)
 	a.tell(pv, corev1.EventTypeWarning, ReasonQuotaRestored, msg)
+}
+
+// reportReclaimed tells the user of the volume of pv that files not of
+// its volume had taken room of its project quota, and that the room is
+// free again: a Warning Event on the claim and the PV. It is the other
+// side of a release or a repair (whose Event goes to the volume the
+// files were moved out of): without it, the user whose writes failed
+// within the claim's size would never learn why.
+func (a *audit) reportReclaimed(pv *corev1.PersistentVolume, r volume.Reclaimed) {
+	if r.Entries == 0 {
+		return
+	}
+	claim := pv.Spec.ClaimRef
+	id := pv.Spec.CSI.VolumeHandle
+	msg := reclaimedMessage(id, a.NodeName, r)
+	a.log.Warningf("volume %s of claim %s/%s: %s", id, claim.Namespace, claim.Name, msg)
+	a.tell(pv, corev1.EventTypeWarning, ReasonQuotaReclaimed, msg)
+}
+
+// reclaimedMessage tells the user what took its volume's room, where it
+// came from, and that the room is back.
+func reclaimedMessage(id, node string, r volume.Reclaimed) string {
+	held := resource.NewQuantity(r.Bytes, resource.BinarySI)
+	from := fmt.Sprintf("from outside every volume on node %s (an emptyDir, a container's files or logs; the first: %q)", node, r.First)
+	if r.From != "" {
+		from = fmt.Sprintf("of volume %s on node %s (moved by a process using that volume; the first: %q)", r.From, node, r.First)
+	}
+	return fmt.Sprintf("%s holding %s %s had been moved into the project quota of volume %s, "+
+		"so they counted against its size and writes within the size could fail; they were taken out of it, and the room is free again. "+
+		"A process changed their project ID (chattr -p, FS_IOC_FSSETXATTR)",
+		plural(r.Entries, "file or directory", "files and directories"), held.String(), from, id)
 }
 
 // reportReleased reports entries outside every volume that the quota

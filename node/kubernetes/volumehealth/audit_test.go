@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/metrics"
 	"source.plinth.dev/node/kubernetes/metrics/metricstest"
 	"source.plinth.dev/pkg/fsquota"
@@ -113,5 +114,51 @@ func TestReportReleasedCountsForTheOperator(t *testing.T) {
 	}
 	if got := f.Value("plinth_quota_audit_restored_entries_total"); got != 0 {
 		t.Errorf("plinth_quota_audit_restored_entries_total = %v, want 0: a release is not a volume's repair", got)
+	}
+}
+
+// TestReportReclaimedTellsTheNeighbour: room of a volume's project quota
+// that moved-in files took, and that was given back, is told to the
+// volume's claim and PV as a Warning VolumeQuotaReclaimed, with how much
+// and where the files came from (a neighbour volume, or outside every
+// volume); nothing reclaimed, no Event.
+func TestReportReclaimedTellsTheNeighbour(t *testing.T) {
+	r, rec, pv := testRound()
+	a := &audit{round: r, incomplete: map[string]string{}}
+	for _, step := range []struct {
+		r    volume.Reclaimed
+		want []string
+	}{
+		{volume.Reclaimed{}, nil},
+		{volume.Reclaimed{Entries: 1, Bytes: 4 << 20, First: "quiet", From: "pvc-a"},
+			[]string{`1 file or directory holding 4Mi of volume pvc-a on node n (moved by a process using that volume; the first: "quiet")`, "project quota of volume pv", "free again"}},
+		{volume.Reclaimed{Entries: 2, Bytes: 8 << 20, First: "/data/emptydir/quiet"},
+			[]string{`2 files and directories holding 8Mi from outside every volume on node n`, `"/data/emptydir/quiet"`, "project quota of volume pv"}},
+	} {
+		a.reportReclaimed(pv, step.r)
+		var got []string
+		for len(rec.Events) > 0 {
+			got = append(got, <-rec.Events)
+		}
+		if len(step.want) == 0 {
+			if len(got) != 0 {
+				t.Errorf("after %+v: Events %q, want none", step.r, got)
+			}
+			continue
+		}
+		if len(got) != 2 {
+			t.Errorf("after %+v: Events %q, want one for the claim and one for the PV", step.r, got)
+			continue
+		}
+		for _, ev := range got {
+			if !strings.HasPrefix(ev, "Warning "+ReasonQuotaReclaimed+" ") {
+				t.Errorf("after %+v: Event %q, want a Warning %s", step.r, ev, ReasonQuotaReclaimed)
+			}
+			for _, w := range step.want {
+				if !strings.Contains(ev, w) {
+					t.Errorf("after %+v: Event %q does not say %q", step.r, ev, w)
+				}
+			}
+		}
 	}
 }
