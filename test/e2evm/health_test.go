@@ -108,14 +108,26 @@ func TestQuotaDamageReported(t *testing.T) {
 
 // warning returns the message of claim's Warning Event with reason, or "".
 func warning(ctx context.Context, w *world, ns, claim, reason string) string {
+	if msgs := warnings(ctx, w, ns, claim, reason); len(msgs) > 0 {
+		return msgs[0]
+	}
+	return ""
+}
+
+// warnings returns the messages of claim's Warning Events with reason.
+func warnings(ctx context.Context, w *world, ns, claim, reason string) []string {
 	evs, err := w.cp.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
 		FieldSelector: "involvedObject.kind=PersistentVolumeClaim,involvedObject.name=" + claim +
 			",type=" + corev1.EventTypeWarning + ",reason=" + reason,
 	})
-	if err != nil || len(evs.Items) == 0 {
-		return ""
+	if err != nil {
+		return nil
 	}
-	return evs.Items[0].Message
+	msgs := make([]string, 0, len(evs.Items))
+	for _, e := range evs.Items {
+		msgs = append(msgs, e.Message)
+	}
+	return msgs
 }
 
 // TestQuotaEscapeRepaired plays a pod, in the host's user namespace as

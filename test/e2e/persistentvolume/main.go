@@ -27,7 +27,9 @@
 // writes half the volume's size every second, saying whether each write
 // succeeded; with "-move-into ID:DIR" it moves a directory of its volume
 // into project ID and fills it (neighbour.go): a pod attacking its
-// neighbour's quota, and the neighbour.
+// neighbour's quota, and the neighbour. "-show-project DIR" only prints
+// the project ID; "-move-quietly ID:DIR" writes a file in DIR and moves it
+// into project ID afterwards, writing nothing after the move.
 //
 // With "-append-records PATH" it writes numbered records to PATH, each
 // acknowledged before the next, and prints how many are; with
@@ -82,6 +84,16 @@ func main() {
 	}
 	if len(os.Args) == 3 && os.Args[1] == "-move-into" {
 		moveInto(os.Args[2], os.Stdout)
+		<-ctx.Done()
+		return
+	}
+	if len(os.Args) == 3 && os.Args[1] == "-show-project" {
+		showProject(os.Args[2], os.Stdout)
+		<-ctx.Done()
+		return
+	}
+	if len(os.Args) == 3 && os.Args[1] == "-move-quietly" {
+		moveQuietly(os.Args[2], os.Stdout)
 		<-ctx.Done()
 		return
 	}

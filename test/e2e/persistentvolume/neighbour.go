@@ -16,9 +16,11 @@ import (
 	"source.plinth.dev/pkg/fsquota"
 )
 
-// Markers of the neighbour modes (-project-writes, -move-into).
+// Markers of the neighbour modes (-project-writes, -show-project,
+// -move-into, -move-quietly).
 const (
 	markProject     = "[PROJECT]"
+	markMovedQuiet  = "[MOVED-QUIETLY]"
 	markWriteOK     = "[WRITE-OK]"
 	markWriteFailed = "[WRITE-FAILED]"
 	markMoved       = "[MOVED]"
@@ -91,6 +93,44 @@ func moveInto(spec string, out io.Writer) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	fmt.Fprintf(out, "%s into project %d: wrote %d bytes, the last write ending with: %v\n", markMoved, id, total, last)
+}
+
+// showProject prints the project ID of the volume mounted at dir
+// ([PROJECT] <id>), and writes nothing: a neighbour whose usage changes
+// only by what others move into its project.
+func showProject(dir string, out io.Writer) {
+	id, _, err := fsquota.ProjectID(dir)
+	if err != nil {
+		fmt.Fprintf(out, "%s round 0: %v\n", markWriteFailed, err)
+		return
+	}
+	fmt.Fprintf(out, "%s %d\n", markProject, id)
+}
+
+// moveQuietly attacks a neighbour without a write the node could follow:
+// spec is "<project ID>:<dir>". It writes a 4 MiB file in dir (its volume,
+// or an emptyDir), syncs and closes it, waits two seconds, and only then
+// gives it the project ID (FS_IOC_FSSETXATTR, as chattr -p), which raises
+// no event; it prints [MOVED-QUIETLY] with the file, or [MOVE-REFUSED]
+// <error>.
+func moveQuietly(spec string, out io.Writer) {
+	idText, dir, ok := strings.Cut(spec, ":")
+	id, err := strconv.ParseUint(idText, 10, 32)
+	if !ok || err != nil {
+		fmt.Fprintf(out, "%s bad argument %q, want <project ID>:<dir>\n", markMoveRefused, spec)
+		return
+	}
+	file := filepath.Join(dir, "quiet")
+	if n, err := fillUpTo(file, 4<<20); err != nil {
+		fmt.Fprintf(out, "%s writing %s: %d bytes: %v\n", markMoveRefused, file, n, err)
+		return
+	}
+	time.Sleep(2 * time.Second)
+	if err := fsquota.SetProjectID(file, uint32(id), false); err != nil {
+		fmt.Fprintf(out, "%s %v\n", markMoveRefused, err)
+		return
+	}
+	fmt.Fprintf(out, "%s %s into project %d\n", markMovedQuiet, file, id)
 }
 
 // fillUpTo writes up to max bytes to a new file at path, synced, and returns
