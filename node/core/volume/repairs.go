@@ -77,13 +77,23 @@ func (m *Manager) NoteRelease(r fsquota.Restored) {
 	m.repairs.noted.signal()
 }
 
-// noteReclaimed notes, for each project of from (fsquota.Restored.From)
-// that a volume other than volume from holds, the room given back to it.
-// A project no volume holds (freed meanwhile, or not a volume's) is
-// nobody's to tell.
-func (m *Manager) noteReclaimed(from string, charged map[uint32]fsquota.Charge) {
+// NoteReclaimed notes the room given back to other volumes by a walk of
+// volume from that the caller reports itself (the audit's walks: its
+// Event goes to from's claim, and this to each other's), and wakes the
+// waiters of Repaired. charged is the walk's fsquota.Restored.From.
+func (m *Manager) NoteReclaimed(from string, charged map[uint32]fsquota.Charge) {
+	if m.noteReclaimed(from, charged) {
+		m.repairs.noted.signal()
+	}
+}
+
+// noteReclaimed notes, for each project of charged that a volume other
+// than volume from holds, the room given back to it, and reports whether
+// there was any. A project no volume holds (freed meanwhile, or not a
+// volume's) is nobody's to tell.
+func (m *Manager) noteReclaimed(from string, charged map[uint32]fsquota.Charge) bool {
 	if m.ProjectIDs == nil || len(charged) == 0 {
-		return
+		return false
 	}
 	owners := map[uint32]string{}
 	for pid := range charged {
@@ -107,6 +117,7 @@ func (m *Manager) noteReclaimed(from string, charged map[uint32]fsquota.Charge) 
 		}
 		m.repairs.reclaimed[owner] = sum
 	}
+	return len(owners) > 0
 }
 
 // TakeReclaimed returns the room given back to volumes' project quotas
@@ -130,8 +141,8 @@ func (m *Manager) TakeReleases() fsquota.Restored {
 	return r
 }
 
-// Repaired returns a channel that is closed at the next NoteRepair or
-// NoteRelease. A
+// Repaired returns a channel that is closed at the next NoteRepair,
+// NoteRelease or NoteReclaimed that noted something. A
 // reporter takes a new channel before each TakeRepairs, so that a repair
 // noted meanwhile wakes it again.
 func (m *Manager) Repaired() <-chan struct{} { return m.repairs.noted.wait() }

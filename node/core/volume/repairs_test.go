@@ -72,7 +72,8 @@ func TestReleasesAddUpUntilTaken(t *testing.T) {
 // repair of volume A or a release outside every volume is noted for the
 // volume holding that project, with where the entries came from, adds up
 // per volume, and is gone once taken. A project no volume holds, and A's
-// own, are nobody's to tell.
+// own, are nobody's to tell. The audit's walks hand theirs over the same
+// way (NoteReclaimed).
 func TestReclaimedGoesToTheProjectsOwner(t *testing.T) {
 	ids, err := fsquota.NewIDAllocator(t.TempDir(), FirstProjectID, LastProjectID)
 	if err != nil {
@@ -105,5 +106,24 @@ func TestReclaimedGoesToTheProjectsOwner(t *testing.T) {
 	}
 	if again := m.TakeReclaimed(); len(again) != 0 {
 		t.Errorf("reclaimed taken twice: %+v", again)
+	}
+
+	// The audit's walks hand theirs over apart (NoteReclaimed): noted
+	// the same way, and the reporter woken only when there was some.
+	woken := m.Repaired()
+	m.NoteReclaimed("pvc-a", map[uint32]fsquota.Charge{unheld: {Entries: 1, Bytes: 1, First: "gone"}})
+	select {
+	case <-woken:
+		t.Error("handing over room nobody holds woke the reporter")
+	default:
+	}
+	m.NoteReclaimed("pvc-a", map[uint32]fsquota.Charge{pid["pvc-b"]: {Entries: 1, Bytes: 4096, First: "x"}})
+	select {
+	case <-woken:
+	default:
+		t.Error("handing over room of pvc-b did not wake the reporter")
+	}
+	if got := m.TakeReclaimed(); !maps.Equal(got, map[string]Reclaimed{"pvc-b": {Entries: 1, Bytes: 4096, First: "x", From: "pvc-a"}}) {
+		t.Errorf("reclaimed handed over by the audit: %+v", got)
 	}
 }

@@ -55,13 +55,16 @@ const (
 // watch released outside every volume, from TakeReleases, is counted and
 // logged (it belongs to no claim). The room the watch gave back to a
 // volume whose project those files, or a neighbour's, had been moved
-// into, from TakeReclaimed, is told to that volume's claim.
+// into, from TakeReclaimed, is told to that volume's claim; the audit's
+// own walks hand theirs over with NoteReclaimed, so that it is told the
+// same way.
 type Auditor interface {
 	RestoreProjectIDs(ctx context.Context, volumeID string, pace func(context.Context) error) (fsquota.Restored, error)
 	Repaired() <-chan struct{}
 	TakeRepairs() map[string]fsquota.Restored
 	TakeReleases() fsquota.Restored
 	TakeReclaimed() map[string]volume.Reclaimed
+	NoteReclaimed(from string, charged map[uint32]fsquota.Charge)
 }
 
 // audit is the state of the monitor's audit loop.
@@ -93,6 +96,7 @@ func (a *audit) auditAll(ctx context.Context) {
 			continue
 		}
 		a.reportAudit(pv, r)
+		a.Auditor.NoteReclaimed(pv.Spec.CSI.VolumeHandle, r.From)
 	}
 	forgetOthers(a.incomplete, pvs)
 }

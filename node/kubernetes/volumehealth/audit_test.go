@@ -1,10 +1,16 @@
 package volumehealth
 
 import (
+	"context"
+	"maps"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/metrics"
@@ -161,4 +167,59 @@ func TestReportReclaimedTellsTheNeighbour(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestAuditHandsOverReclaimedRoom: the audit's walk of a volume reports
+// the files it put back to that volume's claim itself, and hands the room
+// they had taken of other volumes' projects to the engine
+// (Auditor.NoteReclaimed), whose reclaimed room its reporter tells those
+// volumes' claims as it does the quota watch's.
+func TestAuditHandsOverReclaimedRoom(t *testing.T) {
+	r, rec, pv := testRound()
+	pv.Status.Phase = corev1.VolumeBound
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Metrics = m
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	if err := idx.Add(pv); err != nil {
+		t.Fatal(err)
+	}
+	r.lister = corelisters.NewPersistentVolumeLister(idx)
+	charged := map[uint32]fsquota.Charge{1048577: {Entries: 1, Bytes: 4 << 20, First: "escape"}}
+	au := &walkAuditor{r: fsquota.Restored{Checked: 2, Strays: 1, StrayBytes: 4 << 20, FirstStray: "escape", From: charged}}
+	r.Auditor = au
+	a := &audit{round: r, limiter: rate.NewLimiter(rate.Inf, 1), incomplete: map[string]string{}}
+	a.auditAll(context.Background())
+	if len(au.noted) != 1 || au.noted[0].from != "pv" || !maps.Equal(au.noted[0].charged, charged) {
+		t.Errorf("handed over: %+v; want volume pv's walk's charges %+v", au.noted, charged)
+	}
+	if len(rec.Events) != 2 || !strings.HasPrefix(<-rec.Events, "Warning "+ReasonQuotaRestored) {
+		t.Errorf("the walked volume's claim and PV were not told of the repair")
+	}
+}
+
+// walkAuditor is an Auditor whose walks all return r, and which records
+// what it is handed over.
+type walkAuditor struct {
+	r     fsquota.Restored
+	noted []struct {
+		from    string
+		charged map[uint32]fsquota.Charge
+	}
+}
+
+func (w *walkAuditor) RestoreProjectIDs(context.Context, string, func(context.Context) error) (fsquota.Restored, error) {
+	return w.r, nil
+}
+func (w *walkAuditor) Repaired() <-chan struct{}                  { return nil }
+func (w *walkAuditor) TakeRepairs() map[string]fsquota.Restored   { return nil }
+func (w *walkAuditor) TakeReleases() fsquota.Restored             { return fsquota.Restored{} }
+func (w *walkAuditor) TakeReclaimed() map[string]volume.Reclaimed { return nil }
+func (w *walkAuditor) NoteReclaimed(from string, charged map[uint32]fsquota.Charge) {
+	w.noted = append(w.noted, struct {
+		from    string
+		charged map[uint32]fsquota.Charge
+	}{from, charged})
 }
