@@ -8,7 +8,7 @@
 #
 # Expected total: printed up front, from the per-section figures below
 # (EXPECTED_MIN for the Go benchmarks, the minutes in CLUSTER for each
-# program), about 136 minutes on the 2-core machine this is developed on.
+# program), about 140 minutes on the 2-core machine this is developed on.
 # Every section's time is printed in a table at the end. A run that takes
 # longer than its budget fails (BENCH_BUDGET, default twice the expected
 # total): a benchmark that grew past its budget is a bug, as `make bench` is
@@ -114,7 +114,7 @@ ENTRIES=(
 
 # Measured total of the Go benchmarks here, with -count 5; keep it current
 # when adding an entry (the per-entry table shows what each costs).
-EXPECTED_MIN=16
+EXPECTED_MIN=20
 
 # The cluster benchmark programs, "NOUN MINUTES": bench/<noun> is run with
 # -out DIR, after the Go benchmarks; MINUTES is what a full run of it takes
