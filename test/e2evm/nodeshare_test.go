@@ -136,6 +136,11 @@ func TestFullEmptyDirLeavesClaimsTheirRoom(t *testing.T) {
 
 // sharePod is a busybox pod running script with an emptyDir at /scratch.
 func sharePod(name, script string) *corev1.Pod {
+	return busyboxPod(name, script, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}, "/scratch")
+}
+
+// busyboxPod is a busybox pod running script, with vol mounted at path.
+func busyboxPod(name, script string, vol corev1.Volume, path string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PodSpec{
@@ -143,9 +148,9 @@ func sharePod(name, script string) *corev1.Pod {
 			Containers: []corev1.Container{{
 				Name: "main", Image: images.BusyboxRef, ImagePullPolicy: corev1.PullNever,
 				Command:      []string{"sh", "-c", script},
-				VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}},
+				VolumeMounts: []corev1.VolumeMount{{Name: vol.Name, MountPath: path}},
 			}},
-			Volumes: []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+			Volumes: []corev1.Volume{vol},
 		},
 	}
 }

@@ -13,7 +13,6 @@ import (
 
 	"source.plinth.dev/node/kubernetes/snapshotapi"
 	"source.plinth.dev/test/e2e/await"
-	"source.plinth.dev/test/images"
 )
 
 // restoreSourceSize and restoreSize are the claim a snapshot is taken of
@@ -123,21 +122,9 @@ func TestRestoreIntoLargerClaimHasItsRoom(t *testing.T) {
 // claimPod is a busybox pod running script with claim mounted at /claim
 // and env's values in its environment.
 func claimPod(name, claim, script string, env map[string]int) *corev1.Pod {
-	var vars []corev1.EnvVar
+	pod := busyboxPod(name, script, claimVolume(claim), "/claim")
 	for k, v := range env {
-		vars = append(vars, corev1.EnvVar{Name: k, Value: fmt.Sprint(v)})
+		pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, corev1.EnvVar{Name: k, Value: fmt.Sprint(v)})
 	}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PodSpec{
-			TerminationGracePeriodSeconds: ptr(int64(1)),
-			Containers: []corev1.Container{{
-				Name: "main", Image: images.BusyboxRef, ImagePullPolicy: corev1.PullNever,
-				Command:      []string{"sh", "-c", script},
-				Env:          vars,
-				VolumeMounts: []corev1.VolumeMount{{Name: claim, MountPath: "/claim"}},
-			}},
-			Volumes: []corev1.Volume{claimVolume(claim)},
-		},
-	}
+	return pod
 }

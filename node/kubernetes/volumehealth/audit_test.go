@@ -2,6 +2,7 @@ package volumehealth
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 
 	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/metrics"
@@ -51,30 +53,7 @@ func TestReportAuditSaysWhatWasPutBack(t *testing.T) {
 		{deep, ReasonAuditIncomplete, []string{"3 directories deeper"}}, // a new gap after a clean walk
 	} {
 		a.reportAudit(pv, step.r)
-		var got []string
-		for len(rec.Events) > 0 {
-			got = append(got, <-rec.Events)
-		}
-		if len(step.want) == 0 {
-			if len(got) != 0 {
-				t.Errorf("after %+v: Events %q, want none", step.r, got)
-			}
-			continue
-		}
-		if len(got) != 2 {
-			t.Errorf("after %+v: Events %q, want one for the claim and one for the PV", step.r, got)
-			continue
-		}
-		for _, ev := range got {
-			if !strings.HasPrefix(ev, "Warning "+step.reason+" ") {
-				t.Errorf("after %+v: Event %q, want a Warning %s", step.r, ev, step.reason)
-			}
-			for _, w := range step.want {
-				if !strings.Contains(ev, w) {
-					t.Errorf("after %+v: Event %q does not say %q", step.r, ev, w)
-				}
-			}
-		}
+		checkWarnings(t, fmt.Sprintf("after %+v", step.r), rec, step.reason, step.want)
 	}
 	// The two walks that put files back are counted for alerts; the
 	// walks that could not examine everything put nothing back.
@@ -142,28 +121,36 @@ func TestReportReclaimedTellsTheNeighbour(t *testing.T) {
 			[]string{`2 files and directories holding 8Mi from outside every volume on node n`, `"/data/emptydir/quiet"`, "project quota of volume pv"}},
 	} {
 		a.reportReclaimed(pv, step.r)
-		var got []string
-		for len(rec.Events) > 0 {
-			got = append(got, <-rec.Events)
+		checkWarnings(t, fmt.Sprintf("after %+v", step.r), rec, ReasonQuotaReclaimed, step.want)
+	}
+}
+
+// checkWarnings takes the Events rec recorded: none when want is empty,
+// else one for the claim and one for the PV, each a Warning of reason
+// that says every fragment of want.
+func checkWarnings(t *testing.T, when string, rec *record.FakeRecorder, reason string, want []string) {
+	t.Helper()
+	var got []string
+	for len(rec.Events) > 0 {
+		got = append(got, <-rec.Events)
+	}
+	if len(want) == 0 {
+		if len(got) != 0 {
+			t.Errorf("%s: Events %q, want none", when, got)
 		}
-		if len(step.want) == 0 {
-			if len(got) != 0 {
-				t.Errorf("after %+v: Events %q, want none", step.r, got)
-			}
-			continue
+		return
+	}
+	if len(got) != 2 {
+		t.Errorf("%s: Events %q, want one for the claim and one for the PV", when, got)
+		return
+	}
+	for _, ev := range got {
+		if !strings.HasPrefix(ev, "Warning "+reason+" ") {
+			t.Errorf("%s: Event %q, want a Warning %s", when, ev, reason)
 		}
-		if len(got) != 2 {
-			t.Errorf("after %+v: Events %q, want one for the claim and one for the PV", step.r, got)
-			continue
-		}
-		for _, ev := range got {
-			if !strings.HasPrefix(ev, "Warning "+ReasonQuotaReclaimed+" ") {
-				t.Errorf("after %+v: Event %q, want a Warning %s", step.r, ev, ReasonQuotaReclaimed)
-			}
-			for _, w := range step.want {
-				if !strings.Contains(ev, w) {
-					t.Errorf("after %+v: Event %q does not say %q", step.r, ev, w)
-				}
+		for _, w := range want {
+			if !strings.Contains(ev, w) {
+				t.Errorf("%s: Event %q does not say %q", when, ev, w)
 			}
 		}
 	}
