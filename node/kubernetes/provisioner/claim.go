@@ -129,11 +129,12 @@ func (r *request) volumeMode() volume.Mode {
 // The PV of a filesystem volume records in its volume attributes the mode
 // its root directory was made with, the default included: the PV then
 // says all it takes to make the volume again, whatever the class or the
-// default become later. (The kubelet passes the attributes to the CSI
-// plugin, which does not need them.)
+// default become later. A copy's records none: its root directory is its
+// source's. (The kubelet passes the attributes to the CSI plugin, which
+// does not need them.)
 func buildPV(pvc *corev1.PersistentVolumeClaim, r *request, driver, hostname, node string) *corev1.PersistentVolume {
 	mode := r.mode
-	attrs := r.params.VolumeAttributes(r.volumeMode())
+	attrs := r.volumeAttributes()
 	return &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        r.id,

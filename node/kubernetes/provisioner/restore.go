@@ -65,16 +65,28 @@ func (r *run) resolveSource(ctx context.Context, key string, pvc *corev1.Persist
 	return true, nil
 }
 
-// copyOption is the engine's option that makes the volume a copy of the
-// request's source; nil without one.
-func (r *request) copyOption() volume.CreateOption {
+// createOptions are the engine's options for the request's volume: its
+// class's, and for a copy the option that makes it one. A copy's root
+// directory is its source's (the engine refuses another), so the class's
+// root directory mode is not given for it.
+func (r *request) createOptions() []volume.CreateOption {
 	switch {
 	case r.source == nil:
-		return nil
+		return r.params.CreateOptions(r.volumeMode())
 	case r.source.Kind == datasource.Snapshot:
-		return volume.FromSnapshot(r.source.Handle)
+		return []volume.CreateOption{volume.WithOvercommit(r.params.Overcommit), volume.FromSnapshot(r.source.Handle)}
 	}
-	return volume.FromVolume(r.source.Handle)
+	return []volume.CreateOption{volume.WithOvercommit(r.params.Overcommit), volume.FromVolume(r.source.Handle)}
+}
+
+// volumeAttributes are what the request's PV records of its class's
+// parameters (classparams.Params.VolumeAttributes): nothing for a copy,
+// whose root directory mode is its source's, not the class's.
+func (r *request) volumeAttributes() map[string]string {
+	if r.source != nil {
+		return nil
+	}
+	return r.params.VolumeAttributes(r.volumeMode())
 }
 
 // handsBack reports whether a failure to make the volume is one to hand

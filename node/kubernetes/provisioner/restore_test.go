@@ -14,6 +14,7 @@ import (
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 
 	"source.plinth.dev/node/kubernetes/internal/ownership"
+	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/test/controllertest"
 	"source.plinth.dev/test/volumetest"
 )
@@ -197,5 +198,46 @@ func TestRestoreOfAnotherNodesSnapshotIsHandedBack(t *testing.T) {
 	e.NoPV(pvc.UID)
 	if ids := e.VolumeIDs(); len(ids) != 0 {
 		t.Errorf("volumes %v made here; want none", ids)
+	}
+}
+
+// TestCopiesInAClassWithARootDirMode: a copy's root directory is its
+// source's, so a class's rootDirMode does not apply to it, and does not
+// stop it: a restore into a class with rootDirMode 0770 of a snapshot of
+// a default-class volume (root 0777), and a clone in that class of a
+// claim of it, are bound, each with its source's root directory mode, and
+// their PVs record no root directory mode (which would misdescribe them).
+func TestCopiesInAClassWithARootDirMode(t *testing.T) {
+	e := newCopyEnv(t)
+	ctx := context.Background()
+	strict := e.Class + "-strict"
+	e.CreateClass(strict, corev1.PersistentVolumeReclaimDelete, map[string]string{names.ParameterRootDirMode: "0770"})
+	src := e.CreateClaim(controllertest.Claim{Name: "src", Size: "16Mi"})
+	strictSrc := e.CreateClaim(controllertest.Claim{Name: "strict-src", Size: "16Mi", Class: strict})
+	e.WaitBound(src.Name)
+	e.WaitBound(strictSrc.Name)
+	snapID := "snapshot-" + string(uuid.NewUUID())
+	if _, err := e.Vols.CreateSnapshot(ctx, ownership.VolumeIDFor(src.UID), snapID); err != nil {
+		t.Fatal(err)
+	}
+	e.CreateSnapshot(controllertest.Snapshot{Name: "snap", Node: e.Node, Handle: snapID, RestoreBytes: 16 << 20})
+
+	restored := e.claimFrom(controllertest.Claim{Name: "restored", Size: "16Mi", Class: strict}, &snapshotGroup, "VolumeSnapshot", "snap")
+	clone := e.claimFrom(controllertest.Claim{Name: "clone", Size: "16Mi", Class: strict}, nil, "PersistentVolumeClaim", strictSrc.Name)
+	for _, c := range []struct {
+		pvc  *corev1.PersistentVolumeClaim
+		mode os.FileMode
+	}{{restored, 0o777}, {clone, 0o770}} {
+		_, pv := e.WaitBound(c.pvc.Name)
+		st, err := os.Stat(e.volumePath(c.pvc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Mode().Perm(); got != c.mode {
+			t.Errorf("claim %s's volume root has mode %o; want its source's %o", c.pvc.Name, got, c.mode)
+		}
+		if v, ok := pv.Spec.CSI.VolumeAttributes[names.ParameterRootDirMode]; ok {
+			t.Errorf("claim %s's PV records root directory mode %s; a copy's is its source's", c.pvc.Name, v)
+		}
 	}
 }

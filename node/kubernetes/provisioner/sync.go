@@ -143,11 +143,7 @@ func (r *run) ensureVolume(ctx context.Context, pvc *corev1.PersistentVolumeClai
 	if err := r.recordCluster(ctx); err != nil {
 		return volume.Info{}, err
 	}
-	opts := req.params.CreateOptions(mode)
-	if from := req.copyOption(); from != nil {
-		opts = append(opts, from)
-	}
-	info, err := r.Volumes.Create(ctx, req.id, mode, req.bytes, opts...)
+	info, err := r.Volumes.Create(ctx, req.id, mode, req.bytes, req.createOptions()...)
 	if err != nil {
 		switch {
 		case req.handsBack(err):
