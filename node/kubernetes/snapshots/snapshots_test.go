@@ -352,3 +352,48 @@ func TestResumesAfterACrash(t *testing.T) {
 		t.Errorf("snapshots in the engine: %+v (%v), want only %s", snaps, err, handle)
 	}
 }
+
+// TestReleaseDeletesOnlyTheContentsSnapshot: a Delete content whose status
+// names another snapshot than the one made for its VolumeSnapshot (an
+// edit by hand, a bug of another writer) deletes neither when it is
+// released: a SnapshotDeleteError Event says why and what to do, the
+// content keeps its finalizer, and both snapshots stay.
+func TestReleaseDeletesOnlyTheContentsSnapshot(t *testing.T) {
+	e := newEnv(t, controllertest.NewVolumes(t, volumetest.ReflinkXFS(t), true))
+	ctx := context.Background()
+	e.startSnapshots()
+	id := ownership.VolumeIDFor(uuid.NewUUID())
+	if _, err := e.Vols.Create(ctx, id, volume.Block, 4<<20); err != nil {
+		t.Fatal(err)
+	}
+	other := SnapshotName(string(uuid.NewUUID()))
+	if _, err := e.Vols.CreateSnapshot(ctx, id, other); err != nil {
+		t.Fatal(err)
+	}
+	name := e.NS + "-renamed"
+	made := e.create(content{name: name, node: e.Node, volume: id, policy: crdv1.VolumeSnapshotContentDelete})
+	own := SnapshotName(string(made.Spec.VolumeSnapshotRef.UID))
+	e.waitStatus(name, "ready", readyToUse)
+	patch := fmt.Appendf(nil, `{"status":{"snapshotHandle":%q}}`, other)
+	if _, err := e.snaps.SnapshotV1().VolumeSnapshotContents().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	controllertest.Eventually(t, 30*time.Second, "content "+name+" protected", func() (bool, error) {
+		c, err := e.get(name)
+		return err == nil && hasFinalizer(c), err
+	})
+	e.markDeleted(name)
+	c, err := e.get(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.WaitEvent(c.UID, ReasonDeleteError, "not deleting either")
+	if c, err = e.get(name); err != nil || !hasFinalizer(c) {
+		t.Errorf("content %s after a refused release: %v, finalizers %v; want it kept with %s", name, err, c.Finalizers, FinalizerBound)
+	}
+	for _, snap := range []string{own, other} {
+		if _, err := e.Vols.GetSnapshot(ctx, snap); err != nil {
+			t.Errorf("snapshot %s after a refused release: %v, want it kept", snap, err)
+		}
+	}
+}
