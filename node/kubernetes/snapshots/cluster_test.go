@@ -99,6 +99,17 @@ func (e *env) startProvisioner() {
 	supervisor.TestHarness(e.T, p.Run)
 }
 
+// volume makes a volume of mode and size in the engine, under a fresh
+// volume ID as the provisioner names them, and returns its ID.
+func (e *env) volume(mode volume.Mode, size int64) string {
+	e.T.Helper()
+	id := ownership.VolumeIDFor(uuid.NewUUID())
+	if _, err := e.Vols.Create(context.Background(), id, mode, size); err != nil {
+		e.T.Fatal(err)
+	}
+	return id
+}
+
 // createClass creates a VolumeSnapshotClass of the driver with policy and
 // params, named for the env and suffix, removed when the test ends.
 func (e *env) createClass(suffix string, policy crdv1.DeletionPolicy, params map[string]string) string {

@@ -131,10 +131,7 @@ func TestDeletionPolicy(t *testing.T) {
 	e := newEnv(t, controllertest.NewVolumes(t, volumetest.ReflinkXFS(t), true))
 	ctx := context.Background()
 	e.startSnapshots()
-	id := ownership.VolumeIDFor(uuid.NewUUID())
-	if _, err := e.Vols.Create(ctx, id, volume.Block, 4<<20); err != nil {
-		t.Fatal(err)
-	}
+	id := e.volume(volume.Block, 4<<20)
 	for _, policy := range []crdv1.DeletionPolicy{crdv1.VolumeSnapshotContentDelete, crdv1.VolumeSnapshotContentRetain} {
 		name := e.NS + "-" + strings.ToLower(string(policy))
 		made := e.create(content{name: name, node: e.Node, volume: id, policy: policy})
@@ -186,10 +183,7 @@ func TestPreProvisionedSnapshot(t *testing.T) {
 	e := newEnv(t, controllertest.NewVolumes(t, volumetest.ReflinkXFS(t), true))
 	ctx := context.Background()
 	e.startSnapshots()
-	id := ownership.VolumeIDFor(uuid.NewUUID())
-	if _, err := e.Vols.Create(ctx, id, volume.Filesystem, 8<<20); err != nil {
-		t.Fatal(err)
-	}
+	id := e.volume(volume.Filesystem, 8<<20)
 	snap, err := e.Vols.CreateSnapshot(ctx, id, "snapshot-"+string(uuid.NewUUID()))
 	if err != nil {
 		t.Fatal(err)
@@ -213,10 +207,7 @@ func TestPreProvisionedSnapshot(t *testing.T) {
 func TestFailuresAreReported(t *testing.T) {
 	e := newEnv(t, controllertest.NewVolumes(t, volumetest.ReflinkXFS(t), true))
 	ctx := context.Background()
-	id := ownership.VolumeIDFor(uuid.NewUUID())
-	if _, err := e.Vols.Create(ctx, id, volume.Filesystem, 1<<20); err != nil {
-		t.Fatal(err)
-	}
+	id := e.volume(volume.Filesystem, 1<<20)
 	foreign := e.NS + "-foreign"
 	e.create(content{name: foreign, node: e.Node + "-other", volume: id, policy: crdv1.VolumeSnapshotContentDelete})
 	e.startSnapshots()
@@ -244,11 +235,7 @@ func TestFailuresAreReported(t *testing.T) {
 // why.
 func TestNoCopyOnWrite(t *testing.T) {
 	e := newEnv(t, nil)
-	ctx := context.Background()
-	id := ownership.VolumeIDFor(uuid.NewUUID())
-	if _, err := e.Vols.Create(ctx, id, volume.Filesystem, 1<<20); err != nil {
-		t.Fatal(err)
-	}
+	id := e.volume(volume.Filesystem, 1<<20)
 	e.startSnapshots()
 	name := e.NS + "-nocopy"
 	e.create(content{name: name, node: e.Node, volume: id})
@@ -297,10 +284,7 @@ func TestWaitsForTheSnapshotAPI(t *testing.T) {
 	if err := cp.StartSnapshotAPI(ctx); err != nil {
 		t.Fatal(err)
 	}
-	id := ownership.VolumeIDFor(uuid.NewUUID())
-	if _, err := e.Vols.Create(ctx, id, volume.Block, 1<<20); err != nil {
-		t.Fatal(err)
-	}
+	id := e.volume(volume.Block, 1<<20)
 	name := e.NS + "-late"
 	e.create(content{name: name, node: e.Node, volume: id})
 	e.waitStatus(name, "ready", readyToUse)
@@ -324,10 +308,7 @@ func logs(t *testing.T, lt *logtree.LogTree) string {
 func TestResumesAfterACrash(t *testing.T) {
 	e := newEnv(t, controllertest.NewVolumes(t, volumetest.ReflinkXFS(t), true))
 	ctx := context.Background()
-	id := ownership.VolumeIDFor(uuid.NewUUID())
-	if _, err := e.Vols.Create(ctx, id, volume.Filesystem, 2<<20); err != nil {
-		t.Fatal(err)
-	}
+	id := e.volume(volume.Filesystem, 2<<20)
 	name := e.NS + "-crashed"
 	made := e.create(content{name: name, node: e.Node, volume: id})
 	// What the crashed run left: the mark, and the snapshot.
@@ -362,10 +343,7 @@ func TestReleaseDeletesOnlyTheContentsSnapshot(t *testing.T) {
 	e := newEnv(t, controllertest.NewVolumes(t, volumetest.ReflinkXFS(t), true))
 	ctx := context.Background()
 	e.startSnapshots()
-	id := ownership.VolumeIDFor(uuid.NewUUID())
-	if _, err := e.Vols.Create(ctx, id, volume.Block, 4<<20); err != nil {
-		t.Fatal(err)
-	}
+	id := e.volume(volume.Block, 4<<20)
 	other := SnapshotName(string(uuid.NewUUID()))
 	if _, err := e.Vols.CreateSnapshot(ctx, id, other); err != nil {
 		t.Fatal(err)
