@@ -139,6 +139,17 @@ func (p Params) CreateOptions(mode volume.Mode) []volume.CreateOption {
 	return opts
 }
 
+// CopyOptions are the volume engine's options, besides the one naming its
+// source (volume.FromSnapshot, volume.FromVolume), for a copy made with p:
+// over-commit only. A copy's root directory is its source's, so a class's
+// root directory mode, which describes the new volumes it makes, does not
+// apply to a restore or a clone in that class (and the engine would refuse
+// it); neither the provisioner nor csi-serve's CreateVolume gives it. A
+// copy's volume attributes record no mode for the same reason.
+func (p Params) CopyOptions() []volume.CreateOption {
+	return []volume.CreateOption{volume.WithOvercommit(p.Overcommit)}
+}
+
 // VolumeAttributes are what a PV (or a CSI volume context) of mode records
 // of p, so that the object says all it takes to make the volume again,
 // whatever the class or the defaults become later: a filesystem volume's

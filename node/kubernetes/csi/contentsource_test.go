@@ -2,6 +2,7 @@ package csi
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -71,6 +72,42 @@ func TestCreateVolumeFromSource(t *testing.T) {
 	}
 }
 
+// TestCopiesWithARootDirMode: a copy's root directory is its source's, so
+// the rootDirMode parameter, which describes the new volumes of a class,
+// neither applies to a restore or a clone nor stops it (as the provisioner
+// does: its TestCopiesInAClassWithARootDirMode): both are made with their
+// source's mode, and their volume context records none.
+func TestCopiesWithARootDirMode(t *testing.T) {
+	e, c := newCopyEnv(t)
+	ctx := context.Background()
+	e.create("src", volume.Filesystem, 4*MiB)
+	if _, err := c.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap", SourceVolumeId: "src"}); err != nil {
+		t.Fatal(err)
+	}
+	for name, src := range map[string]*csi.VolumeContentSource{"restored": fromSnapshot("snap"), "clone": fromVolume("src")} {
+		req := createReq(name, volume.Filesystem, 0, src)
+		req.Parameters = map[string]string{names.ParameterRootDirMode: "0770"}
+		resp, err := c.CreateVolume(ctx, req)
+		if err != nil {
+			t.Fatalf("CreateVolume %s with rootDirMode 0770: %v", name, err)
+		}
+		if v, ok := resp.Volume.VolumeContext[names.ParameterRootDirMode]; ok {
+			t.Errorf("CreateVolume %s: the volume context records root directory mode %s; a copy's is its source's", name, v)
+		}
+		_, path, err := e.volumes.Locate(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != volume.DefaultRootDirMode {
+			t.Errorf("volume %s's root has mode %o; want its source's %o", name, got, volume.DefaultRootDirMode)
+		}
+	}
+}
+
 // TestCreateVolumeFromSourceRefusals: the codes the CSI spec names for a
 // source that does not exist (NotFound), a volume smaller than its source
 // (OutOfRange), a source of the other mode (InvalidArgument) and a name
@@ -107,8 +144,6 @@ func TestCreateVolumeFromSourceRefusals(t *testing.T) {
 		{"a malformed volume ID", createReq("x", fs, 0, fromVolume("../src")), codes.InvalidArgument},
 		{"no snapshot ID", createReq("x", fs, 0, fromSnapshot("")), codes.InvalidArgument},
 		{"itself", createReq("src", fs, 4*MiB, fromVolume("src")), codes.InvalidArgument},
-		{"a root directory mode", &csi.CreateVolumeRequest{Name: "x", VolumeCapabilities: []*csi.VolumeCapability{capability(fs, rwo)},
-			Parameters: map[string]string{names.ParameterRootDirMode: "0770"}, VolumeContentSource: fromSnapshot("snap")}, codes.InvalidArgument},
 		{"the name of a copy of another source", createReq("copy", fs, 4*MiB, fromVolume("src")), codes.AlreadyExists},
 		{"the name of an empty volume", createReq("empty", fs, 4*MiB, fromSnapshot("snap")), codes.AlreadyExists},
 	} {

@@ -51,17 +51,15 @@ func idForName(name string, valid func(string) error) string {
 // parameterPrefix marks parameters the CO adds for itself; they are ignored.
 const parameterPrefix = "csi.storage.k8s.io/"
 
-// checkParameters reads the parameters of a request for a volume of the
-// given mode: what Create is to be given, and the volume context that
-// describes the volume made. Besides the CO's own (parameterPrefix), which
-// are ignored, it reads them as the provisioner reads a StorageClass's
-// (classparams.Parse).
-func checkParameters(params map[string]string, mode volume.Mode) ([]volume.CreateOption, map[string]string, error) {
+// checkParameters reads the parameters of a CreateVolume as the
+// provisioner reads a StorageClass's (classparams.Parse), ignoring the
+// CO's own (parameterPrefix).
+func checkParameters(params map[string]string) (classparams.Params, error) {
 	p, err := classparams.Parse(ownParameters(params))
 	if err != nil {
-		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
+		return classparams.Params{}, status.Error(codes.InvalidArgument, err.Error())
 	}
-	return p.CreateOptions(mode), p.VolumeAttributes(mode), nil
+	return p, nil
 }
 
 // ownParameters are params without the CO's own (parameterPrefix).
@@ -133,7 +131,7 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, err
 	}
-	opts, volCtx, err := checkParameters(req.GetParameters(), mode)
+	params, err := checkParameters(req.GetParameters())
 	if err != nil {
 		return nil, err
 	}
@@ -144,12 +142,13 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, err
 	}
+	// A new volume gets what the parameters say and records it in its
+	// context; a copy gets what they give a copy (CopyOptions) and keeps
+	// its source's root directory, so its context records no mode.
+	opts, volCtx := params.CreateOptions(mode), params.VolumeAttributes(mode)
 	dflt := int64(DefaultVolumeSize)
 	if src != nil {
-		opts = append(opts, src.option)
-		// A copy's root directory is its source's, whatever mode the
-		// parameters would give a new one.
-		delete(volCtx, names.ParameterRootDirMode)
+		opts, volCtx = append(params.CopyOptions(), src.option), nil
 		if req.GetCapacityRange().GetRequiredBytes() == 0 {
 			if dflt, err = src.size(ctx, c.s.cfg.Volumes); err != nil {
 				return nil, err
@@ -245,7 +244,7 @@ func (c *controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 	if mode != vmode {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: fmt.Sprintf("volume %s is a %v volume, not %s", id, vmode, describeMode(mode))}, nil
 	}
-	if _, _, err := checkParameters(req.GetParameters(), vmode); err != nil {
+	if _, err := checkParameters(req.GetParameters()); err != nil {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: status.Convert(err).Message()}, nil
 	}
 	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{

@@ -66,17 +66,16 @@ func (r *run) resolveSource(ctx context.Context, key string, pvc *corev1.Persist
 }
 
 // createOptions are the engine's options for the request's volume: its
-// class's, and for a copy the option that makes it one. A copy's root
-// directory is its source's (the engine refuses another), so the class's
-// root directory mode is not given for it.
+// class's, and for a copy what its class gives a copy
+// (classparams.Params.CopyOptions) and the option that makes it one.
 func (r *request) createOptions() []volume.CreateOption {
 	switch {
 	case r.source == nil:
 		return r.params.CreateOptions(r.volumeMode())
 	case r.source.Kind == datasource.Snapshot:
-		return []volume.CreateOption{volume.WithOvercommit(r.params.Overcommit), volume.FromSnapshot(r.source.Handle)}
+		return append(r.params.CopyOptions(), volume.FromSnapshot(r.source.Handle))
 	}
-	return []volume.CreateOption{volume.WithOvercommit(r.params.Overcommit), volume.FromVolume(r.source.Handle)}
+	return append(r.params.CopyOptions(), volume.FromVolume(r.source.Handle))
 }
 
 // volumeAttributes are what the request's PV records of its class's
