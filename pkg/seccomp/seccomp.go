@@ -47,12 +47,18 @@ type syscallABI struct {
 }
 
 // DenyIoctls returns a filter that makes ioctl fail with EPERM for each
-// of cmds, in every system call convention of this architecture (abis),
-// and allows every other call. Calls of an unknown convention are
-// allowed: the kernel runs none.
+// of cmds, in every system call convention of this architecture, and
+// allows every other call. Calls of an unknown convention are allowed:
+// the kernel runs none.
 func DenyIoctls(cmds []uint32) ([]unix.SockFilter, error) {
+	return denyIoctls(runtime.GOARCH, cmds)
+}
+
+// denyIoctls is DenyIoctls for the architecture goarch.
+func denyIoctls(goarch string, cmds []uint32) ([]unix.SockFilter, error) {
+	abis := archABIs[goarch]
 	if len(abis) == 0 {
-		return nil, fmt.Errorf("seccomp: no ioctl filter for %s", runtime.GOARCH)
+		return nil, fmt.Errorf("seccomp: no ioctl filter for %s", goarch)
 	}
 	if len(cmds) == 0 {
 		return nil, errors.New("seccomp: no ioctl command to deny")
