@@ -169,8 +169,8 @@ func checkReclaimed(t *testing.T, vols *volume.Manager, from, first string, leas
 	t.Helper()
 	got := vols.TakeReclaimed()
 	r, ok := got["pvc-b"]
-	if !ok || r.Entries == 0 || r.Bytes < least || r.From != from || r.First != first {
-		t.Errorf("room reclaimed for volume B: %+v (all: %+v); want the moved file %q and at least %d bytes, from volume %q, for B's claim to hear of", r, got, first, least, from)
+	if !ok || r.Entries == 0 || r.Bytes < least || len(r.Sources) != 1 || r.Sources[0].From != from || r.Sources[0].First != first {
+		t.Errorf("room reclaimed for volume B: %+v (all: %+v); want the moved file %q and at least %d bytes, from volume %q alone, for B's claim to hear of", r, got, first, least, from)
 	}
 }
 

@@ -26,21 +26,49 @@ type repairs struct {
 }
 
 // Reclaimed is room of a volume's project quota that entries not of the
-// volume's tree had taken, given back when the quota watch took them out
-// of the project (NoteRepair, NoteRelease). The volume's user lost that
-// room meanwhile: its writes within its size could fail with EDQUOT. A
-// process that may change project IDs moved the entries into the
-// volume's project: the user of volume From (From's walk put them back
-// into From's project), or, when From is "", a process using the node's
-// filesystem outside every volume (an emptyDir, a container's layer).
+// volume's tree had taken, given back when the quota watch or the audit
+// took them out of the project (NoteRepair, NoteRelease, NoteReclaimed).
+// The volume's user lost that room meanwhile: its writes within its size
+// could fail with EDQUOT. Entries and Bytes are the sums over Sources.
 type Reclaimed struct {
+	Entries, Bytes int64
+	// Sources says, one per source in the order they were noted, where
+	// the entries came from and what each took. There is at most one
+	// per volume of the node and one for outside every volume, so the
+	// list is bounded by the node's volumes; the reporter shows a few.
+	Sources []ReclaimedSource
+}
+
+// ReclaimedSource is one source of a volume's Reclaimed room. A process
+// that may change project IDs moved the entries into the volume's
+// project: the user of volume From (From's walk put them back into
+// From's project), or, when From is "", a process using the node's
+// filesystem outside every volume (an emptyDir, a container's layer).
+type ReclaimedSource struct {
+	From           string
 	Entries, Bytes int64
 	// First is one of the entries: within From, its path as the
 	// repair named it (relative to the volume's directory, or its
 	// name alone for the entry the watch saw written); outside every
 	// volume, its absolute path.
 	First string
-	From  string
+}
+
+// add adds c, room given back that source from had taken, to r.
+func (r *Reclaimed) add(from string, c fsquota.Charge) {
+	r.Entries += c.Entries
+	r.Bytes += c.Bytes
+	for i := range r.Sources {
+		if s := &r.Sources[i]; s.From == from {
+			s.Entries += c.Entries
+			s.Bytes += c.Bytes
+			if s.First == "" {
+				s.First = c.First
+			}
+			return
+		}
+	}
+	r.Sources = append(r.Sources, ReclaimedSource{From: from, Entries: c.Entries, Bytes: c.Bytes, First: c.First})
 }
 
 // NoteRepair adds r, what was just put back into volume id's project
@@ -108,13 +136,8 @@ func (m *Manager) noteReclaimed(from string, charged map[uint32]fsquota.Charge) 
 		m.repairs.reclaimed = map[string]Reclaimed{}
 	}
 	for pid, owner := range owners {
-		c := charged[pid]
 		sum := m.repairs.reclaimed[owner]
-		sum.Entries += c.Entries
-		sum.Bytes += c.Bytes
-		if sum.First == "" {
-			sum.First, sum.From = c.First, from
-		}
+		sum.add(from, charged[pid])
 		m.repairs.reclaimed[owner] = sum
 	}
 	return len(owners) > 0

@@ -1,7 +1,7 @@
 package volume
 
 import (
-	"maps"
+	"reflect"
 	"testing"
 
 	"source.plinth.dev/pkg/fsquota"
@@ -98,10 +98,13 @@ func TestReclaimedGoesToTheProjectsOwner(t *testing.T) {
 	}})
 	got := m.TakeReclaimed()
 	want := map[string]Reclaimed{
-		"pvc-b": {Entries: 3, Bytes: 12288, First: "dir/x", From: "pvc-a"},
-		"pvc-a": {Entries: 1, Bytes: 1024, First: "/data/emptydir/z"},
+		"pvc-b": {Entries: 3, Bytes: 12288, Sources: []ReclaimedSource{
+			{From: "pvc-a", Entries: 2, Bytes: 8192, First: "dir/x"},
+			{From: "", Entries: 1, Bytes: 4096, First: "/data/emptydir/y"},
+		}},
+		"pvc-a": {Entries: 1, Bytes: 1024, Sources: []ReclaimedSource{{From: "", Entries: 1, Bytes: 1024, First: "/data/emptydir/z"}}},
 	}
-	if !maps.Equal(got, want) {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("reclaimed: %+v; want %+v", got, want)
 	}
 	if again := m.TakeReclaimed(); len(again) != 0 {
@@ -123,7 +126,7 @@ func TestReclaimedGoesToTheProjectsOwner(t *testing.T) {
 	default:
 		t.Error("handing over room of pvc-b did not wake the reporter")
 	}
-	if got := m.TakeReclaimed(); !maps.Equal(got, map[string]Reclaimed{"pvc-b": {Entries: 1, Bytes: 4096, First: "x", From: "pvc-a"}}) {
+	if got := m.TakeReclaimed(); !reflect.DeepEqual(got, map[string]Reclaimed{"pvc-b": {Entries: 1, Bytes: 4096, Sources: []ReclaimedSource{{From: "pvc-a", Entries: 1, Bytes: 4096, First: "x"}}}}) {
 		t.Errorf("reclaimed handed over by the audit: %+v", got)
 	}
 }

@@ -1,8 +1,10 @@
 package volumehealth
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -190,18 +192,48 @@ func (a *audit) reportReclaimed(pv *corev1.PersistentVolume, r volume.Reclaimed)
 	a.tell(pv, corev1.EventTypeWarning, ReasonQuotaReclaimed, msg)
 }
 
-// reclaimedMessage tells the user what took its volume's room, where it
-// came from, and that the room is back.
+// reclaimedShown is how many of a report's sources a VolumeQuotaReclaimed
+// Event names: those that took most. The rest are summed, so that a node
+// whose many volumes all moved files into one keeps its Event short.
+const reclaimedShown = 3
+
+// reclaimedMessage tells the user what took its volume's room, where each
+// part came from (the reclaimedShown sources that took most, and how many
+// more), and that the room is back.
 func reclaimedMessage(id, node string, r volume.Reclaimed) string {
-	held := resource.NewQuantity(r.Bytes, resource.BinarySI)
-	from := fmt.Sprintf("from outside every volume on node %s (an emptyDir, a container's files or logs; the first: %q)", node, r.First)
-	if r.From != "" {
-		from = fmt.Sprintf("of volume %s on node %s (moved by a process using that volume; the first: %q)", r.From, node, r.First)
+	const end = "A process changed their project ID (chattr -p, FS_IOC_FSSETXATTR)"
+	into := fmt.Sprintf("had been moved into the project quota of volume %s, "+
+		"so they counted against its size and writes within the size could fail; they were taken out of it, and the room is free again", id)
+	if len(r.Sources) == 1 {
+		return fmt.Sprintf("%s %s. %s", reclaimedSourceText(node, r.Sources[0]), into, end)
 	}
-	return fmt.Sprintf("%s holding %s %s had been moved into the project quota of volume %s, "+
-		"so they counted against its size and writes within the size could fail; they were taken out of it, and the room is free again. "+
-		"A process changed their project ID (chattr -p, FS_IOC_FSSETXATTR)",
-		plural(r.Entries, "file or directory", "files and directories"), held.String(), from, id)
+	sources := slices.Clone(r.Sources)
+	slices.SortStableFunc(sources, func(a, b volume.ReclaimedSource) int { return cmp.Compare(b.Bytes, a.Bytes) })
+	var parts []string
+	for _, s := range sources[:min(len(sources), reclaimedShown)] {
+		parts = append(parts, reclaimedSourceText(node, s))
+	}
+	if rest := sources[min(len(sources), reclaimedShown):]; len(rest) > 0 {
+		var bytes int64
+		for _, s := range rest {
+			bytes += s.Bytes
+		}
+		parts = append(parts, fmt.Sprintf("and %s holding %s", plural(int64(len(rest)), "more source", "more sources"),
+			resource.NewQuantity(bytes, resource.BinarySI)))
+	}
+	held := resource.NewQuantity(r.Bytes, resource.BinarySI)
+	return fmt.Sprintf("%s holding %s %s. They came from %d sources: %s. %s",
+		plural(r.Entries, "file or directory", "files and directories"), held, into, len(sources), strings.Join(parts, "; "), end)
+}
+
+// reclaimedSourceText says what one source took and where it came from.
+func reclaimedSourceText(node string, s volume.ReclaimedSource) string {
+	from := fmt.Sprintf("from outside every volume on node %s (an emptyDir, a container's files or logs; the first: %q)", node, s.First)
+	if s.From != "" {
+		from = fmt.Sprintf("of volume %s on node %s (moved by a process using that volume; the first: %q)", s.From, node, s.First)
+	}
+	return fmt.Sprintf("%s holding %s %s", plural(s.Entries, "file or directory", "files and directories"),
+		resource.NewQuantity(s.Bytes, resource.BinarySI), from)
 }
 
 // reportReleased reports entries outside every volume that the quota

@@ -115,14 +115,65 @@ func TestReportReclaimedTellsTheNeighbour(t *testing.T) {
 		want []string
 	}{
 		{volume.Reclaimed{}, nil},
-		{volume.Reclaimed{Entries: 1, Bytes: 4 << 20, First: "quiet", From: "pvc-a"},
+		{volume.Reclaimed{Entries: 1, Bytes: 4 << 20, Sources: []volume.ReclaimedSource{{From: "pvc-a", Entries: 1, Bytes: 4 << 20, First: "quiet"}}},
 			[]string{`1 file or directory holding 4Mi of volume pvc-a on node n (moved by a process using that volume; the first: "quiet")`, "project quota of volume pv", "free again"}},
-		{volume.Reclaimed{Entries: 2, Bytes: 8 << 20, First: "/data/emptydir/quiet"},
+		{volume.Reclaimed{Entries: 2, Bytes: 8 << 20, Sources: []volume.ReclaimedSource{{Entries: 2, Bytes: 8 << 20, First: "/data/emptydir/quiet"}}},
 			[]string{`2 files and directories holding 8Mi from outside every volume on node n`, `"/data/emptydir/quiet"`, "project quota of volume pv"}},
 	} {
 		a.reportReclaimed(pv, step.r)
 		checkWarnings(t, fmt.Sprintf("after %+v", step.r), rec, ReasonQuotaReclaimed, step.want)
 	}
+}
+
+// TestReclaimedNamesEverySource: when files of several sources were
+// moved into one volume's project quota within one report, its claim's
+// VolumeQuotaReclaimed says each source with what it took (two
+// neighbours and outside every volume), and past three sources the
+// three that took most and how many more there were, with what they
+// took; the totals are the sum. The engine (volume.Manager) notes the
+// repairs and releases as the quota watch does.
+func TestReclaimedNamesEverySource(t *testing.T) {
+	ids, err := fsquota.NewIDAllocator(t.TempDir(), volume.FirstProjectID, volume.LastProjectID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &volume.Manager{ProjectIDs: ids}
+	b, err := ids.Allocate("pv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mib = 1 << 20
+	into := func(first string, entries, bytes int64) fsquota.Restored {
+		return fsquota.Restored{Strays: entries, StrayBytes: bytes, FirstStray: first,
+			From: map[uint32]fsquota.Charge{b: {Entries: entries, Bytes: bytes, First: first}}}
+	}
+	r, rec, pv := testRound()
+	a := &audit{round: r, incomplete: map[string]string{}}
+
+	m.NoteRepair("pvc-a", into("a1", 1, 4*mib))
+	m.NoteRepair("pvc-c", into("c1", 2, 8*mib))
+	m.NoteRelease(into("/data/emptydir/o1", 3, 16*mib))
+	m.NoteRepair("pvc-a", into("a2", 1, 4*mib))
+	a.reportReclaimed(pv, m.TakeReclaimed()["pv"])
+	checkWarnings(t, "three sources", rec, ReasonQuotaReclaimed, []string{
+		"7 files and directories holding 32Mi",
+		"project quota of volume pv",
+		`2 files and directories holding 8Mi of volume pvc-a on node n (moved by a process using that volume; the first: "a1")`,
+		`2 files and directories holding 8Mi of volume pvc-c on node n (moved by a process using that volume; the first: "c1")`,
+		`3 files and directories holding 16Mi from outside every volume on node n`, `"/data/emptydir/o1"`,
+	})
+
+	for i, v := range []string{"pvc-1", "pvc-2", "pvc-3", "pvc-4", "pvc-5"} {
+		m.NoteRepair(v, into("f", 1, int64(i+1)*mib))
+	}
+	a.reportReclaimed(pv, m.TakeReclaimed()["pv"])
+	checkWarnings(t, "five sources", rec, ReasonQuotaReclaimed, []string{
+		"5 files and directories holding 15Mi",
+		"1 file or directory holding 5Mi of volume pvc-5",
+		"1 file or directory holding 4Mi of volume pvc-4",
+		"1 file or directory holding 3Mi of volume pvc-3",
+		"and 2 more sources holding 3Mi",
+	})
 }
 
 // checkWarnings takes the Events rec recorded: none when want is empty,
