@@ -59,7 +59,9 @@ const (
 // volume whose project those files, or a neighbour's, had been moved
 // into, from TakeReclaimed, is told to that volume's claim; the audit's
 // own walks hand theirs over with NoteReclaimed, so that it is told the
-// same way.
+// same way. After the volumes, each round also searches outside every
+// volume (ReleaseOutside, the watch's search) and notes what it released
+// with NoteRelease, as the watch does.
 type Auditor interface {
 	RestoreProjectIDs(ctx context.Context, volumeID string, pace func(context.Context) error) (fsquota.Restored, error)
 	Repaired() <-chan struct{}
@@ -67,6 +69,8 @@ type Auditor interface {
 	TakeReleases() fsquota.Restored
 	TakeReclaimed() map[string]volume.Reclaimed
 	NoteReclaimed(from string, charged map[uint32]fsquota.Charge)
+	ReleaseOutside(ctx context.Context, pace func(context.Context) error) (fsquota.Restored, error)
+	NoteRelease(r fsquota.Restored)
 }
 
 // audit is the state of the monitor's audit loop.
@@ -101,6 +105,28 @@ func (a *audit) auditAll(ctx context.Context) {
 		a.Auditor.NoteReclaimed(pv.Spec.CSI.VolumeHandle, r.From)
 	}
 	forgetOthers(a.incomplete, pvs)
+	a.releaseOutside(ctx)
+}
+
+// releaseOutside searches the data filesystem outside every volume for
+// entries that carry a volume's project ID (an emptyDir's file moved into
+// a neighbour's project) and takes them out of it, at the audit's pace.
+// No volume's walk sees them, and the quota watch, which also searches
+// when a volume's usage grows quietly, may not run at all (a kernel
+// before 5.9, no CAP_SYS_ADMIN) or may miss a move (one hidden in the
+// volume's own writes): without this such a file would take the
+// neighbour's room until deleted. What it releases is noted as the
+// watch's releases are, so the reporter counts it and tells the volume
+// whose room it was.
+func (a *audit) releaseOutside(ctx context.Context) {
+	r, err := a.Auditor.ReleaseOutside(ctx, a.limiter.Wait)
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		a.log.Warningf("quota audit: %v", err)
+	}
+	a.Auditor.NoteRelease(r)
 }
 
 // repairSettle is how long the report of a repair made between the walks

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
@@ -238,19 +241,71 @@ func TestAuditHandsOverReclaimedRoom(t *testing.T) {
 	}
 }
 
-// walkAuditor is an Auditor whose walks all return r, and which records
-// what it is handed over.
+// TestAuditSearchesOutsideEveryVolume: each round of the audit, after
+// the volumes' walks, also searches the data filesystem outside every
+// volume for entries carrying a volume's project ID (the quota watch's
+// search, Auditor.ReleaseOutside), paced by the audit's own limiter, and
+// notes what it released (Auditor.NoteRelease), so that the reporter
+// counts it and tells the volume whose room it had taken, as it does the
+// watch's releases. Without the watch (a kernel before 5.9, no
+// CAP_SYS_ADMIN) nothing else ever releases such a file.
+func TestAuditSearchesOutsideEveryVolume(t *testing.T) {
+	r, _, pv := testRound()
+	pv.Status.Phase = corev1.VolumeBound
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Metrics = m
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	if err := idx.Add(pv); err != nil {
+		t.Fatal(err)
+	}
+	r.lister = corelisters.NewPersistentVolumeLister(idx)
+	released := fsquota.Restored{Checked: 9, Strays: 1, StrayBytes: 4 << 20, FirstStray: "/data/emptydir/f",
+		From: map[uint32]fsquota.Charge{1048577: {Entries: 1, Bytes: 4 << 20, First: "/data/emptydir/f"}}}
+	au := &walkAuditor{outside: released}
+	r.Auditor = au
+	// A limiter that gives no token back within the test: the search's
+	// pace takes one of its five.
+	limiter := rate.NewLimiter(rate.Every(time.Hour), 5)
+	a := &audit{round: r, limiter: limiter, incomplete: map[string]string{}}
+	a.auditAll(context.Background())
+	if want := []string{"walk pv", "search outside"}; !slices.Equal(au.calls, want) {
+		t.Fatalf("a round of the audit: %q, want %q", au.calls, want)
+	}
+	if !au.paced || limiter.Tokens() > 4.5 {
+		t.Error("the search outside every volume was not paced by the audit's limiter")
+	}
+	if len(au.released) != 1 || !reflect.DeepEqual(au.released[0], released) {
+		t.Errorf("noted releases: %+v, want the search's %+v", au.released, released)
+	}
+}
+
+// walkAuditor is an Auditor whose walks all return r, whose search
+// outside every volume returns outside, and which records what it is
+// asked and handed over.
 type walkAuditor struct {
-	r     fsquota.Restored
-	noted []struct {
+	r, outside fsquota.Restored
+	calls      []string
+	paced      bool
+	released   []fsquota.Restored
+	noted      []struct {
 		from    string
 		charged map[uint32]fsquota.Charge
 	}
 }
 
-func (w *walkAuditor) RestoreProjectIDs(context.Context, string, func(context.Context) error) (fsquota.Restored, error) {
+func (w *walkAuditor) RestoreProjectIDs(_ context.Context, id string, _ func(context.Context) error) (fsquota.Restored, error) {
+	w.calls = append(w.calls, "walk "+id)
 	return w.r, nil
 }
+func (w *walkAuditor) ReleaseOutside(ctx context.Context, pace func(context.Context) error) (fsquota.Restored, error) {
+	w.calls = append(w.calls, "search outside")
+	w.paced = pace != nil && pace(ctx) == nil
+	return w.outside, nil
+}
+func (w *walkAuditor) NoteRelease(r fsquota.Restored)             { w.released = append(w.released, r) }
 func (w *walkAuditor) Repaired() <-chan struct{}                  { return nil }
 func (w *walkAuditor) TakeRepairs() map[string]fsquota.Restored   { return nil }
 func (w *walkAuditor) TakeReleases() fsquota.Restored             { return fsquota.Restored{} }
