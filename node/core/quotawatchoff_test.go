@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -77,6 +78,44 @@ func TestQuotaWatchOffLeavesItToTheAudit(t *testing.T) {
 	if r.Strays == 0 || id != idA || werr != nil {
 		t.Errorf("the audit's walk did not put the file back into A's project and give B its room")
 	}
+
+	// A file outside every volume (an emptyDir's) moved into B's project:
+	// no volume's walk sees it, and no watch runs. Each round of the
+	// audit (volumehealth) ends with the watch's search outside every
+	// volume (Manager.ReleaseOutside) and notes what it released.
+	if err := os.Remove(filepath.Join(b, "own")); err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(filepath.Dir(vols.Data.Volumes.FullPath()), "emptydir")
+	if err := os.Mkdir(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ofile := escapeInto(t, outside, idB, 4*mib)
+	if _, err := vols.RestoreProjectIDs(context.Background(), "pvc-b", nil); err != nil {
+		t.Fatal(err)
+	}
+	id, _, _ = fsquota.ProjectID(ofile)
+	werr = volumetest.WriteNew(filepath.Join(b, "own"), 2*mib)
+	t.Logf("outside every volume, after B's own walk: the file is in project %d; writing 2 MiB into B: %v", id, werr)
+	if id != idB || !errors.Is(werr, unix.ENOSPC) {
+		t.Fatalf("with the watch off, something released the outside file (project %d, B's write %v): this test cannot tell the search's work", id, werr)
+	}
+	// The refused write may have left no file, or a part of one.
+	if err := os.RemoveAll(filepath.Join(b, "own")); err != nil {
+		t.Fatal(err)
+	}
+	rel, err := vols.ReleaseOutside(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vols.NoteRelease(rel)
+	id, _, _ = fsquota.ProjectID(ofile)
+	werr = volumetest.WriteNew(filepath.Join(b, "own"), 2*mib)
+	t.Logf("the audit's search outside every volume: %+v; the file is in project %d; writing 2 MiB into B: %v", rel, id, werr)
+	if rel.Strays == 0 || id != 0 || werr != nil {
+		t.Errorf("the search outside every volume did not release the file and give B its room")
+	}
+	checkReclaimed(t, vols, "", ofile, mib)
 }
 
 // withoutSysAdmin runs f with CAP_SYS_ADMIN out of every thread's
