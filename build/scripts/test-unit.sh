@@ -10,10 +10,11 @@ cd "$(dirname "$0")/../.."
 # the snapshot-controller and the etcd tools first, so that no test binary
 # spends its 10-minute timeout on a cold build; the launcher's path
 # setup also checks for the CNI plugins; test/images packs busybox-static,
-# and build/nodeimage's tests use it as a static program; the host's XFS
-# tests (test/volumetest.LoopXFS: copy-on-write, the engine's crash tests)
-# and the first-boot format test need mkfs.xfs and mkfs.ext4.
-build/scripts/apt-install.sh containernetworking-plugins busybox-static xfsprogs e2fsprogs
+# and build/nodeimage's tests use it as a static program; test/images packs
+# Debian's fio with its libraries for bench/datapath; the host's XFS tests
+# (test/volumetest.LoopXFS: copy-on-write, the engine's crash tests) and
+# the first-boot format test need mkfs.xfs and mkfs.ext4.
+build/scripts/apt-install.sh containernetworking-plugins busybox-static fio xfsprogs e2fsprogs
 PLINTH_K8S_BIN=$(third_party/kubernetes/build.sh)
 PLINTH_SNAPSHOT_BIN=$(third_party/snapshotter/build.sh)
 PLINTH_ETCD_TOOLS_BIN=$(third_party/etcdtools/build.sh)

@@ -82,3 +82,31 @@ func TestAgnhostRejectsDynamic(t *testing.T) {
 		t.Fatal("Agnhost accepted a dynamically linked binary; it could not run in the image")
 	}
 }
+
+func TestFioCarriesItsLibraries(t *testing.T) {
+	img, err := Fio(context.Background(), DefaultFio)
+	if err != nil {
+		t.Fatalf("Fio: %v (test-unit installs fio)", err)
+	}
+	files, _ := readLayer(t, img)
+	libs, err := sharedLibraries(context.Background(), DefaultFio)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range append([]string{"usr/bin/fio", "lib64/ld-linux-x86-64.so.2"}, libs...) {
+		want = strings.TrimPrefix(want, "/")
+		if h := files[want]; h == nil || h.Typeflag != tar.TypeReg || h.Mode&0o111 == 0 {
+			t.Errorf("the image has no executable regular file /%s: %+v", want, h)
+		}
+	}
+	if len(libs) < 3 {
+		t.Errorf("ldd listed %d libraries of Debian's fio (%v), want its libaio, libc and loader at least", len(libs), libs)
+	}
+}
+
+func TestFioRejectsStatic(t *testing.T) {
+	// busybox-static has no libraries for the image to carry.
+	if _, err := Fio(context.Background(), DefaultBusybox); err == nil {
+		t.Fatal("Fio accepted a static binary, whose ldd lists no libraries")
+	}
+}
