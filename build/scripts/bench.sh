@@ -139,6 +139,10 @@ CLUSTER=(
 	# published (40.3): time to ready and to every publication checked;
 	# 7 min measured, most of it making the 10,000 volumes.
 	"restart 7"
+	# fio in a pod on a filesystem claim (runc, gVisor) and a block claim,
+	# against the node's own fio on the same data filesystem (40.1): 5
+	# rounds of 6 workloads on 5 targets, each job 5 s (a quick run: 2.2 min).
+	"datapath 16"
 )
 
 quick=${BENCH_QUICK:-}
@@ -238,6 +242,14 @@ PLINTH_K8S_BIN=$(third_party/kubernetes/build.sh)
 PLINTH_SNAPSHOT_BIN=$(third_party/snapshotter/build.sh)
 export PLINTH_SNAPSHOT_BIN
 export PLINTH_K8S_BIN
+# bench/datapath's fio (on the node and in its pods' image) and gVisor
+# (its pods of RuntimeClass gvisor).
+for c in "${CLUSTER[@]}"; do
+	[ "${c%% *}" = datapath ] || continue
+	build/scripts/apt-install.sh fio
+	PLINTH_GVISOR_BIN=$(third_party/gvisor/build.sh)
+	export PLINTH_GVISOR_BIN
+done
 vm_ready=
 cp_args=()
 vm_setup() {

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"source.plinth.dev/test/launch"
+)
+
+// The targets, in the order each round runs them.
+const (
+	floorDir    = "floor-dir"
+	fsRunc      = "filesystem-runc"
+	fsGVisor    = "filesystem-gvisor"
+	floorImage  = "floor-image"
+	blockRunc   = "block-runc"
+	floorSubdir = "datapath-floor"
+)
+
+var targetNames = []string{floorDir, fsRunc, fsGVisor, floorImage, blockRunc}
+
+// runs are every round's figures, by target and workload.
+type runs map[string]map[string][]measure
+
+// bench is one run of the benchmark on a started cluster.
+type bench struct {
+	c      *launch.Cluster
+	timing timing
+	// floorFile and image are the floors' paths on the node.
+	floorFile, image string
+	// fill says how long writing each target in full took.
+	fill map[string]time.Duration
+}
+
+// measure sets the targets up and runs the rounds; it deletes the claims
+// at the end, also after a failure.
+func (b *bench) measure(ctx context.Context, rounds int) (all runs, err error) {
+	dataDir, err := filepath.EvalSymlinks(b.c.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("resolving the data directory: %w", err)
+	}
+	dir := filepath.Join(dataDir, floorSubdir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating the floor's directory: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	b.floorFile = filepath.Join(dir, fileName)
+	defer func() { err = errors.Join(err, deleteClaims(context.WithoutCancel(ctx), b.c.Client)) }()
+	if err := createClaim(ctx, b.c.Client, fsClaim, corev1.PersistentVolumeFilesystem, 2*fileSize); err != nil {
+		return nil, err
+	}
+	if err := createClaim(ctx, b.c.Client, blockClaim, corev1.PersistentVolumeBlock, fileSize); err != nil {
+		return nil, err
+	}
+	b.fill = map[string]time.Duration{}
+	for _, t := range []string{floorDir, fsRunc, blockRunc} {
+		start := time.Now()
+		if _, err := b.run(ctx, t, "fill", func(target string) []string { return fillArgs(target, fileSize) }); err != nil {
+			return nil, fmt.Errorf("filling %s: %w", t, err)
+		}
+		b.fill[t] = time.Since(start)
+		fmt.Printf("datapath: %s written in full in %s\n", t, b.fill[t].Round(100*time.Millisecond))
+	}
+	if b.image, err = blockImage(ctx, b.c.Client, dataDir); err != nil {
+		return nil, err
+	}
+	fmt.Printf("datapath: the block volume's image is %s\n", b.image)
+	all = runs{}
+	for r := 1; r <= rounds; r++ {
+		for _, t := range targetNames {
+			out, err := b.run(ctx, t, fmt.Sprintf("r%d", r), func(target string) []string { return roundArgs(target, fileSize, b.timing) })
+			if err != nil {
+				return nil, fmt.Errorf("round %d, %s: %w", r, t, err)
+			}
+			got, err := parseRound(out)
+			if err != nil {
+				return nil, fmt.Errorf("round %d, %s: %w", r, t, err)
+			}
+			if all[t] == nil {
+				all[t] = map[string][]measure{}
+			}
+			for _, w := range workloads {
+				all[t][w.name] = append(all[t][w.name], got[w.name])
+			}
+			rr, rw := got[workloads[1].name], got[workloads[3].name]
+			fmt.Printf("datapath: round %d %-17s randread qd32 %6.0f IOPS p99 %4.0f µs, randwrite qd32 %6.0f IOPS p99 %4.0f µs\n",
+				r, t, rr.iops, rr.p99*1e6, rw.iops, rw.p99*1e6)
+		}
+	}
+	return all, nil
+}
+
+// run runs fio with args(target's path) on target: on the node for a
+// floor, in a pod named after the target and step otherwise.
+func (b *bench) run(ctx context.Context, target, step string, args func(string) []string) ([]byte, error) {
+	switch target {
+	case floorDir:
+		return runHost(ctx, args(b.floorFile))
+	case floorImage:
+		return runHost(ctx, args(b.image))
+	}
+	p := podRun{name: "fio-" + target + "-" + step, claim: fsClaim, rt: launch.RuncRuntime()}
+	switch target {
+	case fsGVisor:
+		p.rt = launch.GVisorRuntime()
+	case blockRunc:
+		p.claim, p.block = blockClaim, true
+	}
+	return runPod(ctx, b.c.Client, p, args(p.target()))
+}

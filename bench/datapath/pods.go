@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/test/images"
+	"source.plinth.dev/test/launch"
+)
+
+const (
+	namespace = metav1.NamespaceDefault
+	// label marks the benchmark's pods and claims.
+	label = "bench.plinth.dev/datapath"
+	// The claims: one filesystem claim, run under runc and gVisor in
+	// turn (the same file, so the same extents, under both), and one
+	// block claim.
+	fsClaim    = "fio-fs"
+	blockClaim = "fio-block"
+	// mountPath is where a pod mounts the filesystem claim.
+	mountPath = "/data"
+	// podTimeout bounds one fio pod, from creation to its end: a round
+	// is 6 jobs of a few seconds, a fill writes 1 GiB.
+	podTimeout = 5 * time.Minute
+)
+
+// createClaim makes a claim of Plinth's default StorageClass and waits
+// until it is Bound: the class binds on first consumer, so the first pod
+// using it places it.
+func createClaim(ctx context.Context, c kubernetes.Interface, name string, mode corev1.PersistentVolumeMode, size int64) error {
+	class := names.StorageClassName
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{label: "true"}},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			VolumeMode:       &mode,
+			StorageClassName: &class,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI),
+			}},
+		},
+	}
+	if _, err := c.CoreV1().PersistentVolumeClaims(namespace).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating claim %s: %w", name, err)
+	}
+	return nil
+}
+
+// podRun is one fio pod: its claim, how the claim reaches it and its
+// runtime.
+type podRun struct {
+	name  string
+	claim string
+	block bool
+	rt    launch.Runtime
+}
+
+// target is the path fio opens inside the pod.
+func (p podRun) target() string {
+	if p.block {
+		return blockPath
+	}
+	return mountPath + "/" + fileName
+}
+
+// runPod runs fio with args in a pod on p's claim until it ends, returns
+// its output (the container's log) and deletes the pod, waiting until it
+// is gone, so that its unpublication is over before anything else runs.
+func runPod(ctx context.Context, c kubernetes.Interface, p podRun, args []string) ([]byte, error) {
+	grace := int64(1)
+	// A CPU's request: a BestEffort pod's cgroup has 2 CPU shares
+	// against the 1024 of the node's fio, and on a shared machine its
+	// fio would wait for the CPU, not for its volume.
+	ctr := corev1.Container{Name: "fio", Image: images.FioRef, ImagePullPolicy: corev1.PullNever, Args: args,
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("1"),
+			corev1.ResourceMemory: resource.MustParse("128Mi"),
+		}}}
+	if p.block {
+		ctr.VolumeDevices = []corev1.VolumeDevice{{Name: "data", DevicePath: blockPath}}
+	} else {
+		ctr.VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: mountPath}}
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: p.name, Labels: map[string]string{label: "true"}},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			RuntimeClassName:              p.rt.RuntimeClassName,
+			TerminationGracePeriodSeconds: &grace,
+			Containers:                    []corev1.Container{ctr},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: p.claim},
+			}}},
+		},
+	}
+	if _, err := c.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("creating pod %s: %w", p.name, err)
+	}
+	phase, err := waitEnded(ctx, c, p.name)
+	var out []byte
+	if err == nil {
+		out, err = c.CoreV1().Pods(namespace).GetLogs(p.name, &corev1.PodLogOptions{Container: "fio"}).DoRaw(ctx)
+		if err != nil {
+			err = fmt.Errorf("reading the log of pod %s: %w", p.name, err)
+		} else if phase != corev1.PodSucceeded {
+			err = fmt.Errorf("pod %s %s: fio failed:\n%s", p.name, phase, tail(out))
+		}
+	}
+	return out, errors.Join(err, deletePod(ctx, c, p.name))
+}
+
+// waitEnded waits until pod name has Succeeded or Failed.
+func waitEnded(ctx context.Context, c kubernetes.Interface, name string) (corev1.PodPhase, error) {
+	var phase corev1.PodPhase
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, podTimeout, true, func(ctx context.Context) (bool, error) {
+		pod, err := c.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		phase = pod.Status.Phase
+		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, nil
+	})
+	if err != nil {
+		return phase, fmt.Errorf("waiting for pod %s to end (phase %q): %w", name, phase, err)
+	}
+	return phase, nil
+}
+
+// deletePod deletes pod name and waits until it is gone.
+func deletePod(ctx context.Context, c kubernetes.Interface, name string) error {
+	if err := c.CoreV1().Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting pod %s: %w", name, err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := c.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for pod %s to be gone: %w", name, err)
+	}
+	return nil
+}
+
+// runHost runs the node's own fio with args: the floor.
+func runHost(ctx context.Context, args []string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, images.DefaultFio, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("fio on the node: %w\n%s%s", err, tail(out), stderr.String())
+	}
+	return out, nil
+}
+
+// blockImage finds the image file of the block claim's volume on the
+// data filesystem: the one regular file below dataDir whose name holds
+// the volume's handle and that is as large as the claim (the volume's
+// state record names it too).
+func blockImage(ctx context.Context, c kubernetes.Interface, dataDir string) (string, error) {
+	pvc, err := c.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, blockClaim, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("reading claim %s: %w", blockClaim, err)
+	}
+	pv, err := c.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil || pv.Spec.CSI == nil {
+		return "", fmt.Errorf("reading the CSI volume of claim %s: %v", blockClaim, err)
+	}
+	handle := pv.Spec.CSI.VolumeHandle
+	var found []string
+	err = filepath.WalkDir(dataDir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() || !strings.Contains(d.Name(), handle) {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if fi.Size() >= fileSize {
+			found = append(found, path)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("looking for the image of volume %s: %w", handle, err)
+	}
+	if len(found) != 1 {
+		return "", fmt.Errorf("looking for the image of volume %s below %s: found %v, want one file of at least %d bytes", handle, dataDir, found, fileSize)
+	}
+	return found[0], nil
+}
+
+// deleteClaims deletes the benchmark's claims and waits until their PVs
+// are gone: the node has then unpublished and removed the volumes, and
+// the cluster's teardown finds no loop device of theirs.
+func deleteClaims(ctx context.Context, c kubernetes.Interface) error {
+	var pvs []string
+	for _, name := range []string{fsClaim, blockClaim} {
+		pvc, err := c.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading claim %s: %w", name, err)
+		}
+		if pvc.Spec.VolumeName != "" {
+			pvs = append(pvs, pvc.Spec.VolumeName)
+		}
+		if err := c.CoreV1().PersistentVolumeClaims(namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			return fmt.Errorf("deleting claim %s: %w", name, err)
+		}
+	}
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, pv := range pvs {
+			if _, err := c.CoreV1().PersistentVolumes().Get(ctx, pv, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for PVs %v to be deleted: %w", pvs, err)
+	}
+	return nil
+}
