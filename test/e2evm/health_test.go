@@ -16,6 +16,7 @@ import (
 	"source.plinth.dev/node/kubernetes/volumehealth"
 	"source.plinth.dev/test/e2e/await"
 	"source.plinth.dev/test/images"
+	"source.plinth.dev/test/nodevm"
 )
 
 // TestQuotaDamageReported breaks the project quotas of two filesystem
@@ -44,11 +45,11 @@ func TestQuotaDamageReported(t *testing.T) {
 		},
 	}
 	for _, n := range names {
-		if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim(n, corev1.PersistentVolumeFilesystem, "1Mi"), metav1.CreateOptions{}); err != nil {
+		if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, nodevm.Claim(n, corev1.PersistentVolumeFilesystem, "1Mi"), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: n, MountPath: "/" + n})
-		pod.Spec.Volumes = append(pod.Spec.Volumes, claimVolume(n))
+		pod.Spec.Volumes = append(pod.Spec.Volumes, nodevm.ClaimVolume(n))
 	}
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -147,7 +148,7 @@ func TestQuotaEscapeRepaired(t *testing.T) {
 	defer cancel()
 	ns := newNamespace(t, w, "escape")
 	cs := w.cp.Client
-	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim("data", corev1.PersistentVolumeFilesystem, "4Mi"), metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, nodevm.Claim("data", corev1.PersistentVolumeFilesystem, "4Mi"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	pod := &corev1.Pod{
@@ -162,7 +163,7 @@ func TestQuotaEscapeRepaired(t *testing.T) {
 					Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}},
 				},
 			}},
-			Volumes: []corev1.Volume{claimVolume("data")},
+			Volumes: []corev1.Volume{nodevm.ClaimVolume("data")},
 		},
 	}
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {

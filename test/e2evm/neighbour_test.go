@@ -13,6 +13,7 @@ import (
 
 	"source.plinth.dev/test/images"
 	"source.plinth.dev/test/launch"
+	"source.plinth.dev/test/nodevm"
 )
 
 // neighbourRounds is how many of the neighbour's writes (one a second)
@@ -43,7 +44,7 @@ func TestPodCannotMoveFilesIntoNeighbourProject(t *testing.T) {
 	cs := w.cp.Client
 	start := func(name, size string, args []string, mutate func(*corev1.PodSpec)) {
 		t.Helper()
-		if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim(name, corev1.PersistentVolumeFilesystem, size), metav1.CreateOptions{}); err != nil {
+		if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, nodevm.Claim(name, corev1.PersistentVolumeFilesystem, size), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		spec := corev1.PodSpec{
@@ -53,7 +54,7 @@ func TestPodCannotMoveFilesIntoNeighbourProject(t *testing.T) {
 				Args:         args,
 				VolumeMounts: []corev1.VolumeMount{{Name: name, MountPath: "/data"}},
 			}},
-			Volumes: []corev1.Volume{claimVolume(name)},
+			Volumes: []corev1.Volume{nodevm.ClaimVolume(name)},
 		}
 		if mutate != nil {
 			mutate(&spec)

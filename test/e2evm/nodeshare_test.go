@@ -13,6 +13,7 @@ import (
 
 	"source.plinth.dev/test/e2e/await"
 	"source.plinth.dev/test/images"
+	"source.plinth.dev/test/nodevm"
 )
 
 // shareClaimSize is the claim the filling pod must not take room from,
@@ -85,7 +86,7 @@ func TestFullEmptyDirLeavesClaimsTheirRoom(t *testing.T) {
 	ns := newNamespace(t, w, "share")
 	cs := w.cp.Client
 	for _, name := range []string{"claim", "spare"} {
-		if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim(name, corev1.PersistentVolumeFilesystem, shareClaimSize), metav1.CreateOptions{}); err != nil {
+		if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, nodevm.Claim(name, corev1.PersistentVolumeFilesystem, shareClaimSize), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -93,7 +94,7 @@ func TestFullEmptyDirLeavesClaimsTheirRoom(t *testing.T) {
 	c := &claimant.Spec.Containers[0]
 	c.Env = []corev1.EnvVar{{Name: "BYTES", Value: fmt.Sprint(shareClaimBytes)}}
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "claim", MountPath: "/claim"}, corev1.VolumeMount{Name: "spare", MountPath: "/spare"})
-	claimant.Spec.Volumes = append(claimant.Spec.Volumes, claimVolume("claim"), claimVolume("spare"))
+	claimant.Spec.Volumes = append(claimant.Spec.Volumes, nodevm.ClaimVolume("claim"), nodevm.ClaimVolume("spare"))
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, claimant, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

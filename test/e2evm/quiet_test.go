@@ -14,6 +14,7 @@ import (
 	"source.plinth.dev/node/kubernetes/volumehealth"
 	"source.plinth.dev/test/e2e/await"
 	"source.plinth.dev/test/images"
+	"source.plinth.dev/test/nodevm"
 )
 
 // TestQuietMoveToldToNeighbour plays a pod that takes a neighbour's room
@@ -56,11 +57,11 @@ func TestQuietMoveToldToNeighbour(t *testing.T) {
 		}
 	}
 	for _, n := range []string{"neighbour", "mover"} {
-		if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim(n, corev1.PersistentVolumeFilesystem, "8Mi"), metav1.CreateOptions{}); err != nil {
+		if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, nodevm.Claim(n, corev1.PersistentVolumeFilesystem, "8Mi"), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	start("neighbour", []string{"-show-project", "/data"}, claimVolume("neighbour"))
+	start("neighbour", []string{"-show-project", "/data"}, nodevm.ClaimVolume("neighbour"))
 	line, err := waitLog(ctx, w, ns, "neighbour", "[PROJECT]", 5*time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +74,7 @@ func TestQuietMoveToldToNeighbour(t *testing.T) {
 		vol  corev1.Volume
 		want func() string // what the Event says the file came from
 	}{
-		{"from-volume", claimVolume("mover"), func() string {
+		{"from-volume", nodevm.ClaimVolume("mover"), func() string {
 			pvc, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "mover", metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)

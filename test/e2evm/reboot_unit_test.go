@@ -1,6 +1,10 @@
 package e2evm
 
-import "testing"
+import (
+	"testing"
+
+	"source.plinth.dev/test/nodevm"
+)
 
 // TestStaleFoundLineRefused keeps the negative control of
 // TestVolumesSurviveReboot's power-cut half without a VM: a log read after
@@ -18,12 +22,12 @@ func TestStaleFoundLineRefused(t *testing.T) {
 	// Written out, as the pod's script prints them, not by foundPrefix.
 	stale := "WROTE\nFOUND boot=" + before + " " + markers + "\n"
 	for _, boot := range []string{after, ""} {
-		if l, ok := lineWithPrefix(stale, foundPrefix(boot)); ok {
+		if l, ok := nodevm.LineWithPrefix(stale, nodevm.FoundPrefix(boot)); ok {
 			t.Errorf("log from before the cut, waiting for boot %q: took %q", boot, l)
 		}
 	}
 	fresh := "FOUND boot=" + after + " " + markers
-	if l, ok := lineWithPrefix(stale+fresh+"\n", foundPrefix(after)); !ok || l != fresh {
+	if l, ok := nodevm.LineWithPrefix(stale+fresh+"\n", nodevm.FoundPrefix(after)); !ok || l != fresh {
 		t.Errorf("log with the new boot's line: got %q, %v; want %q", l, ok, fresh)
 	}
 }

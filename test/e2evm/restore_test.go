@@ -13,6 +13,7 @@ import (
 
 	"source.plinth.dev/node/kubernetes/snapshotapi"
 	"source.plinth.dev/test/e2e/await"
+	"source.plinth.dev/test/nodevm"
 )
 
 // restoreSourceSize and restoreSize are the claim a snapshot is taken of
@@ -60,7 +61,7 @@ func TestRestoreIntoLargerClaimHasItsRoom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim("source", corev1.PersistentVolumeFilesystem, restoreSourceSize), metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, nodevm.Claim("source", corev1.PersistentVolumeFilesystem, restoreSourceSize), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	writer := claimPod("writer", "source", restoreWriterScript, map[string]int{"WRITTEN": restoreWritten})
@@ -88,7 +89,7 @@ func TestRestoreIntoLargerClaimHasItsRoom(t *testing.T) {
 		}
 		return false, fmt.Errorf("status %+v", got.Status)
 	})
-	restored := claim("restored", corev1.PersistentVolumeFilesystem, restoreSize)
+	restored := nodevm.Claim("restored", corev1.PersistentVolumeFilesystem, restoreSize)
 	restored.Spec.DataSource = &corev1.TypedLocalObjectReference{APIGroup: ptr(crdv1.GroupName), Kind: "VolumeSnapshot", Name: snap.Name}
 	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, restored, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -122,7 +123,7 @@ func TestRestoreIntoLargerClaimHasItsRoom(t *testing.T) {
 // claimPod is a busybox pod running script with claim mounted at /claim
 // and env's values in its environment.
 func claimPod(name, claim, script string, env map[string]int) *corev1.Pod {
-	pod := busyboxPod(name, script, claimVolume(claim), "/claim")
+	pod := busyboxPod(name, script, nodevm.ClaimVolume(claim), "/claim")
 	for k, v := range env {
 		pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, corev1.EnvVar{Name: k, Value: fmt.Sprint(v)})
 	}
