@@ -30,6 +30,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -255,6 +256,9 @@ func (n *Node) Boot(ctx context.Context) error {
 	n.log = log
 	args := append([]string{
 		"loglevel=4", "sysrq_always_enabled",
+		// A soft lockup prints every CPU's stack, not only the stuck
+		// one's: the console then says what the others held.
+		"softlockup_all_cpu_backtrace=1",
 		"plinth.data=/dev/vda", "plinth.config=/dev/vdb",
 		"plinth.hostname=" + n.cfg.NodeName,
 		// A test VM that fails should end, not reboot forever.
@@ -341,34 +345,49 @@ func (n *Node) ready(ctx context.Context, client kubernetes.Interface) (bool, st
 	if err != nil {
 		return false, err.Error()
 	}
+	if ready, why := n.Booted(node); !ready {
+		return false, why
+	}
+	csiNode, err := client.StorageV1().CSINodes().Get(ctx, n.cfg.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return false, "CSINode: " + err.Error()
+	}
+	if !DriverRegistered(csiNode) {
+		return false, "node Ready, but " + names.DriverName + " has not registered with the kubelet"
+	}
+	return true, ""
+}
+
+// Booted reports whether node, this node's Node object, shows the latest
+// boot Ready: a boot ID it did not show before Boot, and the Ready
+// condition true. If not, it says why.
+func (n *Node) Booted(node *corev1.Node) (bool, string) {
 	n.mu.Lock()
 	last := n.lastBootID
 	n.mu.Unlock()
 	if id := node.Status.NodeInfo.BootID; id == "" || id == last {
 		return false, "the node shows the boot ID of before the boot (" + last + ")"
 	}
-	ready := false
 	for _, c := range node.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			if c.Status != corev1.ConditionTrue {
 				return false, fmt.Sprintf("node not Ready: %s: %s", c.Reason, c.Message)
 			}
-			ready = true
-		}
-	}
-	if !ready {
-		return false, "node has no Ready condition yet"
-	}
-	csiNode, err := client.StorageV1().CSINodes().Get(ctx, n.cfg.NodeName, metav1.GetOptions{})
-	if err != nil {
-		return false, "CSINode: " + err.Error()
-	}
-	for _, d := range csiNode.Spec.Drivers {
-		if d.Name == names.DriverName {
 			return true, ""
 		}
 	}
-	return false, "node Ready, but " + names.DriverName + " has not registered with the kubelet"
+	return false, "node has no Ready condition yet"
+}
+
+// DriverRegistered reports whether csiNode lists Plinth's driver: the
+// kubelet has registered its CSI plugin, and pods can mount its volumes.
+func DriverRegistered(csiNode *storagev1.CSINode) bool {
+	for _, d := range csiNode.Spec.Drivers {
+		if d.Name == names.DriverName {
+			return true
+		}
+	}
+	return false
 }
 
 // Stop shuts the node down cleanly: SysRq-e sends SIGTERM to every process
