@@ -377,6 +377,7 @@ func loadModules(list string, log logtree.LeveledLogger) {
 // runInit is main when running as PID 1. It never returns: PID 1 exiting
 // panics the kernel.
 func runInit() {
+	started := sinceBoot()
 	lt := logtree.New(logtree.WithSink(os.Stderr))
 	log := lt.LeveledFor("init")
 	defer func() {
@@ -387,11 +388,26 @@ func runInit() {
 			halt(log, haltDecision{defaults.failCmd, defaults.failDelay, fmt.Sprintf("init panicked: %v", r)})
 		}
 	}()
-	d := bootAndSupervise(log, lt)
+	d := bootAndSupervise(log, lt, started)
 	halt(log, d)
 }
 
-func bootAndSupervise(log logtree.LeveledLogger, lt *logtree.LogTree) haltDecision {
+// sinceBoot is the kernel's CLOCK_BOOTTIME: how long it has run. Init
+// logs when it started on this clock, with the clock's reading beside the
+// line's own time of day, so that a boot's timeline can be read from the
+// console alone: kernel until init, then init's and the node's log lines
+// (the reboot benchmark, bench/reboot, does).
+func sinceBoot() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
+
+// bootAndSupervise prepares the machine and runs the node process; started
+// is when init started (sinceBoot).
+func bootAndSupervise(log logtree.LeveledLogger, lt *logtree.LogTree, started time.Duration) haltDecision {
 	// Catch signals first: a SIGCHLD lost before Notify would leave the
 	// node's exit unreaped until the next one.
 	sigs := make(chan os.Signal, 16)
@@ -409,6 +425,7 @@ func bootAndSupervise(log logtree.LeveledLogger, lt *logtree.LogTree) haltDecisi
 	if err := attachConsole("/dev/console"); err != nil {
 		log.Warningf("console: %v", err)
 	}
+	log.Infof("init started at %.6fs of the boot clock (CLOCK_BOOTTIME), now %.6fs", started.Seconds(), sinceBoot().Seconds())
 	raw, err := os.ReadFile("/proc/cmdline")
 	if err != nil {
 		return haltDecision{defaults.failCmd, defaults.failDelay, fmt.Sprintf("reading kernel command line: %v", err)}
