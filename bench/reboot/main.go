@@ -55,7 +55,7 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.out, "out", "", "results directory (required)")
-	flag.IntVar(&o.runs, "runs", 3, "reboots of each kind (clean, power cut) with and without claims")
+	flag.IntVar(&o.runs, "runs", 5, "reboots of each kind (clean, power cut) with and without claims")
 	flag.BoolVar(&o.quick, "quick", false, "smoke test: one reboot of each kind with claims and without")
 	flag.DurationVar(&o.timeout, "timeout", 6*time.Minute, "longest wait for one reboot to the probe's line")
 	flag.Parse()
