@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -57,7 +58,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "", "results directory (required)")
 	flag.IntVar(&o.runs, "runs", 5, "reboots of each kind (clean, power cut) with and without claims")
 	flag.BoolVar(&o.quick, "quick", false, "smoke test: one reboot of each kind with claims and without")
-	flag.DurationVar(&o.timeout, "timeout", 6*time.Minute, "longest wait for one reboot to the probe's line")
+	flag.DurationVar(&o.timeout, "timeout", 3*time.Minute, "longest wait for one reboot to the probe's line")
 	flag.Parse()
 	if o.out == "" {
 		fmt.Fprintln(os.Stderr, "reboot: -out is required")
@@ -114,6 +115,9 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 	ms := map[string][]measured{}
+	// hangs are the reboots that did not reach the probe's line while
+	// the guest kernel reported itself stuck.
+	var hangs []string
 	for _, claims := range []bool{false, true} {
 		p, err := startProbe(ctx, w, claims)
 		if err != nil {
@@ -121,9 +125,22 @@ func run(ctx context.Context, o options) (err error) {
 		}
 		for i := range o.runs {
 			for _, clean := range kinds {
+				what := fmt.Sprintf("%s reboot %d, %s (boot %d)", kindName(clean), i+1, configName(claims), w.boots+1)
 				m, err := w.reboot(ctx, clean, p)
+				var hang *hangError
+				if errors.As(err, &hang) {
+					// Recorded, and the run goes on: the results
+					// of the other reboots are still written, and
+					// the run fails at the end.
+					fmt.Fprintf(os.Stderr, "reboot: %s hung: %v\n", what, err)
+					hangs = append(hangs, what)
+					if err := w.recoverNode(ctx, p); err != nil {
+						return fmt.Errorf("recovering the node after %s hung: %w", what, err)
+					}
+					continue
+				}
 				if err != nil {
-					return fmt.Errorf("%s reboot %d, %s: %w", kindName(clean), i+1, configName(claims), err)
+					return fmt.Errorf("%s: %w", what, err)
 				}
 				s := m.split(claims)
 				fmt.Printf("reboot: %s %d, %s: %s\n", kindName(clean), i+1, configName(claims), describe(s))
@@ -135,9 +152,13 @@ func run(ctx context.Context, o options) (err error) {
 		}
 	}
 	for _, clean := range kinds {
-		if err := writeResult(o.out, kindName(clean), ms[kindName(clean)]); err != nil {
+		if err := writeResult(o.out, kindName(clean), ms[kindName(clean)], hangs); err != nil {
 			return err
 		}
+	}
+	if len(hangs) > 0 {
+		return fmt.Errorf("%d reboots hung, the guest kernel reporting lockups (not in the results; consoles in %s): %s",
+			len(hangs), tmp, strings.Join(hangs, "; "))
 	}
 	return nil
 }

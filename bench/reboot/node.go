@@ -105,14 +105,69 @@ func (w *world) bootLog() error {
 	return w.console.startBoot(filepath.Join(w.dir, fmt.Sprintf("console-%02d.log", w.boots)))
 }
 
+// hangError is a reboot that did not reach the probe's line while the
+// guest kernel reported itself stuck (a soft lockup, an RCU stall).
+type hangError struct{ msg string }
+
+func (e *hangError) Error() string { return e.msg }
+
 // hung adds to err what the console shows of a stuck guest kernel, and
-// where the console log is.
+// where the console log is. If the kernel reported a lockup, it first
+// asks it for every CPU's stack (SysRq 9: console loglevel 9, since the
+// node boots with loglevel=4, which hides the stacks the lockup reports
+// print; then SysRq l: a backtrace of every active CPU), gives it
+// stackWait to print them, and returns a *hangError.
 func (w *world) hung(err error) error {
-	msg := fmt.Sprintf("%v (console: %s)", err, filepath.Join(w.dir, fmt.Sprintf("console-%02d.log", w.boots)))
-	if l := lockups(w.console.snapshot()); len(l) > 0 {
-		msg += "; the guest kernel reported a lockup:\n\t" + strings.Join(l, "\n\t")
+	console := filepath.Join(w.dir, fmt.Sprintf("console-%02d.log", w.boots))
+	msg := fmt.Sprintf("%v (console: %s)", err, console)
+	l := lockups(w.console.snapshot())
+	if len(l) == 0 {
+		return errors.New(msg)
 	}
-	return errors.New(msg)
+	if vm := w.node.VM(); vm != nil {
+		before := len(w.console.snapshot())
+		if serr := errors.Join(vm.SysRq('9'), vm.SysRq('l')); serr != nil {
+			msg += fmt.Sprintf("; asking for the CPUs' stacks: %v", serr)
+		}
+		time.Sleep(stackWait)
+		if after := w.console.snapshot(); len(after) > before {
+			l = append(l, "after SysRq 9 and l:")
+			for _, x := range after[before:min(len(after), before+60)] {
+				l = append(l, x.text)
+			}
+		}
+	}
+	return &hangError{msg: msg + "; the guest kernel reported a lockup:\n\t" + strings.Join(l, "\n\t")}
+}
+
+// stackWait is how long a stuck guest gets to print its CPUs' stacks on
+// the serial console.
+const stackWait = 15 * time.Second
+
+// recoverNode brings a node whose boot hung back to where the next reboot
+// can be measured: power cut, boot, Ready, the probe's line of the new
+// boot. None of it is measured.
+func (w *world) recoverNode(ctx context.Context, p *probe) error {
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	if err := w.node.PowerCut(); err != nil {
+		return err
+	}
+	if err := w.bootLog(); err != nil {
+		return err
+	}
+	if err := w.node.Boot(ctx); err != nil {
+		return err
+	}
+	if err := w.node.WaitReady(ctx); err != nil {
+		return w.hung(err)
+	}
+	node, err := w.cp.Client.CoreV1().Nodes().Get(ctx, w.node.Name(), metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	_, err = nodevm.WaitLog(ctx, w.cp.Client, p.ns, p.pod, nodevm.FoundPrefix(node.Status.NodeInfo.BootID), false, w.timeout)
+	return err
 }
 
 // close stops the node and the control plane.

@@ -38,7 +38,7 @@ func phaseAxis() string {
 // writeResult writes one kind's reboots ("clean" or "cut") as a Result:
 // x is the phase (the total last), one series with claims and the
 // baseline without.
-func writeResult(out, kind string, runs []measured) error {
+func writeResult(out, kind string, runs []measured, hangs []string) error {
 	series := map[bool]*result.Series{false: {Name: configName(false)}, true: {Name: configName(true)}}
 	for claims, s := range series {
 		for i := range len(phases) + 1 {
@@ -64,6 +64,9 @@ func writeResult(out, kind string, runs []measured) error {
 		Goals: []string{"Issue 40 item 4 sets no number: the reboot's cost to a workload, by phase, beside the same node's reboot without claims. " +
 			"Plinth's share is its own phase (waiting for the plugin's registration and the publications after the Node is Ready) and what pod start takes beyond the baseline's."},
 		Notes: append(resultNotes(), milestoneNotes(runs)...),
+	}
+	if len(hangs) > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("Reboots of this run that hung, the guest kernel reporting soft lockups, and are not in the figures (the node was then power-cut and booted again, unmeasured): %s.", strings.Join(hangs, "; ")))
 	}
 	return result.Write(out, r)
 }
