@@ -146,8 +146,8 @@ CLUSTER=(
 	"datapath 15"
 	# The VM node rebooted cleanly and by a power cut under a pod reading
 	# its claims, beside the same pod on an emptyDir (40.4): time to the
-	# pod's first byte, by phase: 20 reboots of about 25 s, 2.9 min
-	# with -quick (4 reboots) measured.
+	# pod's first byte, by phase: 20 reboots of about 25 s, 8.3 min
+	# measured (2.9 with -quick); a reboot that hangs adds about 4.
 	"reboot 12"
 )
 
