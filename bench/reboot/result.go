@@ -48,7 +48,10 @@ func writeResult(out, kind string, runs []measured, hangs []string) error {
 					vals = append(vals, r.split[i])
 				}
 			}
-			if len(vals) > 0 {
+			// Without claims there is no Plinth phase: no point, rather
+			// than a 0 that reads as a measurement (and sets the
+			// plot's unit to ns).
+			if len(vals) > 0 && (claims || i >= len(phases) || phases[i] != "plinth") {
 				s.Points = append(s.Points, result.Point{X: float64(i + 1), Runs: vals})
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"source.plinth.dev/bench/result"
 )
 
 // at is a host time in the test's boot: seconds after 20:00:00.
@@ -105,5 +107,33 @@ func TestLockupsFound(t *testing.T) {
 	}
 	if got := lockups(lines[:1]); len(got) != 0 {
 		t.Errorf("lockups of a healthy console: %q", got)
+	}
+}
+
+// TestNoPlinthPointWithoutClaims: the baseline's series has every phase
+// but Plinth's, which it does not have, and the total.
+func TestNoPlinthPointWithoutClaims(t *testing.T) {
+	m := milestones{reboot: at(0), off: at(1), on: at(1), initStart: at(2), nodeUp: at(3), containerd: at(4), nodeReady: at(5), registered: at(5), published: at(6), firstByte: at(7)}
+	dir := t.TempDir()
+	runs := []measured{{claims: false, m: m, split: m.split(false)}, {claims: true, m: m, split: m.split(true)}}
+	if err := writeResult(dir, "cut", runs, nil); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := result.ReadDir(dir)
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("results: %v, %v", rs, err)
+	}
+	for _, s := range rs[0].Series {
+		var xs []float64
+		for _, p := range s.Points {
+			xs = append(xs, p.X)
+		}
+		want := []float64{1, 2, 3, 4, 5, 6, 7, 8}
+		if s.Name == configName(false) {
+			want = []float64{1, 2, 3, 4, 5, 7, 8}
+		}
+		if !equal(xs, want) {
+			t.Errorf("series %s: x %v, want %v", s.Name, xs, want)
+		}
 	}
 }
