@@ -25,13 +25,13 @@ import (
 // volume's tree meanwhile:
 //
 //   - usage (bytes or inodes) that grew with no event in the volume's
-//     tree, or inodes that grew by more than the entries created there,
-//     came from elsewhere: a quiet move;
+//     tree, or inodes that grew by more than the entries created there
+//     less those removed, came from elsewhere: a quiet move;
 //   - then the watch searches the data filesystem outside the engine's
 //     trees for entries carrying a volume's ID and releases them
 //     (volume.Manager.ReleaseOutside), and walks each volume whose usage
-//     fell, or whose inodes grew by less than the entries created in it,
-//     in the same interval: the volume the file was moved out of
+//     fell, or whose inodes grew by less than the entries created in it
+//     less those removed, in the same interval: the volume the file was moved out of
 //     (volume.Manager.RestoreProjectIDs, reported to its claim like any
 //     of the watch's repairs).
 //
@@ -55,9 +55,14 @@ type quotaEvents struct {
 	counts map[uint32]eventCount
 }
 
-// eventCount is what a volume's tree saw: entries written or created
-// (any), and of those, entries created (a new inode each).
-type eventCount struct{ any, created int64 }
+// eventCount is what a volume's tree saw: entries written, created or
+// removed (any), and of those, entries created (a new inode each) and
+// entries removed (an inode freed, unless another link or an open file
+// holds it: then the count errs towards a search that finds nothing).
+type eventCount struct{ any, created, removed int64 }
+
+// net is how many inodes the events account for: created less removed.
+func (c eventCount) net() int64 { return c.created - c.removed }
 
 // note counts one event, of mask, in the tree of the volume with project
 // ID pid.
@@ -71,6 +76,11 @@ func (q *quotaEvents) note(pid uint32, mask uint64) {
 	c.any++
 	if mask&fanotify.Create != 0 {
 		c.created++
+	}
+	// The kernel merges one entry's events while they wait: an entry
+	// created and removed in one batch counts as both.
+	if mask&fanotify.Delete != 0 {
+		c.removed++
 	}
 	q.counts[pid] = c
 }
@@ -180,9 +190,10 @@ func (p *quotaPoller) decide(log logtree.LeveledLogger, events map[uint32]eventC
 // judge sorts the projects whose usage changed in an interval (changed)
 // by the events seen in their volumes' trees then and in the interval
 // after (seen, events): quiet, those that grew with no event, or by more
-// inodes than entries were created (a move into the project); fell, those
-// that shrank, or grew by fewer inodes than entries were created (a
-// deletion, or a move out of the project).
+// inodes than entries were created less those removed (a move into the
+// project); fell, those that shrank with no event, or grew by fewer
+// inodes than that (a move out of the project). A volume whose user
+// deletes what it wrote is neither, and costs no walk.
 func judge(changed map[uint32]usageChange, seen, events map[uint32]eventCount) (quiet, fell []uint32) {
 	for pid, c := range changed {
 		ev := seen[pid].plus(events[pid])
@@ -193,9 +204,9 @@ func judge(changed map[uint32]usageChange, seen, events map[uint32]eventCount) (
 			ev.created++
 		}
 		switch {
-		case (c.bytes > 0 || c.inodes > 0) && ev.any == 0, c.inodes > ev.created:
+		case (c.bytes > 0 || c.inodes > 0) && ev.any == 0, c.inodes > ev.net():
 			quiet = append(quiet, pid)
-		case c.bytes < 0 || c.inodes < ev.created:
+		case c.inodes < ev.net(), c.bytes < 0 && ev.any == 0:
 			fell = append(fell, pid)
 		}
 	}
@@ -203,7 +214,7 @@ func judge(changed map[uint32]usageChange, seen, events map[uint32]eventCount) (
 }
 
 func (c eventCount) plus(d eventCount) eventCount {
-	return eventCount{c.any + d.any, c.created + d.created}
+	return eventCount{c.any + d.any, c.created + d.created, c.removed + d.removed}
 }
 
 // unionKeys returns the keys of a and b.

@@ -23,7 +23,11 @@ import (
 // the process's own volume A (case volume), or in a tree of the node
 // share (case share: it gets the share's project); or outside, while B's own
 // user rewrites a file of B all along (case busy: B's usage grows by one
-// inode more than B's user created, though B is written to). Within
+// inode more than B's user created, though B is written to); or outside,
+// while B's user creates and removes files in B all along (case churn:
+// B's inodes grow by one more than B's user created less it removed, and
+// by fewer than it created alone, which hid the move before the watch
+// counted removals). Within
 // quotaWatchBound the watch must have found it anyway, by B's usage
 // growing with no write or creation in B to account for it: the outside
 // file gets project 0, the volume's file A's project again, and B's
@@ -32,7 +36,7 @@ import (
 // it came from (volume.Manager.TakeReclaimed), for B's claim to hear of.
 func TestQuotaWatchFindsQuietMove(t *testing.T) {
 	ktest.RequireVM(t)
-	for _, where := range []string{"outside", "volume", "share", "busy"} {
+	for _, where := range []string{"outside", "volume", "share", "busy", "churn"} {
 		t.Run(where, func(t *testing.T) {
 			var shareDirs []string
 			if where == "share" {
@@ -61,9 +65,14 @@ func TestQuotaWatchFindsQuietMove(t *testing.T) {
 			}
 			eventually(t, "the watch to start", func() bool { return strings.Contains(logs(t, lt), "quota watch: on") })
 			room := 4 * mib
-			if where == "busy" {
+			switch where {
+			case "busy":
 				room -= 64 << 10
 				stop := rewriteBusily(t, filepath.Join(b, "busy"))
+				defer stop()
+			case "churn":
+				room -= 64 << 10
+				stop := churnBusily(t, b)
 				defer stop()
 			}
 			file := filepath.Join(dir, "quiet")
@@ -140,5 +149,31 @@ func rewriteBusily(t *testing.T, file string) (stop func()) {
 		close(done)
 		<-ended
 		f.Close()
+	}
+}
+
+// churnBusily plays a neighbour's user that makes and removes scratch
+// files all the time: every 20 ms it creates a file of 4 KiB in dir and
+// removes it, until stop is called.
+func churnBusily(t *testing.T, dir string) (stop func()) {
+	t.Helper()
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		scratch := filepath.Join(dir, "scratch")
+		for {
+			// A full quota fails the write, as it fails the user's.
+			_ = os.WriteFile(scratch, make([]byte, 4096), 0o644)
+			_ = os.Remove(scratch)
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-ended
 	}
 }

@@ -8,8 +8,9 @@ import (
 // TestJudgeTellsMovesFromWrites checks the usage check's rule alone (the
 // VM's TestQuotaWatchFindsQuietMove checks it against the kernel): growth
 // with no event, or by more inodes than were created, is a move in; a
-// volume being made is not; shrinking, or fewer inodes than were
-// created, is a volume to walk for a move out.
+// volume being made is not; shrinking with no event, or fewer inodes
+// than were created less those removed, is a volume to walk for a move
+// out; a user's own creations and removals are neither.
 func TestJudgeTellsMovesFromWrites(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
@@ -26,6 +27,12 @@ func TestJudgeTellsMovesFromWrites(t *testing.T) {
 		{"a volume made with a file moved in", usageChange{bytes: 4096, inodes: 2, fresh: true}, eventCount{}, eventCount{}, true, false},
 		{"shrank", usageChange{bytes: -4096, inodes: -1}, eventCount{}, eventCount{}, false, true},
 		{"fewer inodes than created", usageChange{bytes: 4096, inodes: 1}, eventCount{any: 3, created: 2}, eventCount{}, false, true},
+		// A user who creates and removes files all along: the inode
+		// moved in shows against what the events account for.
+		{"one inode more than created less removed", usageChange{bytes: 4096, inodes: 1}, eventCount{any: 20, created: 10, removed: 10}, eventCount{any: 2, created: 1, removed: 1}, true, false},
+		{"created and removed as many", usageChange{}, eventCount{any: 20, created: 10, removed: 10}, eventCount{}, false, false},
+		{"removed, and the removal seen", usageChange{bytes: -4096, inodes: -1}, eventCount{any: 1, removed: 1}, eventCount{}, false, false},
+		{"one inode less than created less removed", usageChange{bytes: -4096, inodes: -1}, eventCount{any: 10, created: 5, removed: 5}, eventCount{}, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			quiet, fell := judge(map[uint32]usageChange{7: tc.c}, map[uint32]eventCount{7: tc.seen}, map[uint32]eventCount{7: tc.after})

@@ -36,10 +36,13 @@ import (
 const (
 	quotaWatchName = "quotawatch"
 	// quotaWatchMask is what the watch follows: writes (Modify, and
-	// CloseWrite for stores through a mapping, seen at close), and new
+	// CloseWrite for stores through a mapping, seen at close), new
 	// entries (Create, MovedTo; OnDir for directories), which take an
-	// inode of whichever project their directory gives them.
-	quotaWatchMask = fanotify.Modify | fanotify.CloseWrite | fanotify.Create | fanotify.MovedTo | fanotify.OnDir
+	// inode of whichever project their directory gives them, and removed
+	// ones (Delete), which give one back: the poller counts both, so
+	// that a volume whose user creates and deletes files all along
+	// cannot hide an inode moved into its project (quotaquiet.go).
+	quotaWatchMask = fanotify.Modify | fanotify.CloseWrite | fanotify.Create | fanotify.MovedTo | fanotify.Delete | fanotify.OnDir
 	// quotaWatchBatch is how long events gather in the kernel's queue
 	// between two reads. The kernel merges the events of one entry while
 	// they wait, so a writer's millions of writes to a file cost one
@@ -131,11 +134,15 @@ func checkEntries(ctx context.Context, log logtree.LeveledLogger, vols *volume.M
 			d = openBatchDir(ctx, log, vols, w, ev.Dir)
 			dirs[ev.Dir.Key()] = d
 		}
+		// An entry only removed has nothing left to check.
+		removed := ev.Mask&^(fanotify.Delete|fanotify.OnDir) == 0
 		switch {
 		case d.Project != 0:
 			seen.note(d.Project, ev.Mask)
-			checkVolumeEntry(ctx, log, vols, d, ev.Name, walks)
-		case d.Outside:
+			if !removed {
+				checkVolumeEntry(ctx, log, vols, d, ev.Name, walks)
+			}
+		case d.Outside && !removed:
 			releaseEntry(ctx, log, vols, d, ev.Name)
 		}
 	}

@@ -52,6 +52,9 @@ const (
 	Create = unix.FAN_CREATE
 	// MovedTo: an entry was renamed into a directory.
 	MovedTo = unix.FAN_MOVED_TO
+	// Delete: an entry was removed from a directory (its inode is freed
+	// once its last link and open file are gone).
+	Delete = unix.FAN_DELETE
 	// OnDir asks for directory entries' events too (mkdir's Create).
 	OnDir = unix.FAN_ONDIR
 )
