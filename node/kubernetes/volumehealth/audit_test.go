@@ -216,18 +216,7 @@ func checkWarnings(t *testing.T, when string, rec *record.FakeRecorder, reason s
 // (Auditor.NoteReclaimed), whose reclaimed room its reporter tells those
 // volumes' claims as it does the quota watch's.
 func TestAuditHandsOverReclaimedRoom(t *testing.T) {
-	r, rec, pv := testRound()
-	pv.Status.Phase = corev1.VolumeBound
-	m, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Metrics = m
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	if err := idx.Add(pv); err != nil {
-		t.Fatal(err)
-	}
-	r.lister = corelisters.NewPersistentVolumeLister(idx)
+	r, rec := boundRound(t)
 	charged := map[uint32]fsquota.Charge{1048577: {Entries: 1, Bytes: 4 << 20, First: "escape"}}
 	au := &walkAuditor{r: fsquota.Restored{Checked: 2, Strays: 1, StrayBytes: 4 << 20, FirstStray: "escape", From: charged}}
 	r.Auditor = au
@@ -250,18 +239,7 @@ func TestAuditHandsOverReclaimedRoom(t *testing.T) {
 // watch's releases. Without the watch (a kernel before 5.9, no
 // CAP_SYS_ADMIN) nothing else ever releases such a file.
 func TestAuditSearchesOutsideEveryVolume(t *testing.T) {
-	r, _, pv := testRound()
-	pv.Status.Phase = corev1.VolumeBound
-	m, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Metrics = m
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	if err := idx.Add(pv); err != nil {
-		t.Fatal(err)
-	}
-	r.lister = corelisters.NewPersistentVolumeLister(idx)
+	r, _ := boundRound(t)
 	released := fsquota.Restored{Checked: 9, Strays: 1, StrayBytes: 4 << 20, FirstStray: "/data/emptydir/f",
 		From: map[uint32]fsquota.Charge{1048577: {Entries: 1, Bytes: 4 << 20, First: "/data/emptydir/f"}}}
 	au := &walkAuditor{outside: released}
@@ -315,4 +293,23 @@ func (w *walkAuditor) NoteReclaimed(from string, charged map[uint32]fsquota.Char
 		from    string
 		charged map[uint32]fsquota.Charge
 	}{from, charged})
+}
+
+// boundRound is testRound with its volume's PV Bound and listed, and the
+// round's metrics registered: a round the audit walks that volume in.
+func boundRound(t *testing.T) (*round, *record.FakeRecorder) {
+	t.Helper()
+	r, rec, pv := testRound()
+	pv.Status.Phase = corev1.VolumeBound
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Metrics = m
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	if err := idx.Add(pv); err != nil {
+		t.Fatal(err)
+	}
+	r.lister = corelisters.NewPersistentVolumeLister(idx)
+	return r, rec
 }
