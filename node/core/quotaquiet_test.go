@@ -132,22 +132,11 @@ func rewriteBusily(t *testing.T, file string) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done, ended := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(ended)
-		buf := make([]byte, 4096)
-		for {
-			f.WriteAt(buf, 0) // a full quota fails it, as it fails the user's
-			select {
-			case <-done:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}()
+	buf := make([]byte, 4096)
+	// A full quota fails the write, as it fails the user's.
+	end := busily(func() { f.WriteAt(buf, 0) })
 	return func() {
-		close(done)
-		<-ended
+		end()
 		f.Close()
 	}
 }
@@ -157,14 +146,22 @@ func rewriteBusily(t *testing.T, file string) (stop func()) {
 // removes it, until stop is called.
 func churnBusily(t *testing.T, dir string) (stop func()) {
 	t.Helper()
+	scratch := filepath.Join(dir, "scratch")
+	return busily(func() {
+		// A full quota fails the write, as it fails the user's.
+		_ = os.WriteFile(scratch, make([]byte, 4096), 0o644)
+		_ = os.Remove(scratch)
+	})
+}
+
+// busily runs do every 20 ms until stop is called, and stop returns once
+// do has returned for the last time.
+func busily(do func()) (stop func()) {
 	done, ended := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(ended)
-		scratch := filepath.Join(dir, "scratch")
 		for {
-			// A full quota fails the write, as it fails the user's.
-			_ = os.WriteFile(scratch, make([]byte, 4096), 0o644)
-			_ = os.Remove(scratch)
+			do()
 			select {
 			case <-done:
 				return
