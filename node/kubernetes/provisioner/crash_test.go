@@ -249,14 +249,17 @@ func runCrashSchedule(t *testing.T, e *env, p *controllertest.NodeProcess, ops i
 	// these lives, so no kill would land in the work; there a life is
 	// counted from the moment the start's provisioner runs.
 	//
-	// Now and then the killer also has the claim of a volume it caught
-	// without its PV deleted before the restart, as a user may delete a
-	// claim while the node is down: the restart then finds an orphan.
+	// Now and then (always, until one was made) the killer also has the
+	// claim of a volume it caught without its PV deleted before the
+	// restart, as a user may delete a claim while the node is down: the
+	// restart then finds an orphan. Left to a coin for every catch, a
+	// short schedule (TestCrashSafetyFindsLeaks') could end with none,
+	// and its negative control prove nothing.
 	// (Left to chance, that needs the claim deleted right after the kill;
 	// under TCG the deletion of a new claim lands before its volume is
 	// made, and no orphan ever formed.)
 	stopKiller := make(chan struct{})
-	orphanings := make(chan orphaning)
+	orphanings := make(chan *orphaning)
 	var killerDone sync.WaitGroup
 	// The killer stops before the test's end whatever happens (a Fatal in
 	// the schedule included), so it never restarts plinth-node after the
@@ -266,6 +269,7 @@ func runCrashSchedule(t *testing.T, e *env, p *controllertest.NodeProcess, ops i
 	killerDone.Go(func() {
 		krnd := rand.New(rand.NewPCG(seed, 7))
 		var logStart int64 // where the current start's log begins
+		orphaned := false  // a claim was deleted while the node was down
 		for {
 			if ktest.InVM() && !p.WaitLogged(provisionerStarted, logStart, startTimeout, stopKiller) {
 				t.Errorf("plinth-node start %d: its provisioner did not start within %s", r.kills+1, startTimeout)
@@ -285,13 +289,14 @@ func runCrashSchedule(t *testing.T, e *env, p *controllertest.NodeProcess, ops i
 			// restart below must happen all the same, or the settle
 			// would check a node that is not running.
 			stopped := false
-			if fresh := r.observe(ctx); len(fresh) > 0 && krnd.IntN(2) == 0 {
+			if fresh := r.observe(ctx); len(fresh) > 0 && (!orphaned || krnd.IntN(2) == 0) {
 				uid, _ := ownership.ClaimUIDOf(fresh[krnd.IntN(len(fresh))])
-				o := orphaning{uid: uid, done: make(chan struct{})}
+				o := &orphaning{uid: uid, done: make(chan struct{})}
 				select {
 				case orphanings <- o:
 					select { // the schedule closes done, unless it failed first
 					case <-o.done:
+						orphaned = orphaned || o.deleted
 					case <-stopKiller:
 						stopped = true
 					}
@@ -316,6 +321,7 @@ func runCrashSchedule(t *testing.T, e *env, p *controllertest.NodeProcess, ops i
 			if k := slices.IndexFunc(r.live, func(c *corev1.PersistentVolumeClaim) bool { return c.UID == o.uid }); k >= 0 {
 				r.deleteClaim(t, k)
 				r.orphaned++
+				o.deleted = true
 			}
 			close(o.done)
 		default:
@@ -390,6 +396,9 @@ func (r *crashRun) deleteClaim(t *testing.T, k int) {
 type orphaning struct {
 	uid  types.UID
 	done chan struct{}
+	// deleted is set, before done is closed, when the claim was still
+	// live and is now deleted.
+	deleted bool
 }
 
 // markerName is a file the test writes into each bound filesystem volume.
