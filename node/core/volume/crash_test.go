@@ -338,7 +338,7 @@ func takeRoom(p string, n int64) error {
 	if err != nil {
 		return err
 	}
-	return unix.Fallocate(int(f.Fd()), 0, fi.Size(), n)
+	return fallocate(f, fi.Size(), n)
 }
 
 // hostXFS mounts a fresh sparse XFS image of size bytes on the host and

@@ -51,7 +51,7 @@ func TestExpandRefreshesPublishedBlockDevice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := unix.Fallocate(int(f.Fd()), 0, 4*MiB, 4*MiB); err != nil {
+		if err := fallocate(f, 4*MiB, 4*MiB); err != nil {
 			t.Fatal(err)
 		}
 		f.Close()

@@ -57,7 +57,7 @@ func fillToTheByte(t *testing.T, dir string) {
 	for _, chunk := range []int64{MiB, 4 << 10} {
 		err := asPodUser(t, func() error {
 			for ; ; off += chunk {
-				if err := unix.Fallocate(int(f.Fd()), 0, off, chunk); err != nil {
+				if err := fallocate(f, off, chunk); err != nil {
 					return err
 				}
 			}

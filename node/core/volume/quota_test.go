@@ -416,7 +416,7 @@ func TestAvailableIsBoundByFreeSpace(t *testing.T) {
 			}
 			defer os.Remove(filler.Name())
 			defer filler.Close()
-			if err := unix.Fallocate(int(filler.Fd()), 0, 0, free-16*MiB); err != nil {
+			if err := fallocate(filler, 0, free-16*MiB); err != nil {
 				t.Fatal(err)
 			}
 			st, err = m.Stat(ctx, "a")

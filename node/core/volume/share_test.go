@@ -64,7 +64,7 @@ func fill(t *testing.T, dir string) int64 {
 	var n int64
 	err = asPodUser(t, func() error {
 		for ; ; n += MiB {
-			if err := unix.Fallocate(int(f.Fd()), 0, n, MiB); err != nil {
+			if err := fallocate(f, n, MiB); err != nil {
 				return err
 			}
 		}

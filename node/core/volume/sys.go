@@ -9,10 +9,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fallocate allocates [off, off+n) of f, extending its size (mode 0), and
-// retries when interrupted by a signal (Go's runtime preempts with
-// SIGURG, and a long allocation can see one).
+// fallocate allocates [off, off+n) of f, extending its size, and retries
+// when interrupted by a signal (Go's runtime preempts with SIGURG, and a
+// long allocation can see one; tmpfs gives up at any pending signal).
 func fallocate(f *os.File, off, n int64) error {
+	return fallocateMode(f, 0, off, n)
+}
+
+// fallocateMode is fallocate with fallocate(2)'s mode flags (tests use
+// FALLOC_FL_KEEP_SIZE to make the blocks past the end a failed
+// allocation leaves).
+func fallocateMode(f *os.File, mode uint32, off, n int64) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err
@@ -20,7 +27,7 @@ func fallocate(f *os.File, off, n int64) error {
 	var ferr error
 	if err := rc.Control(func(fd uintptr) {
 		for {
-			ferr = unix.Fallocate(int(fd), 0, off, n)
+			ferr = unix.Fallocate(int(fd), mode, off, n)
 			if !errors.Is(ferr, unix.EINTR) {
 				return
 			}

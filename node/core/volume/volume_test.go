@@ -222,10 +222,10 @@ func TestTrimFreesBlocksPastEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		if err := unix.Fallocate(int(f.Fd()), 0, 0, MiB); err != nil {
+		if err := fallocate(f, 0, MiB); err != nil {
 			t.Fatal(err)
 		}
-		if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, MiB, 16*MiB); err != nil {
+		if err := fallocateMode(f, unix.FALLOC_FL_KEEP_SIZE, MiB, 16*MiB); err != nil {
 			t.Fatal(err)
 		}
 		if _, alloc := allocated(t, p); alloc < 16*MiB {
