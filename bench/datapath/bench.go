@@ -13,17 +13,29 @@ import (
 	"source.plinth.dev/test/launch"
 )
 
-// The targets, in the order each round runs them.
+// The targets, in the order each round runs them. The floors the goals
+// are read against run in a pod like the volumes' (same image, resources,
+// runtime), on a hostPath: so a volume's ratio is what Plinth adds, not
+// what a pod's cgroup and container cost. The node's own fio on the same
+// paths is kept beside them, to show that cost.
 const (
-	floorDir    = "floor-dir"
-	fsRunc      = "filesystem-runc"
-	fsGVisor    = "filesystem-gvisor"
-	floorImage  = "floor-image"
+	// nodeDir and podDir: fio on a file in a plain directory of the data
+	// filesystem, on the node and in a runc pod (hostPath).
+	nodeDir = "floor-dir-node"
+	podDir  = "floor-dir-pod"
+	// fsRunc and fsGVisor: fio in a pod on a file in a filesystem claim.
+	fsRunc   = "filesystem-runc"
+	fsGVisor = "filesystem-gvisor"
+	// nodeImage and podImage: fio with O_DIRECT on the block volume's own
+	// image file, on the node and in a runc pod (hostPath of the file).
+	nodeImage = "floor-image-node"
+	podImage  = "floor-image-pod"
+	// blockRunc: fio in a pod on the block claim's device.
 	blockRunc   = "block-runc"
 	floorSubdir = "datapath-floor"
 )
 
-var targetNames = []string{floorDir, fsRunc, fsGVisor, floorImage, blockRunc}
+var targetNames = []string{nodeDir, podDir, fsRunc, fsGVisor, nodeImage, podImage, blockRunc}
 
 // runs are every round's figures, by target and workload.
 type runs map[string]map[string][]measure
@@ -32,8 +44,9 @@ type runs map[string]map[string][]measure
 type bench struct {
 	c      *launch.Cluster
 	timing timing
-	// floorFile and image are the floors' paths on the node.
-	floorFile, image string
+	// floorDir and image are the floors' paths on the node: the plain
+	// directory (holding fileName) and the block volume's image file.
+	floorDir, image string
 	// fill says how long writing each target in full took.
 	fill map[string]time.Duration
 }
@@ -50,7 +63,7 @@ func (b *bench) measure(ctx context.Context, rounds int) (all runs, err error) {
 		return nil, fmt.Errorf("creating the floor's directory: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	b.floorFile = filepath.Join(dir, fileName)
+	b.floorDir = dir
 	defer func() { err = errors.Join(err, deleteClaims(context.WithoutCancel(ctx), b.c.Client)) }()
 	if err := createClaim(ctx, b.c.Client, fsClaim, corev1.PersistentVolumeFilesystem, 2*fileSize); err != nil {
 		return nil, err
@@ -59,7 +72,7 @@ func (b *bench) measure(ctx context.Context, rounds int) (all runs, err error) {
 		return nil, err
 	}
 	b.fill = map[string]time.Duration{}
-	for _, t := range []string{floorDir, fsRunc, blockRunc} {
+	for _, t := range filled {
 		start := time.Now()
 		if _, err := b.run(ctx, t, "fill", func(target string) []string { return fillArgs(target, fileSize) }); err != nil {
 			return nil, fmt.Errorf("filling %s: %w", t, err)
@@ -96,21 +109,47 @@ func (b *bench) measure(ctx context.Context, rounds int) (all runs, err error) {
 	return all, nil
 }
 
+// filled are the targets written in full before the rounds; every other
+// target shares its file with one of them (floor-dir-pod the node's, the
+// gVisor pod the runc pod's claim, both image floors the block claim's).
+var filled = []string{nodeDir, fsRunc, blockRunc}
+
 // run runs fio with args(target's path) on target: on the node for a
-// floor, in a pod named after the target and step otherwise.
+// node floor, in a pod named after the target and step otherwise.
 func (b *bench) run(ctx context.Context, target, step string, args func(string) []string) ([]byte, error) {
 	switch target {
-	case floorDir:
-		return runHost(ctx, args(b.floorFile))
-	case floorImage:
+	case nodeDir:
+		return runHost(ctx, args(filepath.Join(b.floorDir, fileName)))
+	case nodeImage:
 		return runHost(ctx, args(b.image))
 	}
-	p := podRun{name: "fio-" + target + "-" + step, claim: fsClaim, rt: launch.RuncRuntime()}
-	switch target {
-	case fsGVisor:
-		p.rt = launch.GVisorRuntime()
-	case blockRunc:
-		p.claim, p.block = blockClaim, true
+	p, err := b.pod(target, step)
+	if err != nil {
+		return nil, err
 	}
 	return runPod(ctx, b.c.Client, p, args(p.target()))
+}
+
+// pod is the fio pod of target at step: the in-pod floors and the volumes
+// differ only in their volume, and gVisor's in its runtime.
+func (b *bench) pod(target, step string) (podRun, error) {
+	p := podRun{name: "fio-" + target + "-" + step, rt: launch.RuncRuntime()}
+	switch target {
+	case podDir:
+		p.source = hostSource(b.floorDir, corev1.HostPathDirectory)
+	case fsRunc:
+		p.source = claimSource(fsClaim)
+	case fsGVisor:
+		p.source, p.rt = claimSource(fsClaim), launch.GVisorRuntime()
+	case podImage:
+		if b.image == "" {
+			return podRun{}, fmt.Errorf("target %s before the block volume's image was found", target)
+		}
+		p.source, p.file = hostSource(b.image, corev1.HostPathFile), true
+	case blockRunc:
+		p.source, p.block = claimSource(blockClaim), true
+	default:
+		return podRun{}, fmt.Errorf("target %s runs in no pod", target)
+	}
+	return p, nil
 }

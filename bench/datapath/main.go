@@ -1,18 +1,26 @@
 // Command datapath measures what a workload feels once it has a volume
 // (issue 40, item 1): fio in a pod on a Plinth claim, against the same fio
-// on the node in the same run, on the same data filesystem.
+// in the same kind of pod on a plain path of the same data filesystem, in
+// the same run.
 //
 // On test/launch's cluster (the node `make run` starts: real kubelet and
-// containerd, plinth-node, the data filesystem XFS on a loop device), five
-// targets, each written once in full before the rounds:
+// containerd, plinth-node, the data filesystem XFS on a loop device), seven
+// targets; the files they use are written once in full before the rounds:
 //
-//   - floor-dir: the node's fio on a file in a plain directory of the data
-//     filesystem, beside the volumes;
+//   - floor-dir-pod: a runc pod's fio on a file in a plain directory of
+//     the data filesystem (hostPath), the filesystem volumes' baseline;
+//   - floor-dir-node: the node's own fio on the same file, outside any pod;
 //   - filesystem runc and filesystem gvisor: a pod's fio on a file in one
 //     filesystem claim, under runc and under gVisor (RuntimeClass gvisor);
-//   - floor-image: the node's fio with O_DIRECT on the block volume's own
-//     image file (the file its loop device reads);
+//   - floor-image-pod: a runc pod's fio with O_DIRECT on the block
+//     volume's own image file (hostPath of the file, the file its loop
+//     device reads), the block volume's baseline;
+//   - floor-image-node: the node's own fio on the same image file;
 //   - block runc: a pod's fio on the block claim's device.
+//
+// The in-pod floors have the volumes' image, resources and runtime, so a
+// volume's ratio to its floor is what Plinth adds; the node's floors show
+// what the pod itself costs.
 //
 // Each round runs every workload (fio.go) on every target in turn, one
 // fio run per target, so that drift of the machine spreads over all of
@@ -56,7 +64,7 @@ func main() {
 	flag.StringVar(&o.dir, "dir", "/tmp/plinth-datapath", "the cluster's work directory (wiped at start)")
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds: each runs every workload on every target once")
 	flag.DurationVar(&o.timing.ramp, "ramp", time.Second, "each job's ramp, not counted")
-	flag.DurationVar(&o.timing.runtime, "runtime", 4*time.Second, "each job's measured time")
+	flag.DurationVar(&o.timing.runtime, "runtime", 3*time.Second, "each job's measured time")
 	flag.BoolVar(&o.quick, "quick", false, "smoke test: 1 round of 1 s jobs")
 	flag.Parse()
 	if o.quick {

@@ -60,13 +60,33 @@ func createClaim(ctx context.Context, c kubernetes.Interface, name string, mode 
 	return nil
 }
 
-// podRun is one fio pod: its claim, how the claim reaches it and its
-// runtime.
+// podRun is one fio pod: what it mounts and how, and its runtime. Every
+// pod of the benchmark, floor or volume, has the same image, resources
+// and container; only the volume and the runtime differ
+// (TestFloorPodsDifferFromVolumePodsOnlyInVolume).
 type podRun struct {
-	name  string
-	claim string
+	name string
+	// source is the pod's one volume: a claim, or for an in-pod floor a
+	// hostPath on the data filesystem.
+	source corev1.VolumeSource
+	// block says the volume is a raw block claim (volumeDevices), opened
+	// at blockPath; otherwise it is mounted at mountPath.
 	block bool
-	rt    launch.Runtime
+	// file says the hostPath is the file fio opens, mounted at
+	// mountPath/fileName; otherwise a directory that holds fileName.
+	file bool
+	rt   launch.Runtime
+}
+
+// claimSource is a volume on claim name.
+func claimSource(name string) corev1.VolumeSource {
+	return corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: name}}
+}
+
+// hostSource is a hostPath volume on path, which must exist as a
+// directory or a file (typ): an in-pod floor never creates what it reads.
+func hostSource(path string, typ corev1.HostPathType) corev1.VolumeSource {
+	return corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &typ}}
 }
 
 // target is the path fio opens inside the pod.
@@ -77,36 +97,41 @@ func (p podRun) target() string {
 	return mountPath + "/" + fileName
 }
 
-// runPod runs fio with args in a pod on p's claim until it ends, returns
-// its output (the container's log) and deletes the pod, waiting until it
-// is gone, so that its unpublication is over before anything else runs.
-func runPod(ctx context.Context, c kubernetes.Interface, p podRun, args []string) ([]byte, error) {
+// spec is p's pod running fio with args. A CPU's request: a BestEffort
+// pod's cgroup has 2 CPU shares against the 1024 of the node's fio, and
+// on a shared machine its fio would wait for the CPU, not for its volume.
+func (p podRun) spec(args []string) *corev1.Pod {
 	grace := int64(1)
-	// A CPU's request: a BestEffort pod's cgroup has 2 CPU shares
-	// against the 1024 of the node's fio, and on a shared machine its
-	// fio would wait for the CPU, not for its volume.
 	ctr := corev1.Container{Name: "fio", Image: images.FioRef, ImagePullPolicy: corev1.PullNever, Args: args,
 		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 			corev1.ResourceCPU:    resource.MustParse("1"),
 			corev1.ResourceMemory: resource.MustParse("128Mi"),
 		}}}
-	if p.block {
+	switch {
+	case p.block:
 		ctr.VolumeDevices = []corev1.VolumeDevice{{Name: "data", DevicePath: blockPath}}
-	} else {
+	case p.file:
+		ctr.VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: p.target()}}
+	default:
 		ctr.VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: mountPath}}
 	}
-	pod := &corev1.Pod{
+	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: p.name, Labels: map[string]string{label: "true"}},
 		Spec: corev1.PodSpec{
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			RuntimeClassName:              p.rt.RuntimeClassName,
 			TerminationGracePeriodSeconds: &grace,
 			Containers:                    []corev1.Container{ctr},
-			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: p.claim},
-			}}},
+			Volumes:                       []corev1.Volume{{Name: "data", VolumeSource: p.source}},
 		},
 	}
+}
+
+// runPod runs fio with args in p's pod until it ends, returns its output
+// (the container's log) and deletes the pod, waiting until it is gone, so
+// that its unpublication is over before anything else runs.
+func runPod(ctx context.Context, c kubernetes.Interface, p podRun, args []string) ([]byte, error) {
+	pod := p.spec(args)
 	if _, err := c.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("creating pod %s: %w", p.name, err)
 	}
