@@ -204,7 +204,7 @@ func (m *Manager) copyBlock(id string, size int64, src copyFrom, o createOptions
 	m.crashPoint("create:image")
 	// The whole size is promised: the part beyond the source is
 	// allocated, the shared part reserved (copyXattr).
-	release, err := m.promise(size, o.overcommit)
+	release, err := m.promise(id, size, o.overcommit)
 	if err != nil {
 		return err
 	}
@@ -239,7 +239,7 @@ func (m *Manager) copyFilesystem(id string, size int64, src copyFrom, o createOp
 	fsPath, _ := m.paths(id)
 	// Reserved before the copy shares anything: the volume's quota is
 	// empty, so its promise is its whole size until the copy fills it.
-	if err := setCopyXattr(fsPath, o.source.String(), src.held); err != nil {
+	if err := m.underSpace(id, func() error { return setCopyXattr(fsPath, o.source.String(), src.held) }); err != nil {
 		return err
 	}
 	m.crashPoint("copy:mkdir")
@@ -248,7 +248,9 @@ func (m *Manager) copyFilesystem(id string, size int64, src copyFrom, o createOp
 		return classifySpace(err)
 	}
 	m.crashPoint("copy:tree")
-	if err := setCopyXattr(fsPath, o.source.String(), c.AllocatedBytes); err != nil {
+	// What the copy shares may exceed what the source held when the room
+	// was checked; the ledger counts it before the next check.
+	if err := m.underSpace(id, func() error { return setCopyXattr(fsPath, o.source.String(), c.AllocatedBytes) }); err != nil {
 		return err
 	}
 	// One syncfs for the whole tree, the quota and the xattrs.

@@ -250,7 +250,7 @@ func (m *Manager) createFilesystem(id string, size int64, perm fs.FileMode, r Ov
 	}
 	path := dir.FullPath()
 
-	release, err := m.promise(size, r)
+	release, err := m.promise(id, size, r)
 	if err != nil {
 		return err
 	}
@@ -303,7 +303,7 @@ func (m *Manager) createBlock(id string, size int64, r Overcommit) error {
 	}
 	defer f.Close()
 	m.crashPoint("create:image")
-	release, err := m.promise(size, r)
+	release, err := m.promise(id, size, r)
 	if err != nil {
 		return err
 	}

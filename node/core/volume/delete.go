@@ -111,6 +111,7 @@ func (m *Manager) paths(id string) (fsPath, imgPath string) {
 // (pid, or the one on its directory, or with lookupPID the one claimed in
 // its name). Callers hold id's lock and have recorded an intent.
 func (m *Manager) remove(id string, pid uint32, lookupPID bool) error {
+	defer m.recount(id)
 	fsPath, imgPath := m.paths(id)
 	if isDir(fsPath) {
 		var err error

@@ -106,7 +106,7 @@ func refreshLoops(image string) error {
 
 func (m *Manager) expandFilesystem(id string, from, to int64) error {
 	fsPath, _ := m.paths(id)
-	release, err := m.promise(to-from, NoOvercommit)
+	release, err := m.promise(id, to-from, NoOvercommit)
 	if err != nil {
 		return err
 	}
@@ -185,7 +185,7 @@ func (m *Manager) expandBlock(id string, from, to int64) error {
 	}
 	defer f.Close()
 	m.crashPoint("expand:intent")
-	release, err := m.promise(to-from, NoOvercommit)
+	release, err := m.promise(id, to-from, NoOvercommit)
 	if err != nil {
 		return errors.Join(err, m.clearIntent(id))
 	}

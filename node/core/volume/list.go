@@ -116,6 +116,8 @@ type Recovery struct {
 // nothing, if that fails.
 func (m *Manager) Recover(ctx context.Context) ([]Recovery, error) {
 	defer m.changes.signal()
+	// What Recover repaired is read from disk by the next room check.
+	defer m.forgetLedger()
 	// An earlier process may have died owing a sync (see durable):
 	// what it left must be durable before anything is judged by it.
 	if err := m.syncFilesystem(); err != nil {

@@ -234,7 +234,12 @@ func (m *Manager) DeleteQuarantined(ctx context.Context, id string) error {
 // move renames src to dst within the data filesystem and syncs both
 // parent directories.
 func (m *Manager) move(src, dst string) error {
-	if err := os.Rename(src, dst); err != nil {
+	// Under spaceMu, so that the ledger's build, which lists volumes/
+	// and quarantine/ one after the other, finds the volume in one of them.
+	m.spaceMu.Lock()
+	err := os.Rename(src, dst)
+	m.spaceMu.Unlock()
+	if err != nil {
 		return m.durable("quarantine:rename", fmt.Errorf("moving %s to %s: %w", src, dst, err))
 	}
 	if err := m.durable("quarantine:dir", m.Data.Quarantine.Sync()); err != nil {

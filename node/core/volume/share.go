@@ -256,14 +256,16 @@ func (m *Manager) fitShare(promising int64) (int64, error) {
 }
 
 // promise takes spaceMu for a caller about to promise size more bytes
-// under over-commit ratio r: it lowers the share's limit by them, checks
-// that they fit (checkSpace), and returns the function that fits the
-// share to the new promise and releases spaceMu, to be called once the
-// room is promised (or the attempt given up).
-func (m *Manager) promise(size int64, r Overcommit) (release func(), err error) {
+// under over-commit ratio r to key (a volume's ID or a snapshotKey): it
+// lowers the share's limit by them, checks that they fit (checkSpace), and
+// returns the function that reads key's promise back into the ledger
+// (promiseLedger), fits the share to the new promise and releases spaceMu,
+// to be called once the room is promised (or the attempt given up).
+func (m *Manager) promise(key string, size int64, r Overcommit) (release func(), err error) {
 	m.spaceMu.Lock()
 	active := m.ShareActive()
 	release = func() {
+		m.recountLocked(key)
 		if active {
 			// A failure leaves the limit low until the next fit:
 			// the share's writers get less, never the volumes.

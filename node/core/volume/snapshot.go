@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -116,6 +117,10 @@ func ValidateSnapshotID(id string) error {
 // snapshotKey is the lock key of snapshot id: volume IDs cannot contain
 // "/", so it never names a volume.
 func snapshotKey(id string) string { return "snapshot/" + id }
+
+// snapshotIDOf is the snapshot ID of a snapshotKey, and false for any
+// other key (a volume's ID has no "/").
+func snapshotIDOf(key string) (string, bool) { return strings.CutPrefix(key, "snapshot/") }
 
 // CopyOnWriteError is nil when the data filesystem makes copy-on-write
 // copies, and otherwise says why not: snapshots and volumes made from a
@@ -231,7 +236,9 @@ func (m *Manager) takeSnapshot(ctx context.Context, s localstorage.SnapshotDirec
 		return Snapshot{}, err
 	}
 	rec.State = snapshotReady
-	if err := m.writeSnapshotRecord(s, rec); err != nil {
+	// The reserve measured may exceed the estimate promised; the ledger
+	// counts it before the next check.
+	if err := m.underSpace(snapshotKey(s.ID()), func() error { return m.writeSnapshotRecord(s, rec) }); err != nil {
 		return Snapshot{}, err
 	}
 	m.crashPoint("snapshot:done")
@@ -243,7 +250,7 @@ func (m *Manager) takeSnapshot(ctx context.Context, s localstorage.SnapshotDirec
 // is written, space() counts it, so the room check (under over-commit
 // ratio r) and the record are made under spaceMu together.
 func (m *Manager) startSnapshot(s localstorage.SnapshotDirectory, rec snapshotRecord, r Overcommit) error {
-	release, err := m.promise(rec.ReservedBytes, r)
+	release, err := m.promise(snapshotKey(s.ID()), rec.ReservedBytes, r)
 	if err != nil {
 		return err
 	}
@@ -416,6 +423,7 @@ func (m *Manager) currentSnapshot(s localstorage.SnapshotDirectory) (Snapshot, e
 // caller can mistake for a snapshot either), then the data goes, then the
 // record, then the directory. Callers hold its lock.
 func (m *Manager) removeSnapshot(s localstorage.SnapshotDirectory) error {
+	defer m.recount(snapshotKey(s.ID()))
 	if !exists(s.FullPath()) {
 		return nil
 	}

@@ -151,8 +151,14 @@ type Space struct {
 // rounded down to Alignment so that a request of exactly this size (which
 // Create rounds up) still fits.
 func (s Space) Available(r Overcommit) int64 {
-	n := s.Free - s.reserved(r) - s.Unallocated - s.ShareReserve - StateReserve - CreateOverhead
+	n := s.room(r) - CreateOverhead
 	return max(n/Alignment*Alignment, 0)
+}
+
+// room is how many more bytes of any volume fit under over-commit ratio
+// r (Available before its rounding and CreateOverhead).
+func (s Space) room(r Overcommit) int64 {
+	return s.Free - s.reserved(r) - s.Unallocated - s.ShareReserve - StateReserve
 }
 
 // reserved is the promised room that r keeps from new volumes, rounded up.
@@ -208,13 +214,18 @@ func (m *Manager) freeBytes() (int64, error) {
 // not fit under over-commit ratio r (see Space.Available; a block image
 // allocated up front may not take promised room either, or a thick
 // filesystem volume could not be filled). Callers hold spaceMu (through
-// promise, which fits the node share around the check).
+// promise, which fits the node share around the check). The ledger's
+// bound decides first, without reading any volume (promiseLedger); only
+// when it does not is the promise measured.
 func (m *Manager) checkSpace(size int64, r Overcommit) error {
+	if fits, err := m.fitsBound(size, r); err == nil && fits {
+		return nil
+	}
 	s, err := m.space()
 	if err != nil {
 		return err
 	}
-	if size > s.Free-s.reserved(r)-s.Unallocated-s.ShareReserve-StateReserve {
+	if size > s.room(r) {
 		over := ""
 		if r > NoOvercommit {
 			over = fmt.Sprintf(" (with over-commit %g, %s of them stay reserved)", float64(r), formatBytes(s.reserved(r)))

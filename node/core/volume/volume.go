@@ -187,6 +187,10 @@ type Manager struct {
 	// cannot both be promised the same free space, and with the node
 	// share's limit (share.go), which follows the promise.
 	spaceMu sync.Mutex
+	// ledger bounds the room volumes and snapshots are promised, so that
+	// a room check need not read every volume (ledger.go). Guarded by
+	// spaceMu.
+	ledger promiseLedger
 
 	// dataIDMu guards dataID, the data directory's mark ("" until a
 	// volume is made: see dataid.go).
