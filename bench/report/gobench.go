@@ -42,6 +42,16 @@ var goSpecs = []goSpec{
 		"CreateSnapshot (one FICLONE of the image, fsync, records) and Create FromSnapshot of a written block volume."),
 	copies("Filesystem", "files", "files of 4 KiB", "in proportion to the files, not their bytes (issue 39)",
 		"CreateSnapshot (a tree walk, one FICLONE per file, syncfs) and Create FromSnapshot of a filesystem volume."),
+	{
+		Pkg: "source.plinth.dev/node/core/volume",
+		Result: result.Result{
+			Name: "create-among", Title: "Create beside N volumes against one exact measurement of their promise",
+			X: result.Axis{Label: "existing volumes"}, Y: seconds, Baseline: "measure",
+			Goals: []string{"flat: the same time beside 10,000 volumes as beside 1,000 (making N volumes linear, not quadratic)"},
+			Notes: []string{"create: Create of a 1 MiB filesystem volume (deleted again outside the timer); measure: Space, the exact measurement of every volume's promise that each Create paid before the promise ledger (node/core/volume/ledger.go). Half the existing volumes are filesystem volumes, half 1 MiB block images. On a loop-mounted XFS on the host, quotas not enforced.", countedNote},
+		},
+		Rules: []goRule{{Bench: regexp.MustCompile(`^CreateAmong/volumes=(?P<x>\d+)/impl=(?P<series>.+)$`), Metric: "ns/op", Scale: nsPerOp}},
+	},
 	foreignRSS("watched", "while both watch the 100,000 claims as they are created"),
 	foreignRSS("restarted", "after a restart, both having listed the 100,000 claims at start"),
 	resize("Block", "a block claim, size as BLKGETSIZE64 of the published device shows it, on the host", ""),
