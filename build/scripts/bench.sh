@@ -8,7 +8,7 @@
 #
 # Expected total: printed up front, from the per-section figures below
 # (EXPECTED_MIN for the Go benchmarks, the minutes in CLUSTER for each
-# program), about 190 minutes on the 2-core machine this is developed on.
+# program), about 185 minutes on the 2-core machine this is developed on.
 # Every section's time is printed in a table at the end. A run that takes
 # longer than its budget fails (BENCH_BUDGET, default twice the expected
 # total): a benchmark that grew past its budget is a bug, as `make bench` is
