@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"source.plinth.dev/bench/cluster"
+	"source.plinth.dev/test/nodevm"
 )
 
 type options struct {
@@ -99,7 +100,7 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 	defer func() { done(err) }()
-	image, kernel, err := nodeImage(ctx)
+	image, kernel, err := nodevm.TestImage(ctx)
 	if err != nil {
 		return err
 	}

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -33,32 +30,6 @@ type world struct {
 	boots   int
 	// timeout bounds one reboot, to the probe's first byte.
 	timeout time.Duration
-}
-
-// nodeImage returns the node image's test variant (with the busybox image
-// the probe runs) and its kernel, built by the script `make run-vm` and
-// `make test-e2e-vm` use, or found in its cache.
-func nodeImage(ctx context.Context) (image, kernel string, err error) {
-	repo, err := launch.RepoRoot(".")
-	if err != nil {
-		return "", "", err
-	}
-	cmd := exec.CommandContext(ctx, filepath.Join(repo, "build/scripts/nodeimage-test.sh"))
-	cmd.Dir = repo
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", "", fmt.Errorf("building the node image: %w", err)
-	}
-	sc := bufio.NewScanner(strings.NewReader(string(out)))
-	var got []string
-	for sc.Scan() {
-		got = append(got, sc.Text())
-	}
-	if len(got) != 2 {
-		return "", "", fmt.Errorf("nodeimage-test.sh printed %q, want the image and the kernel directory", out)
-	}
-	return got[0], filepath.Join(got[1], "vmlinux"), nil
 }
 
 // startWorld starts the control plane and boots the node for the first

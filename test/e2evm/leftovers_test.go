@@ -13,13 +13,14 @@ import (
 
 	"source.plinth.dev/test/e2e/await"
 	"source.plinth.dev/test/images"
+	"source.plinth.dev/test/nodevm"
 )
 
 // Where the node image keeps its data partition and the kubelet's root
 // (plinth-node's init: the kubelet's root lives on the data partition).
 const (
-	nodeDataDir    = "/data"
-	nodeKubeletDir = "/data/kubelet"
+	nodeDataDir    = nodevm.DataDir
+	nodeKubeletDir = nodevm.DataDir + "/kubelet"
 )
 
 // nodeLeftovers runs the workload image's leftovers mode in a privileged
