@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"source.plinth.dev/test/launch"
 )
@@ -35,14 +35,13 @@ const (
 	floorSubdir = "datapath-floor"
 )
 
-var targetNames = []string{nodeDir, podDir, fsRunc, fsGVisor, nodeImage, podImage, blockRunc}
-
 // runs are every round's figures, by target and workload.
 type runs map[string]map[string][]measure
 
 // bench is one run of the benchmark on a started cluster.
 type bench struct {
-	c      *launch.Cluster
+	client kubernetes.Interface
+	node   node
 	timing timing
 	// floorDir and image are the floors' paths on the node: the plain
 	// directory (holding fileName) and the block volume's image file.
@@ -54,25 +53,21 @@ type bench struct {
 // measure sets the targets up and runs the rounds; it deletes the claims
 // at the end, also after a failure.
 func (b *bench) measure(ctx context.Context, rounds int) (all runs, err error) {
-	dataDir, err := filepath.EvalSymlinks(b.c.DataDir)
+	dir, remove, err := b.node.makeFloorDir(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("resolving the data directory: %w", err)
-	}
-	dir := filepath.Join(dataDir, floorSubdir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("creating the floor's directory: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	b.floorDir = dir
-	defer func() { err = errors.Join(err, deleteClaims(context.WithoutCancel(ctx), b.c.Client)) }()
-	if err := createClaim(ctx, b.c.Client, fsClaim, corev1.PersistentVolumeFilesystem, 2*fileSize); err != nil {
 		return nil, err
 	}
-	if err := createClaim(ctx, b.c.Client, blockClaim, corev1.PersistentVolumeBlock, fileSize); err != nil {
+	defer remove()
+	b.floorDir = dir
+	defer func() { err = errors.Join(err, deleteClaims(context.WithoutCancel(ctx), b.client)) }()
+	if err := createClaim(ctx, b.client, fsClaim, corev1.PersistentVolumeFilesystem, 2*fileSize); err != nil {
+		return nil, err
+	}
+	if err := createClaim(ctx, b.client, blockClaim, corev1.PersistentVolumeBlock, fileSize); err != nil {
 		return nil, err
 	}
 	b.fill = map[string]time.Duration{}
-	for _, t := range filled {
+	for _, t := range b.node.filled() {
 		start := time.Now()
 		if _, err := b.run(ctx, t, "fill", func(target string) []string { return fillArgs(target, fileSize) }); err != nil {
 			return nil, fmt.Errorf("filling %s: %w", t, err)
@@ -80,13 +75,13 @@ func (b *bench) measure(ctx context.Context, rounds int) (all runs, err error) {
 		b.fill[t] = time.Since(start)
 		fmt.Printf("datapath: %s written in full in %s\n", t, b.fill[t].Round(100*time.Millisecond))
 	}
-	if b.image, err = blockImage(ctx, b.c.Client, dataDir); err != nil {
+	if b.image, err = blockImage(ctx, b.client, b.node); err != nil {
 		return nil, err
 	}
 	fmt.Printf("datapath: the block volume's image is %s\n", b.image)
 	all = runs{}
 	for r := 1; r <= rounds; r++ {
-		for _, t := range targetNames {
+		for _, t := range b.node.targets() {
 			out, err := b.run(ctx, t, fmt.Sprintf("r%d", r), func(target string) []string { return roundArgs(target, fileSize, b.timing) })
 			if err != nil {
 				return nil, fmt.Errorf("round %d, %s: %w", r, t, err)
@@ -109,25 +104,20 @@ func (b *bench) measure(ctx context.Context, rounds int) (all runs, err error) {
 	return all, nil
 }
 
-// filled are the targets written in full before the rounds; every other
-// target shares its file with one of them (floor-dir-pod the node's, the
-// gVisor pod the runc pod's claim, both image floors the block claim's).
-var filled = []string{nodeDir, fsRunc, blockRunc}
-
 // run runs fio with args(target's path) on target: on the node for a
 // node floor, in a pod named after the target and step otherwise.
 func (b *bench) run(ctx context.Context, target, step string, args func(string) []string) ([]byte, error) {
 	switch target {
 	case nodeDir:
-		return runHost(ctx, args(filepath.Join(b.floorDir, fileName)))
+		return b.node.runFio(ctx, args(filepath.Join(b.floorDir, fileName)))
 	case nodeImage:
-		return runHost(ctx, args(b.image))
+		return b.node.runFio(ctx, args(b.image))
 	}
 	p, err := b.pod(target, step)
 	if err != nil {
 		return nil, err
 	}
-	return runPod(ctx, b.c.Client, p, args(p.target()))
+	return runPod(ctx, b.client, p.spec(args(p.target())))
 }
 
 // pod is the fio pod of target at step: the in-pod floors and the volumes

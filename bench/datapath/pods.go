@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -127,25 +125,25 @@ func (p podRun) spec(args []string) *corev1.Pod {
 	}
 }
 
-// runPod runs fio with args in p's pod until it ends, returns its output
-// (the container's log) and deletes the pod, waiting until it is gone, so
-// that its unpublication is over before anything else runs.
-func runPod(ctx context.Context, c kubernetes.Interface, p podRun, args []string) ([]byte, error) {
-	pod := p.spec(args)
+// runPod runs pod until it ends, returns its output (its container's
+// log) and deletes it, waiting until it is gone, so that its
+// unpublication is over before anything else runs.
+func runPod(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod) ([]byte, error) {
+	name := pod.Name
 	if _, err := c.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		return nil, fmt.Errorf("creating pod %s: %w", p.name, err)
+		return nil, fmt.Errorf("creating pod %s: %w", name, err)
 	}
-	phase, err := waitEnded(ctx, c, p.name)
+	phase, err := waitEnded(ctx, c, name)
 	var out []byte
 	if err == nil {
-		out, err = c.CoreV1().Pods(namespace).GetLogs(p.name, &corev1.PodLogOptions{Container: "fio"}).DoRaw(ctx)
+		out, err = c.CoreV1().Pods(namespace).GetLogs(name, &corev1.PodLogOptions{Container: pod.Spec.Containers[0].Name}).DoRaw(ctx)
 		if err != nil {
-			err = fmt.Errorf("reading the log of pod %s: %w", p.name, err)
+			err = fmt.Errorf("reading the log of pod %s: %w", name, err)
 		} else if phase != corev1.PodSucceeded {
-			err = fmt.Errorf("pod %s %s: fio failed:\n%s", p.name, phase, tail(out))
+			err = fmt.Errorf("pod %s %s:\n%s", name, phase, tail(out))
 		}
 	}
-	return out, errors.Join(err, deletePod(ctx, c, p.name))
+	return out, errors.Join(err, deletePod(ctx, c, name))
 }
 
 // waitEnded waits until pod name has Succeeded or Failed.
@@ -192,11 +190,9 @@ func runHost(ctx context.Context, args []string) ([]byte, error) {
 	return out, nil
 }
 
-// blockImage finds the image file of the block claim's volume on the
-// data filesystem: the one regular file below dataDir whose name holds
-// the volume's handle and that is as large as the claim (the volume's
-// state record names it too).
-func blockImage(ctx context.Context, c kubernetes.Interface, dataDir string) (string, error) {
+// blockImage finds the image file of the block claim's volume on node's
+// data filesystem.
+func blockImage(ctx context.Context, c kubernetes.Interface, n node) (string, error) {
 	pvc, err := c.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, blockClaim, metav1.GetOptions{})
 	if err != nil {
 		return "", fmt.Errorf("reading claim %s: %w", blockClaim, err)
@@ -206,30 +202,11 @@ func blockImage(ctx context.Context, c kubernetes.Interface, dataDir string) (st
 		return "", fmt.Errorf("reading the CSI volume of claim %s: %v", blockClaim, err)
 	}
 	handle := pv.Spec.CSI.VolumeHandle
-	var found []string
-	err = filepath.WalkDir(dataDir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.Type().IsRegular() || !strings.Contains(d.Name(), handle) {
-			return nil
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		if fi.Size() >= fileSize {
-			found = append(found, path)
-		}
-		return nil
-	})
+	files, err := n.images(ctx, handle)
 	if err != nil {
-		return "", fmt.Errorf("looking for the image of volume %s: %w", handle, err)
+		return "", err
 	}
-	if len(found) != 1 {
-		return "", fmt.Errorf("looking for the image of volume %s below %s: found %v, want one file of at least %d bytes", handle, dataDir, found, fileSize)
-	}
-	return found[0], nil
+	return pickImage(files, handle, fileSize)
 }
 
 // deleteClaims deletes the benchmark's claims and waits until their PVs

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,13 +48,17 @@ var metrics = []metric{
 // buildResults makes one Result per kind of volume and metric, the
 // workloads along x (numbered as the notes list them), each volume's
 // series beside its floor, the baseline.
-func buildResults(all runs, notes []string) []*result.Result {
+func buildResults(all runs, nodeName string, notes []string) []*result.Result {
+	prefix, on := "datapath-", ""
+	if nodeName != "" {
+		prefix, on = "datapath-"+nodeName+"-", " on the "+nodeName+" node"
+	}
 	var out []*result.Result
 	for _, k := range kinds {
 		for _, m := range metrics {
 			r := &result.Result{
-				Name:     "datapath-" + k.name + "-" + m.name,
-				Title:    fmt.Sprintf("fio on a %s volume against its floor: %s", k.name, m.y.Label),
+				Name:     prefix + k.name + "-" + m.name,
+				Title:    fmt.Sprintf("fio on a %s volume against its floor%s: %s", k.name, on, m.y.Label),
 				X:        result.Axis{Label: "workload (1-6, see notes)"},
 				Y:        m.y,
 				Baseline: k.floor,
@@ -61,6 +66,11 @@ func buildResults(all runs, notes []string) []*result.Result {
 					k.name, k.goal, k.goal, 1/k.goal)},
 			}
 			for _, s := range append(append([]string{k.floor}, k.series...), k.extra...) {
+				if _, ran := all[s]; !ran {
+					// A node floor, on a node that runs
+					// no fio of its own.
+					continue
+				}
 				series := result.Series{Name: s}
 				for i, w := range workloads {
 					var values []float64
@@ -119,17 +129,21 @@ func (b *bench) notes(o options) []string {
 		list = append(list, fmt.Sprintf("%d %s", i+1, w.name))
 	}
 	var fill []string
-	for _, t := range filled {
+	for _, t := range b.node.filled() {
 		fill = append(fill, fmt.Sprintf("%s %s", t, b.fill[t].Round(100*time.Millisecond)))
 	}
-	return []string{
+	nodeFloors := ""
+	if slices.Contains(b.node.targets(), nodeDir) {
+		nodeFloors = " floor-dir-node and floor-image-node are the node's own fio on the same two files, outside any pod (no verdict: what the pod costs)."
+	}
+	return append([]string{
 		"Workloads (x): " + strings.Join(list, ", ") + ". fio " + fioVersion() + " (Debian's; the pods' image carries the same binary with its libraries, test/images.Fio), libaio, direct=1, 1 GiB per target, one job at a time.",
 		fmt.Sprintf("%d rounds; each runs every workload on every target in turn (%s), each job %s of ramp, not counted, then %s measured. IOPS and bandwidth are fio's over the measured time; p50 and p99 are its completion-latency percentiles.",
-			o.rounds, strings.Join(targetNames, ", "), o.timing.ramp, o.timing.runtime),
-		"Targets on test/launch's node (`make run`'s: real kubelet and containerd, plinth-node, data filesystem XFS on a loop device over a file on the host's disk). The baselines run in a pod like the volumes' (same image, one-CPU request, runc), so a volume's ratio is what Plinth adds: floor-dir-pod is a pod's fio on a file in a plain directory of the data filesystem (hostPath " + b.floorDir + "); floor-image-pod is a pod's fio with O_DIRECT on the block volume's own image file (hostPath of the file, " + b.image + "). floor-dir-node and floor-image-node are the node's own fio on the same two files, outside any pod (no verdict: what the pod costs). filesystem-runc and filesystem-gvisor are a pod's fio on a file in one 2 GiB filesystem claim, under runc and under gVisor (RuntimeClass gvisor; judged against the runc floor, so its ratio is gVisor's cost and Plinth's together); block-runc is a pod's fio on the 1 GiB block claim's device (Plinth's loop device over that image).",
+			o.rounds, strings.Join(b.node.targets(), ", "), o.timing.ramp, o.timing.runtime),
+		b.node.describe() + " The baselines run in a pod like the volumes' (same image, one-CPU request, runc), so a volume's ratio is what Plinth adds: floor-dir-pod is a pod's fio on a file in a plain directory of the data filesystem (hostPath " + b.floorDir + "); floor-image-pod is a pod's fio with O_DIRECT on the block volume's own image file (hostPath of the file, " + b.image + ")." + nodeFloors + " filesystem-runc and filesystem-gvisor are a pod's fio on a file in one 2 GiB filesystem claim, under runc and under gVisor (RuntimeClass gvisor; judged against the runc floor, so its ratio is gVisor's cost and Plinth's together); block-runc is a pod's fio on the 1 GiB block claim's device (Plinth's loop device over that image).",
 		"Each pod requests one CPU (Burstable): a BestEffort pod's cgroup would have 2 CPU shares against the node's fio's 1024.",
 		"Before the rounds every target was written in full once (1 MiB writes), so writes overwrite allocated blocks and reads read data: " + strings.Join(fill, ", ") + ".",
 		"Known: the loop device's 4k random-read gap at depth 32 is the kernel loop driver's per-request work (docs/benchmarks.md, \"the loop device's random-read gap\"), not a setting of Plinth's.",
 		"The machine (2 cores) was shared with other sessions; the figures of one run are compared with each other.",
-	}
+	}, b.node.caveats()...)
 }

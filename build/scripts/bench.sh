@@ -43,11 +43,14 @@
 # CLUSTER lists the cluster benchmark programs, each run as
 # `bench/<noun> -out DIR [-quick]` after the Go benchmarks; each writes its
 # results (bench/result) into DIR, where the Go benchmarks' converted
-# results are too.
+# results are too. An entry may run a program with flags under a name of
+# its own (see CLUSTER).
 #
 # Environment:
 #   BENCH_ONLY    an extended regexp: run only the Go entries whose line,
-#                 and the cluster programs whose "bench/<noun>", it matches
+#                 and the cluster entries whose "bench/<name>", it matches
+#                 (datapath matches datapath-vm too; ^bench/datapath$
+#                 only the one)
 #   BENCH_QUICK=1 a smoke test: Go benchmarks with one run each, cluster
 #                 programs with -quick (each under ~3 minutes); the report
 #                 says it is a quick run
@@ -121,10 +124,11 @@ ENTRIES=(
 # when adding an entry (the per-entry table shows what each costs).
 EXPECTED_MIN=22
 
-# The cluster benchmark programs, "NOUN MINUTES": bench/<noun> is run with
-# -out DIR, after the Go benchmarks; MINUTES is what a full run of it takes
-# here (with BENCH_QUICK=1 each takes at most 3). A program listed here that
-# does not exist fails the run before anything is measured.
+# The cluster benchmark programs, "NAME MINUTES [NOUN FLAG...]": bench/<noun>
+# (NOUN defaults to NAME) is run with -out DIR and the FLAGs, after the Go
+# benchmarks; MINUTES is what a full run of it takes here (with
+# BENCH_QUICK=1 each takes at most 3). A program listed here that does not
+# exist fails the run before anything is measured.
 CLUSTER=(
 	# Claims to Running: Plinth, local-path-provisioner, emptyDir (issue
 	# 14.1). The program prints 60 min: 5 runs per point (3 at N = 200),
@@ -150,6 +154,9 @@ CLUSTER=(
 	# filesystem, and the node's own (40.1): 5 rounds of 6 workloads on 7
 	# targets, each job 4 s (14.5 min measured with 5 targets of 5 s).
 	"datapath 18"
+	# The same on the VM node's virtio disk, under TCG (40.1): the five
+	# in-pod targets, no node floors; MINUTES from the committed run.
+	"datapath-vm 15 datapath -node vm -runtime 2s"
 	# The VM node rebooted cleanly and by a power cut under a pod reading
 	# its claims, beside the same pod on an emptyDir (40.4): time to the
 	# pod's first byte, by phase: 20 reboots of about 25 s, 8.3 min
@@ -223,8 +230,8 @@ expected_go=0
 [ ${#ENTRIES[@]} -eq 0 ] || expected_go=$EXPECTED_MIN
 expected_cluster=0
 for c in "${CLUSTER[@]}"; do
-	read -r noun minutes <<<"$c"
-	[ -n "$minutes" ] || { echo "bench: CLUSTER entry \"$c\": want NOUN MINUTES" >&2; exit 1; }
+	read -r noun minutes _ <<<"$c"
+	[ -n "$minutes" ] || { echo "bench: CLUSTER entry \"$c\": want NAME MINUTES [NOUN FLAG...]" >&2; exit 1; }
 	[ -z "$quick" ] || minutes=3
 	expected_cluster=$((expected_cluster + minutes))
 done
@@ -246,8 +253,20 @@ echo "bench: expected about $((expected))m (Go benchmarks ${expected_go}m, ${#CL
 command -v go >/dev/null || { echo "bench: no go on PATH (/usr/local/go/bin)" >&2; exit 1; }
 mkdir -p "$work/bin" "$work/results"
 go build -o "$work/bin/report" ./bench/report
+# program ENTRY prints the entry's program, its NOUN or else its NAME;
+# flags ENTRY its FLAGs, one a line.
+program() {
+	local name minutes noun
+	read -r name minutes noun _ <<<"$1"
+	echo "${noun:-$name}"
+}
+flags() {
+	local name minutes noun rest
+	read -r name minutes noun rest <<<"$1"
+	[ -z "$rest" ] || printf '%s\n' $rest
+}
 for c in "${CLUSTER[@]}"; do
-	noun=${c%% *}
+	noun=$(program "$c")
 	[ -d "bench/$noun" ] || { echo "bench: cluster program bench/$noun (in CLUSTER) does not exist" >&2; exit 1; }
 	go build -o "$work/bin/$noun" "./bench/$noun"
 done
@@ -263,7 +282,7 @@ export PLINTH_K8S_BIN
 # bench/datapath's fio (on the node and in its pods' image) and gVisor
 # (its pods of RuntimeClass gvisor).
 for c in "${CLUSTER[@]}"; do
-	[ "${c%% *}" = datapath ] || continue
+	[ "$(program "$c")" = datapath ] || continue
 	build/scripts/apt-install.sh fio
 	PLINTH_GVISOR_BIN=$(third_party/gvisor/build.sh)
 	export PLINTH_GVISOR_BIN
@@ -423,18 +442,20 @@ go_took=$((SECONDS - setup))
 
 # --- The cluster programs. -------------------------------------------------------
 for c in "${CLUSTER[@]}"; do
-	noun=${c%% *}
-	args=(-out "$work/results")
+	name=${c%% *}
+	noun=$(program "$c")
+	mapfile -t args < <(flags "$c")
+	args+=(-out "$work/results")
 	[ -z "$quick" ] || args+=(-quick)
-	echo "bench: bench/$noun ${args[*]}" >&2
+	echo "bench: bench/$name: bench/$noun ${args[*]}" >&2
 	t0=$SECONDS
 	status=0
 	"$work/bin/$noun" "${args[@]}" >&2 || status=$?
 	took=$((SECONDS - t0))
 	verdict=ok
 	[ $status -eq 0 ] || { verdict="FAIL (exit $status)"; failed=1; }
-	echo "bench: bench/$noun took $(dur $took): $verdict" >&2
-	table+=("$(printf '  %-52s %-5s %8s  %s' "bench/$noun" cluster "$(dur $took)" "$verdict")")
+	echo "bench: bench/$name took $(dur $took): $verdict" >&2
+	table+=("$(printf '  %-52s %-5s %8s  %s' "bench/$name" cluster "$(dur $took)" "$verdict")")
 done
 total=$SECONDS
 
