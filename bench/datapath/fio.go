@@ -65,8 +65,8 @@ func common(target string, size int64) []string {
 func roundArgs(target string, size int64, t timing) []string {
 	args := append(common(target, size),
 		"--time_based",
-		"--ramp_time="+seconds(t.ramp),
-		"--runtime="+seconds(t.runtime),
+		"--ramp_time="+millis(t.ramp),
+		"--runtime="+millis(t.runtime),
 		"--stonewall",
 	)
 	for _, w := range workloads {
@@ -82,8 +82,10 @@ func fillArgs(target string, size int64) []string {
 	return append(common(target, size), "--name=fill", "--rw=write", "--bs=1m", "--iodepth=4")
 }
 
-func seconds(d time.Duration) string {
-	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
+// millis is d for fio, in whole milliseconds: fio reads "0.5s" as 0 s
+// (the integer before the point), "500ms" exactly.
+func millis(d time.Duration) string {
+	return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
 }
 
 // measure is one workload's figures in one round.

@@ -40,3 +40,15 @@ func TestParseRoundReadsEveryWorkload(t *testing.T) {
 func runHostForTest(args []string) ([]byte, error) {
 	return runHost(context.Background(), args)
 }
+
+// TestJobTimesInMilliseconds: fio reads "0.5s" as 0 (it takes the
+// integer before the point), so a job's times go to it in whole
+// milliseconds, which it reads exactly.
+func TestJobTimesInMilliseconds(t *testing.T) {
+	args := roundArgs("/f", fileSize, timing{ramp: 500 * time.Millisecond, runtime: 2 * time.Second})
+	for _, want := range []string{"--ramp_time=500ms", "--runtime=2000ms"} {
+		if !containsArg(args, want) {
+			t.Errorf("args %v: want %s", args, want)
+		}
+	}
+}
