@@ -145,7 +145,9 @@ func (v vmNode) makeFloorDir(ctx context.Context) (string, func(), error) {
 
 func (v vmNode) images(ctx context.Context, handle string) ([]nodeFile, error) {
 	out, err := runPod(ctx, v.client, shellPod("datapath-find",
-		fmt.Sprintf("find %s -xdev -type f -name '*%s*' -exec stat -c '%%s %%n' {} \\;", nodevm.DataDir, handle)))
+		// find's complaints (a containerd file gone mid-walk) are
+		// not files; pickImage fails when the image is not among them.
+		fmt.Sprintf("find %s -xdev -type f -name '*%s*' -exec stat -c '%%s %%n' {} \\; 2>/dev/null; true", nodevm.DataDir, handle)))
 	if err != nil {
 		return nil, fmt.Errorf("looking for the image of volume %s on the node: %w", handle, err)
 	}
