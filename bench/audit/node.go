@@ -1,14 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"source.plinth.dev/bench/cluster"
@@ -94,10 +90,6 @@ func startWorld(ctx context.Context, o options) (_ *world, done func(error) erro
 // kernel, built by the script `make test-e2e-vm` uses, or found in its
 // cache.
 func nodeImage(ctx context.Context, tmp string) (image, kernel string, err error) {
-	repo, err := launch.RepoRoot(".")
-	if err != nil {
-		return "", "", err
-	}
 	fio, err := images.Fio(ctx, images.DefaultFio)
 	if err != nil {
 		return "", "", err
@@ -106,19 +98,5 @@ func nodeImage(ctx context.Context, tmp string) (image, kernel string, err error
 	if err := fio.WriteFile(archive); err != nil {
 		return "", "", fmt.Errorf("writing the fio image: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(repo, "build/scripts/nodeimage-test.sh"), "-image", archive)
-	cmd.Dir = repo
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", "", fmt.Errorf("building the node image: %w", err)
-	}
-	var got []string
-	for sc := bufio.NewScanner(strings.NewReader(string(out))); sc.Scan(); {
-		got = append(got, sc.Text())
-	}
-	if len(got) != 2 {
-		return "", "", fmt.Errorf("nodeimage-test.sh printed %q, want the image and the kernel directory", out)
-	}
-	return got[0], filepath.Join(got[1], "vmlinux"), nil
+	return nodevm.TestImage(ctx, archive)
 }
