@@ -85,10 +85,13 @@ type VM struct {
 // controller for, and the TSC rate, which the guest cannot calibrate: microvm
 // has neither HPET nor an ACPI PM timer, and PIT calibration under TCG
 // sometimes fails and hangs the boot. TCG reads the host's TSC, so its rate
-// is the host's.
+// is the host's, and it is as steady as the host's: tsc=reliable keeps the
+// guest from judging it unstable (its vCPUs' TSCs seem out of step under
+// TCG), which left it only the jiffies clock, 4 ms steps in which no
+// benchmark could read a latency.
 func BaseKernelArgs() []string {
 	args := []string{
-		"console=ttyS0", "panic=-1", "mitigations=off", "no_timer_check", "random.trust_cpu=on",
+		"console=ttyS0", "panic=-1", "mitigations=off", "no_timer_check", "random.trust_cpu=on", "tsc=reliable",
 		"i8042.noaux", "i8042.nomux", "i8042.nopnp", "i8042.dumbkbd",
 	}
 	if khz := HostTSCkHz(); khz > 0 {
