@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"source.plinth.dev/bench/fio"
 	"source.plinth.dev/bench/scrape"
 	"source.plinth.dev/node/kubernetes/metrics"
 	"source.plinth.dev/test/images"
@@ -29,7 +30,7 @@ type bench struct {
 // fioRun is one fio pod's run: when it ran and what it measured.
 type fioRun struct {
 	s span
-	m map[string]measure
+	m map[string]fio.Measure
 }
 
 // margin keeps a baseline run this far from every walk (classify).
@@ -54,7 +55,7 @@ func (b *bench) measure(ctx context.Context) error {
 	b.fillTime = b.full.Sub(start)
 	fmt.Printf("audit: %d files made in %.1f s (%.0f files/s, pod start included)\n",
 		b.o.files, b.fillTime.Seconds(), float64(b.o.files)/b.fillTime.Seconds())
-	if _, _, err := runPod(ctx, c, pod{name: "fio-fill", claim: fioClaim, image: images.FioRef, args: fioFillArgs()}); err != nil {
+	if _, _, err := runPod(ctx, c, pod{name: "fio-fill", claim: fioClaim, image: images.FioRef, args: fio.FillArgs(fioFile, fioSize)}); err != nil {
 		return fmt.Errorf("writing fio's file: %w", err)
 	}
 	deadline := time.Now().Add(3*b.o.interval + 5*time.Minute)
@@ -76,16 +77,16 @@ func (b *bench) measure(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("fio run %d: %w", i, err)
 		}
-		m, err := parseRun(out)
+		m, err := fio.Parse(out, jobs)
 		if err != nil {
 			return fmt.Errorf("fio run %d: %w", i, err)
 		}
 		b.mu.Lock()
 		b.runs = append(b.runs, fioRun{s: s, m: m})
 		b.mu.Unlock()
-		r, w := m[jobs[0]], m[jobs[1]]
+		r, w := m[jobs[0].Name], m[jobs[1].Name]
 		fmt.Printf("audit: run %d (%.0f s after the fill): randread p99 %.0f µs %.0f IOPS, randwrite p99 %.0f µs %.0f IOPS\n",
-			i, s.start.Sub(b.full).Seconds(), r.p99*1e6, r.iops, w.p99*1e6, w.iops)
+			i, s.start.Sub(b.full).Seconds(), r.P99*1e6, r.IOPS, w.P99*1e6, w.IOPS)
 	}
 	return nil
 }

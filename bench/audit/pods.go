@@ -2,19 +2,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"source.plinth.dev/bench/cluster"
 	"source.plinth.dev/test/images"
 	"source.plinth.dev/test/nodevm"
 )
@@ -118,59 +116,7 @@ func runPod(ctx context.Context, c kubernetes.Interface, p pod) ([]byte, span, e
 	}
 	var s span
 	s.start = time.Now()
-	if _, err := c.CoreV1().Pods(namespace).Create(ctx, spec, metav1.CreateOptions{}); err != nil {
-		return nil, s, fmt.Errorf("creating pod %s: %w", p.name, err)
-	}
-	phase, err := waitEnded(ctx, c, p.name)
-	s.end = time.Now()
-	var out []byte
-	if err == nil {
-		out, err = c.CoreV1().Pods(namespace).GetLogs(p.name, &corev1.PodLogOptions{Container: "main"}).DoRaw(ctx)
-		if err != nil {
-			err = fmt.Errorf("reading the log of pod %s: %w", p.name, err)
-		} else if phase != corev1.PodSucceeded {
-			err = fmt.Errorf("pod %s %s:\n%s", p.name, phase, tail(out))
-		}
-	}
-	return out, s, errors.Join(err, deletePod(ctx, c, p.name))
-}
-
-// waitEnded waits until pod name has Succeeded or Failed.
-func waitEnded(ctx context.Context, c kubernetes.Interface, name string) (corev1.PodPhase, error) {
-	var phase corev1.PodPhase
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, podTimeout, true, func(ctx context.Context) (bool, error) {
-		p, err := c.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		phase = p.Status.Phase
-		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, nil
-	})
-	if err != nil {
-		return phase, fmt.Errorf("waiting for pod %s to end (phase %q): %w", name, phase, err)
-	}
-	return phase, nil
-}
-
-// deletePod deletes pod name and waits until it is gone.
-func deletePod(ctx context.Context, c kubernetes.Interface, name string) error {
-	if err := c.CoreV1().Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting pod %s: %w", name, err)
-	}
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := c.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		return fmt.Errorf("waiting for pod %s to be gone: %w", name, err)
-	}
-	return nil
-}
-
-// tail is the end of out, for an error message.
-func tail(out []byte) []byte {
-	if len(out) > 2000 {
-		return out[len(out)-2000:]
-	}
-	return out
+	out, ended, err := cluster.RunPod(ctx, c, spec, podTimeout)
+	s.end = ended
+	return out, s, err
 }

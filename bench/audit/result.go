@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"source.plinth.dev/bench/fio"
 	"source.plinth.dev/bench/result"
 	"source.plinth.dev/node/kubernetes/volumehealth"
 )
@@ -18,14 +19,14 @@ const (
 type metric struct {
 	name string
 	y    result.Axis
-	of   func(measure) float64
+	of   func(fio.Measure) float64
 }
 
 var metricsOut = []metric{
-	{"p99", result.Axis{Label: "p99 completion latency", Unit: "s"}, func(m measure) float64 { return m.p99 }},
-	{"p50", result.Axis{Label: "p50 completion latency", Unit: "s"}, func(m measure) float64 { return m.p50 }},
-	{"mean", result.Axis{Label: "mean completion latency", Unit: "s"}, func(m measure) float64 { return m.mean }},
-	{"iops", result.Axis{Label: "IOPS"}, func(m measure) float64 { return m.iops }},
+	{"p99", result.Axis{Label: "p99 completion latency", Unit: "s"}, func(m fio.Measure) float64 { return m.P99 }},
+	{"p50", result.Axis{Label: "p50 completion latency", Unit: "s"}, func(m fio.Measure) float64 { return m.P50 }},
+	{"mean", result.Axis{Label: "mean completion latency", Unit: "s"}, func(m fio.Measure) float64 { return m.Mean }},
+	{"iops", result.Axis{Label: "IOPS"}, func(m fio.Measure) float64 { return m.IOPS }},
 }
 
 // writeResults writes one Result per metric (x: the job, a series with
@@ -41,7 +42,7 @@ func writeResults(o options, b *bench) error {
 		r := &result.Result{
 			Name:     "audit-" + m.name,
 			Title:    "fio on a pod's volume while the quota audit walks another volume: " + m.y.Label,
-			X:        result.Axis{Label: "job (1 " + jobs[0] + ", 2 " + jobs[1] + ")"},
+			X:        result.Axis{Label: "job (1 " + jobs[0].Name + ", 2 " + jobs[1].Name + ")"},
 			Y:        m.y,
 			Baseline: noWalk,
 			Goals: []string{"Issue 40 item 2 sets no number: the audit's cost to a pod, the walk's figures beside the same node's without a walk " +
@@ -56,7 +57,7 @@ func writeResults(o options, b *bench) error {
 			for i, j := range jobs {
 				var vals []float64
 				for _, run := range by[s.c] {
-					vals = append(vals, m.of(run.m[j]))
+					vals = append(vals, m.of(run.m[j.Name]))
 				}
 				series.Points = append(series.Points, result.Point{X: float64(i + 1), Runs: vals})
 			}
@@ -106,7 +107,7 @@ func (b *bench) notes(o options, by map[class][]fioRun) []string {
 		fmt.Sprintf("The big volume: a 2 GiB filesystem claim holding %d empty files in directories of %d, made by a busybox pod (mkdir, then seq | xargs touch per directory) in %.0f s, %.0f files a second including the pod's start and a final count (find). Issue 40 asks for 1,000,000 files; see docs/benchmarks.md for why this count.",
 			o.files, perDir, b.fillTime.Seconds(), float64(o.files)/b.fillTime.Seconds()),
 		fmt.Sprintf("fio (this host's, %s) in a pod (CPU request 500m) on a second claim of 512 MiB: a 128 MiB file written once in full, then each run: %s then %s, 4k, queue depth 1, libaio, direct I/O, a 1 s ramp and %s each. Each run is a new pod.",
-			fioVersion(), jobs[0], jobs[1], o.runtime),
+			fio.Version(), jobs[0].Name, jobs[1].Name, o.runtime),
 		fmt.Sprintf("Each run is placed against the audit's walks as this host saw them in plinth-node's metrics (plinth_operation_duration_seconds{operation=\"audit\"}, scraped every second): walk, inside a walk of the big volume begun after the fill; no-walk, at least %s clear of every walk (the audit's round goes on briefly after the volumes' walks, searching outside them). Runs this run: %d no-walk, %d walk, %d across a walk's start or end (left out), %d after the last walk seen (left out).",
 			margin, len(by[baseline]), len(by[walking]), len(by[mixed]), len(by[unresolved])),
 		"The machine (2 cores) is shared with other sessions; under TCG every guest instruction is emulated, so absolute latencies are many times a real machine's: the ratio to the baseline measured in the same run is what carries over, and even it is inflated where the walk's cost is CPU (emulated) rather than disk.",

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"source.plinth.dev/bench/fio"
 	"source.plinth.dev/test/launch"
 )
 
@@ -36,7 +37,7 @@ const (
 )
 
 // runs are every round's figures, by target and workload.
-type runs map[string]map[string][]measure
+type runs map[string]map[string][]fio.Measure
 
 // bench is one run of the benchmark on a started cluster.
 type bench struct {
@@ -69,7 +70,7 @@ func (b *bench) measure(ctx context.Context, rounds int) (all runs, err error) {
 	b.fill = map[string]time.Duration{}
 	for _, t := range b.node.filled() {
 		start := time.Now()
-		if _, err := b.run(ctx, t, "fill", func(target string) []string { return fillArgs(target, fileSize) }); err != nil {
+		if _, err := b.run(ctx, t, "fill", func(target string) []string { return fio.FillArgs(target, fileSize) }); err != nil {
 			return nil, fmt.Errorf("filling %s: %w", t, err)
 		}
 		b.fill[t] = time.Since(start)
@@ -86,19 +87,19 @@ func (b *bench) measure(ctx context.Context, rounds int) (all runs, err error) {
 			if err != nil {
 				return nil, fmt.Errorf("round %d, %s: %w", r, t, err)
 			}
-			got, err := parseRound(out)
+			got, err := fio.Parse(out, workloads)
 			if err != nil {
 				return nil, fmt.Errorf("round %d, %s: %w", r, t, err)
 			}
 			if all[t] == nil {
-				all[t] = map[string][]measure{}
+				all[t] = map[string][]fio.Measure{}
 			}
 			for _, w := range workloads {
-				all[t][w.name] = append(all[t][w.name], got[w.name])
+				all[t][w.Name] = append(all[t][w.Name], got[w.Name])
 			}
-			rr, rw := got[workloads[1].name], got[workloads[3].name]
+			rr, rw := got[workloads[1].Name], got[workloads[3].Name]
 			fmt.Printf("datapath: round %d %-17s randread qd32 %6.0f IOPS p99 %4.0f µs, randwrite qd32 %6.0f IOPS p99 %4.0f µs\n",
-				r, t, rr.iops, rr.p99*1e6, rw.iops, rw.p99*1e6)
+				r, t, rr.IOPS, rr.P99*1e6, rw.IOPS, rw.P99*1e6)
 		}
 	}
 	return all, nil

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"source.plinth.dev/bench/fio"
 )
 
 // TestFloorPodsDifferFromVolumePodsOnlyInVolume: an in-pod floor is a fair
@@ -76,9 +78,9 @@ func TestVerdictsJudgeVolumesAgainstTheInPodFloor(t *testing.T) {
 	k := kinds[0]
 	all := runs{}
 	set := func(target string, iops float64) {
-		all[target] = map[string][]measure{}
+		all[target] = map[string][]fio.Measure{}
 		for _, w := range workloads {
-			all[target][w.name] = []measure{{iops: iops}, {iops: iops}, {iops: iops}}
+			all[target][w.Name] = []fio.Measure{{IOPS: iops}, {IOPS: iops}, {IOPS: iops}}
 		}
 	}
 	// The volume is 0.98 of the in-pod floor, 0.88 of the node's.

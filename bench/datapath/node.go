@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"source.plinth.dev/bench/fio"
 	"source.plinth.dev/test/images"
 	"source.plinth.dev/test/nodevm"
 )
@@ -111,7 +112,9 @@ func (h hostNode) images(_ context.Context, handle string) ([]nodeFile, error) {
 	return files, nil
 }
 
-func (hostNode) runFio(ctx context.Context, args []string) ([]byte, error) { return runHost(ctx, args) }
+func (hostNode) runFio(ctx context.Context, args []string) ([]byte, error) {
+	return fio.RunHost(ctx, args)
+}
 
 func (hostNode) caveats() []string { return nil }
 

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"source.plinth.dev/bench/fio"
 )
 
 // TestPickImageWantsOneFullSizedFileOfTheVolume: the image is the one
@@ -51,9 +53,9 @@ func TestVMResultsHaveTheirOwnNamesAndNoNodeFloors(t *testing.T) {
 	}
 	all := runs{}
 	for _, tg := range n.targets() {
-		all[tg] = map[string][]measure{}
+		all[tg] = map[string][]fio.Measure{}
 		for _, w := range workloads {
-			all[tg][w.name] = []measure{{iops: 1, bandwidth: 1, p50: 1, p99: 1}}
+			all[tg][w.Name] = []fio.Measure{{IOPS: 1, Bandwidth: 1, P50: 1, P99: 1}}
 		}
 	}
 	host := map[string]bool{}

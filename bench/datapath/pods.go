@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os/exec"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"source.plinth.dev/bench/cluster"
 	"source.plinth.dev/node/kubernetes/names"
 	"source.plinth.dev/test/images"
 	"source.plinth.dev/test/launch"
@@ -129,65 +127,8 @@ func (p podRun) spec(args []string) *corev1.Pod {
 // log) and deletes it, waiting until it is gone, so that its
 // unpublication is over before anything else runs.
 func runPod(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod) ([]byte, error) {
-	name := pod.Name
-	if _, err := c.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		return nil, fmt.Errorf("creating pod %s: %w", name, err)
-	}
-	phase, err := waitEnded(ctx, c, name)
-	var out []byte
-	if err == nil {
-		out, err = c.CoreV1().Pods(namespace).GetLogs(name, &corev1.PodLogOptions{Container: pod.Spec.Containers[0].Name}).DoRaw(ctx)
-		if err != nil {
-			err = fmt.Errorf("reading the log of pod %s: %w", name, err)
-		} else if phase != corev1.PodSucceeded {
-			err = fmt.Errorf("pod %s %s:\n%s", name, phase, tail(out))
-		}
-	}
-	return out, errors.Join(err, deletePod(ctx, c, name))
-}
-
-// waitEnded waits until pod name has Succeeded or Failed.
-func waitEnded(ctx context.Context, c kubernetes.Interface, name string) (corev1.PodPhase, error) {
-	var phase corev1.PodPhase
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, podTimeout, true, func(ctx context.Context) (bool, error) {
-		pod, err := c.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		phase = pod.Status.Phase
-		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, nil
-	})
-	if err != nil {
-		return phase, fmt.Errorf("waiting for pod %s to end (phase %q): %w", name, phase, err)
-	}
-	return phase, nil
-}
-
-// deletePod deletes pod name and waits until it is gone.
-func deletePod(ctx context.Context, c kubernetes.Interface, name string) error {
-	if err := c.CoreV1().Pods(namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting pod %s: %w", name, err)
-	}
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := c.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		return fmt.Errorf("waiting for pod %s to be gone: %w", name, err)
-	}
-	return nil
-}
-
-// runHost runs the node's own fio with args: the floor.
-func runHost(ctx context.Context, args []string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, images.DefaultFio, args...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("fio on the node: %w\n%s%s", err, tail(out), stderr.String())
-	}
-	return out, nil
+	out, _, err := cluster.RunPod(ctx, c, pod, podTimeout)
+	return out, err
 }
 
 // blockImage finds the image file of the block claim's volume on node's

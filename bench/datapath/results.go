@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"source.plinth.dev/bench/fio"
 	"source.plinth.dev/bench/result"
 )
 
@@ -32,17 +33,17 @@ var kinds = []kind{
 type metric struct {
 	name string
 	y    result.Axis
-	of   func(measure) float64
+	of   func(fio.Measure) float64
 	// lowerIsBetter: a latency, whose goal is the floor's over the
 	// volume's.
 	lowerIsBetter bool
 }
 
 var metrics = []metric{
-	{name: "iops", y: result.Axis{Label: "IOPS"}, of: func(m measure) float64 { return m.iops }},
-	{name: "bandwidth", y: result.Axis{Label: "bandwidth per second", Unit: "B"}, of: func(m measure) float64 { return m.bandwidth }},
-	{name: "p50", y: result.Axis{Label: "p50 completion latency", Unit: "s"}, of: func(m measure) float64 { return m.p50 }, lowerIsBetter: true},
-	{name: "p99", y: result.Axis{Label: "p99 completion latency", Unit: "s"}, of: func(m measure) float64 { return m.p99 }, lowerIsBetter: true},
+	{name: "iops", y: result.Axis{Label: "IOPS"}, of: func(m fio.Measure) float64 { return m.IOPS }},
+	{name: "bandwidth", y: result.Axis{Label: "bandwidth per second", Unit: "B"}, of: func(m fio.Measure) float64 { return m.Bandwidth }},
+	{name: "p50", y: result.Axis{Label: "p50 completion latency", Unit: "s"}, of: func(m fio.Measure) float64 { return m.P50 }, lowerIsBetter: true},
+	{name: "p99", y: result.Axis{Label: "p99 completion latency", Unit: "s"}, of: func(m fio.Measure) float64 { return m.P99 }, lowerIsBetter: true},
 }
 
 // buildResults makes one Result per kind of volume and metric, the
@@ -74,7 +75,7 @@ func buildResults(all runs, nodeName string, notes []string) []*result.Result {
 				series := result.Series{Name: s}
 				for i, w := range workloads {
 					var values []float64
-					for _, v := range all[s][w.name] {
+					for _, v := range all[s][w.Name] {
 						values = append(values, m.of(v))
 					}
 					series.Points = append(series.Points, result.Point{X: float64(i + 1), Runs: values})
@@ -95,13 +96,13 @@ func verdicts(all runs, k kind, m metric) []string {
 	for _, s := range k.series {
 		var misses []string
 		for i, w := range workloads {
-			v, f := median(all[s][w.name], m), median(all[k.floor][w.name], m)
+			v, f := median(all[s][w.Name], m), median(all[k.floor][w.Name], m)
 			score := v / f
 			if m.lowerIsBetter {
 				score = f / v
 			}
 			if score < k.goal {
-				misses = append(misses, fmt.Sprintf("%d %s %.3f", i+1, w.name, score))
+				misses = append(misses, fmt.Sprintf("%d %s %.3f", i+1, w.Name, score))
 			}
 		}
 		if len(misses) == 0 {
@@ -114,7 +115,7 @@ func verdicts(all runs, k kind, m metric) []string {
 	return out
 }
 
-func median(ms []measure, m metric) float64 {
+func median(ms []fio.Measure, m metric) float64 {
 	var v []float64
 	for _, x := range ms {
 		v = append(v, m.of(x))
@@ -126,7 +127,7 @@ func median(ms []measure, m metric) float64 {
 func (b *bench) notes(o options) []string {
 	var list []string
 	for i, w := range workloads {
-		list = append(list, fmt.Sprintf("%d %s", i+1, w.name))
+		list = append(list, fmt.Sprintf("%d %s", i+1, w.Name))
 	}
 	var fill []string
 	for _, t := range b.node.filled() {
@@ -137,7 +138,7 @@ func (b *bench) notes(o options) []string {
 		nodeFloors = " floor-dir-node and floor-image-node are the node's own fio on the same two files, outside any pod (no verdict: what the pod costs)."
 	}
 	return append([]string{
-		"Workloads (x): " + strings.Join(list, ", ") + ". fio " + fioVersion() + " (Debian's; the pods' image carries the same binary with its libraries, test/images.Fio), libaio, direct=1, 1 GiB per target, one job at a time.",
+		"Workloads (x): " + strings.Join(list, ", ") + ". fio " + fio.Version() + " (Debian's; the pods' image carries the same binary with its libraries, test/images.Fio), libaio, direct=1, 1 GiB per target, one job at a time.",
 		fmt.Sprintf("%d rounds; each runs every workload on every target in turn (%s), each job %s of ramp, not counted, then %s measured. IOPS and bandwidth are fio's over the measured time; p50 and p99 are its completion-latency percentiles.",
 			o.rounds, strings.Join(b.node.targets(), ", "), o.timing.ramp, o.timing.runtime),
 		b.node.describe() + " The baselines run in a pod like the volumes' (same image, one-CPU request, runc), so a volume's ratio is what Plinth adds: floor-dir-pod is a pod's fio on a file in a plain directory of the data filesystem (hostPath " + b.floorDir + "); floor-image-pod is a pod's fio with O_DIRECT on the block volume's own image file (hostPath of the file, " + b.image + ")." + nodeFloors + " filesystem-runc and filesystem-gvisor are a pod's fio on a file in one 2 GiB filesystem claim, under runc and under gVisor (RuntimeClass gvisor; judged against the runc floor, so its ratio is gVisor's cost and Plinth's together); block-runc is a pod's fio on the 1 GiB block claim's device (Plinth's loop device over that image).",
