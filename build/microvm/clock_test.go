@@ -1,4 +1,4 @@
-package ktest_test
+package microvm_test
 
 import (
 	"os"
@@ -17,7 +17,7 @@ func TestMain(m *testing.M) { ktest.Main(m) }
 // Under TCG the guest judged the TSC unstable and fell back to the
 // jiffies clock, so time moved in 4 ms steps and every latency the VM
 // benchmarks read (fio's percentiles in bench/audit and bench/datapath
-// -node vm) was 0 or a multiple of 4 ms. build/microvm boots with
+// -node vm) was 0 or a multiple of 4 ms. BaseKernelArgs boots with
 // tsc=reliable for it; without that flag this test fails.
 func TestClockIsFine(t *testing.T) {
 	ktest.RequireVM(t)
