@@ -2,6 +2,7 @@ package main
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -61,7 +62,7 @@ func TestFloorImagePodOpensTheImageFile(t *testing.T) {
 	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != p.target() || len(c.VolumeDevices) != 0 {
 		t.Errorf("mounts %+v, devices %+v: want the image file mounted at %s", c.VolumeMounts, c.VolumeDevices, p.target())
 	}
-	if !containsArg(c.Args, "--filename="+p.target()) || !containsArg(c.Args, "--direct=1") {
+	if !slices.Contains(c.Args, "--filename="+p.target()) || !slices.Contains(c.Args, "--direct=1") {
 		t.Errorf("args %v: want fio on %s with direct I/O", c.Args, p.target())
 	}
 	if _, err := (&bench{floorDir: "/d"}).pod(podImage, "r1"); err == nil {
@@ -103,13 +104,4 @@ func TestVerdictsJudgeVolumesAgainstTheInPodFloor(t *testing.T) {
 			t.Errorf("verdict %q names the node's floor", v)
 		}
 	}
-}
-
-func containsArg(args []string, want string) bool {
-	for _, a := range args {
-		if a == want {
-			return true
-		}
-	}
-	return false
 }
