@@ -162,8 +162,9 @@ func checkVolumeEntry(ctx context.Context, log logtree.LeveledLogger, vols *volu
 		return
 	}
 	if r.Strays > 0 {
+		r.Rebase(d.InVolume)
 		log.Warningf("quota watch: volume %s: put %q (%d bytes) back into the volume's project quota: a process had moved it out and was writing to it",
-			d.Volume, name, r.StrayBytes)
+			d.Volume, r.FirstStray, r.StrayBytes)
 		vols.NoteRepair(d.Volume, r)
 		walks.add(d.Volume)
 	}

@@ -91,6 +91,52 @@ func TestQuotaWatchPutsMovedFileBack(t *testing.T) {
 	}
 }
 
+// TestQuotaWatchNamesEntryByItsPath checks what the watch's check of one
+// entry reports when the entry lies in a subdirectory of its volume: a
+// pod makes a directory, moves it out of the volume's project (so the
+// check of its creation found nothing), then writes a file in it. The
+// check of that file is called directly, as the watch calls it for the
+// file's event, so the order is the one CI met (the file's event checked
+// before any walk reaches the directory). The user is told of the file by
+// its path in the volume, "moved-out/big", which is where they look for
+// it, not by its bare name.
+func TestQuotaWatchNamesEntryByItsPath(t *testing.T) {
+	ktest.RequireVM(t)
+	vols, _ := quotaWatchNode(t, false)
+	a := createVolume(t, vols, "pvc-a", 64*mib)
+	moved := filepath.Join(a, "moved-out")
+	if err := os.Mkdir(moved, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := fsquota.SetProjectID(moved, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := volumetest.WriteNew(filepath.Join(moved, "big"), mib); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(moved, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	dp, err := vols.ProjectOfDir(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dp.Volume != "pvc-a" || dp.InVolume != "moved-out" {
+		t.Fatalf("ProjectOfDir(%s) = %+v, want volume pvc-a, in it at moved-out", moved, dp)
+	}
+	walks := &quotaWalks{vols: vols, pending: map[string]bool{}, wake: make(chan struct{}, 1)}
+	checkVolumeEntry(context.Background(), logtree.New().LeveledFor("test"), vols, &batchDir{fd: fd, DirProject: dp}, "big", walks)
+	r := vols.TakeRepairs()["pvc-a"]
+	if r.Strays != 1 || r.FirstStray != "moved-out/big" {
+		t.Errorf("repair noted for the file: %+v; want one stray, named by its path in the volume, \"moved-out/big\"", r)
+	}
+	if ids, _ := walks.take(); len(ids) != 1 || ids[0] != "pvc-a" {
+		t.Errorf("the check asked for walks of %v, want one of pvc-a, which finds the directory", ids)
+	}
+}
+
 // TestQuotaWatchResetsOutsideFile plays the same process on a file outside
 // every volume: one in a directory beside volumes/ on the data filesystem,
 // standing for an emptyDir, a container's layer or a pod's log. It moves

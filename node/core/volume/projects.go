@@ -55,9 +55,13 @@ type DirProject struct {
 	Path string
 	// Volume is the filesystem volume the directory is in ("" if none),
 	// and Project the ID every entry below it should carry (0: none to
-	// restore, or not in a volume).
-	Volume  string
-	Project uint32
+	// restore, or not in a volume). InVolume is the directory's path
+	// within the volume ("." for the volume's own directory): a repair of
+	// one of its entries is reported by the entry's path in the volume,
+	// the one its user knows.
+	Volume   string
+	InVolume string
+	Project  uint32
 	// Outside: the directory lies outside the engine's own trees
 	// (enginePath) on a node enforcing quotas, where no entry may carry a
 	// volume's project ID (FirstProjectID to LastProjectID). Release is
@@ -87,7 +91,8 @@ func (m *Manager) ProjectOfDir(dir int) (DirProject, error) {
 	if err != nil || m.ProjectIDs == nil {
 		return DirProject{Path: p}, nil
 	}
-	d := DirProject{Path: p, Volume: m.volumeOfDir(p)}
+	d := DirProject{Path: p}
+	d.Volume, d.InVolume = m.volumeOfDir(p)
 	if d.Volume != "" {
 		d.Project, err = m.entryProject(d.Volume)
 		return d, err
@@ -133,18 +138,21 @@ func (m *Manager) releaseID(dir string) uint32 {
 
 // volumeOfDir returns the ID of the filesystem volume whose directory is,
 // or holds, the directory at path p (the kernel's name of an open
-// directory), or "".
-func (m *Manager) volumeOfDir(p string) string {
+// directory), and p's path within that volume's directory; or "", "".
+func (m *Manager) volumeOfDir(p string) (id, within string) {
 	rel, ok := strings.CutPrefix(p, m.Data.Volumes.FullPath()+"/")
 	if !ok {
-		return ""
+		return "", ""
 	}
-	id, _, _ := strings.Cut(rel, "/")
+	id, within, _ = strings.Cut(rel, "/")
 	if ValidateID(id) != nil {
 		// A removed directory's name ends in " (deleted)".
-		return ""
+		return "", ""
 	}
-	return id
+	if within == "" {
+		within = "."
+	}
+	return id, within
 }
 
 // entryProject returns the project ID of filesystem volume id, or 0 when
