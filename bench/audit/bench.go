@@ -40,7 +40,7 @@ const margin = 10 * time.Second
 // runs inside a walk and as many clear of every walk.
 func (b *bench) measure(ctx context.Context) error {
 	c := b.w.cp.Client
-	if err := createClaims(ctx, c); err != nil {
+	if err := createClaims(ctx, c, b.o.files); err != nil {
 		return err
 	}
 	wctx, stop := context.WithCancel(ctx)

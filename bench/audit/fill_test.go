@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"source.plinth.dev/node/core/volume"
 )
 
 // TestFillScriptMakesEveryFile runs the fill with this host's busybox (the
@@ -33,5 +35,23 @@ func TestFillScriptMakesEveryFile(t *testing.T) {
 	// short count.
 	if out, err := exec.Command("busybox", "sh", "-c", fillScript(filepath.Join(dir, "d0", "1"), perDir)).CombinedOutput(); err == nil {
 		t.Errorf("a fill into a file succeeded: %s", out)
+	}
+}
+
+// TestBigClaimHoldsItsFiles checks that the big claim's inode limit holds
+// what the fill makes (a 2 GiB claim refused the 1,000,000th file's
+// inode, ENOSPC, half-way), and that it is no larger than it needs.
+func TestBigClaimHoldsItsFiles(t *testing.T) {
+	for _, tc := range []struct {
+		files int
+		gib   int64
+	}{{50000, 2}, {500000, 2}, {1000000, 4}, {2000000, 8}} {
+		gib := bigClaimGiB(tc.files)
+		if gib != tc.gib {
+			t.Errorf("bigClaimGiB(%d) = %d, want %d", tc.files, gib, tc.gib)
+		}
+		if limit := volume.InodeLimit(gib << 30); limit < uint64(bigEntries(tc.files)) {
+			t.Errorf("a claim of %d GiB holds %d inodes, the fill of %d files makes %d entries", gib, limit, tc.files, bigEntries(tc.files))
+		}
 	}
 }

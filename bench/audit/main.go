@@ -34,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	"source.plinth.dev/node/core/volume"
 	"source.plinth.dev/node/kubernetes/volumehealth"
 )
 
@@ -82,11 +83,28 @@ func main() {
 // of walk, for less time.
 const defaultFiles = 1000000
 
-// expectedWalk is how long one walk of files entries takes at the
-// audit's rate limit (the directories, one per perDir files, count too).
+// bigEntries is what the big volume holds once filled with files: the
+// files, their directories (one per perDir) and the volume's own.
+func bigEntries(files int) int {
+	return files + files/perDir + 1
+}
+
+// expectedWalk is how long one walk of the big volume with files takes at
+// the audit's rate limit.
 func expectedWalk(files int) time.Duration {
-	entries := files + files/perDir + 1
-	return time.Duration(float64(entries) / volumehealth.DefaultAuditRate * float64(time.Second))
+	return time.Duration(float64(bigEntries(files)) / volumehealth.DefaultAuditRate * float64(time.Second))
+}
+
+// bigClaimGiB is the big claim's size in GiB: the least whose inode limit
+// (volume.InodeLimit, one inode per 4 KiB) holds the volume's entries,
+// and at least 2. A claim of 2 GiB holds 524,288 inodes, so a million
+// files need 4 GiB; the fill of one too small fails with ENOSPC.
+func bigClaimGiB(files int) int64 {
+	gib := int64(2)
+	for volume.InodeLimit(gib<<30) < uint64(bigEntries(files)) {
+		gib++
+	}
+	return gib
 }
 
 // defaultInterval is an audit interval that leaves, after each walk of

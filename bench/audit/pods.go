@@ -30,10 +30,11 @@ const (
 	podTimeout = 30 * time.Minute
 )
 
-// createClaims creates the two filesystem claims of Plinth's class.
-func createClaims(ctx context.Context, c kubernetes.Interface) error {
+// createClaims creates the two filesystem claims of Plinth's class, the
+// big one large enough for files (bigClaimGiB).
+func createClaims(ctx context.Context, c kubernetes.Interface, files int) error {
 	for _, cl := range []*corev1.PersistentVolumeClaim{
-		nodevm.Claim(bigClaim, corev1.PersistentVolumeFilesystem, "2Gi"),
+		nodevm.Claim(bigClaim, corev1.PersistentVolumeFilesystem, fmt.Sprintf("%dGi", bigClaimGiB(files))),
 		nodevm.Claim(fioClaim, corev1.PersistentVolumeFilesystem, "512Mi"),
 	} {
 		if _, err := c.CoreV1().PersistentVolumeClaims(namespace).Create(ctx, cl, metav1.CreateOptions{}); err != nil {
