@@ -50,7 +50,9 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 
 // Delays before init reboots or powers off after its node process ended:
 // long enough to read the console or copy the log, short enough that a
-// crash-looping machine still gets its turn to recover.
+// crash-looping machine still gets its turn to recover. killGrace is the
+// longest init then waits for processes to end on SIGTERM; it waits only
+// while one that can still act on the signal is left (awaitTerm).
 const (
 	failureHaltDelay = 10 * time.Second
 	killGrace        = 5 * time.Second
@@ -470,13 +472,13 @@ func halt(log logtree.LeveledLogger, d haltDecision) {
 	time.Sleep(d.delay)
 
 	_ = unix.Kill(-1, unix.SIGTERM)
-	deadline := time.Now().Add(killGrace)
-	for time.Now().Before(deadline) {
-		var st unix.WaitStatus
-		if _, err := unix.Wait4(-1, &st, unix.WNOHANG, nil); errors.Is(err, unix.ECHILD) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	w := awaitTerm("/proc", killGrace)
+	switch w.outcome {
+	case termOnlyDeaf:
+		log.Infof("%d processes left %s after SIGTERM, none of which it can end (containers' first processes without a handler for it, or processes ignoring it): killing them", len(w.left), time.Since(start).Round(time.Millisecond))
+	case termGraceOver:
+		log.Warningf("%d processes left after the %s grace: killing them", len(w.left), killGrace)
 	}
 	_ = unix.Kill(-1, unix.SIGKILL)
 	unix.Sync()

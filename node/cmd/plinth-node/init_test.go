@@ -76,6 +76,8 @@ func runHelper(role string) int {
 		fmt.Fprint(os.Stdout, "to-stdout")
 		fmt.Fprint(os.Stderr, "to-console")
 		return 0
+	case "await-term":
+		return awaitTermHelper()
 	case "supervise":
 		// Stand in for PID 1: orphans of our descendants come to us.
 		must(unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
