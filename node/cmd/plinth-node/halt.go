@@ -29,10 +29,12 @@ const (
 )
 
 // termWait is what awaitTerm saw: how it ended, and the processes left
-// then (none for termAllEnded).
+// then (none for termAllEnded), with the names of those that could still
+// act on SIGTERM (for termGraceOver: what the grace was spent on).
 type termWait struct {
-	outcome termOutcome
-	left    []int
+	outcome   termOutcome
+	left      []int
+	listening []string
 }
 
 // awaitTerm waits, after init sent SIGTERM to every process, for them to
@@ -57,10 +59,10 @@ func awaitTerm(proc string, grace time.Duration) termWait {
 			if time.Now().After(deadline) {
 				return termWait{outcome: termGraceOver}
 			}
-		case listening == 0:
+		case len(listening) == 0:
 			return termWait{outcome: termOnlyDeaf, left: left}
 		case time.Now().After(deadline):
-			return termWait{outcome: termGraceOver, left: left}
+			return termWait{outcome: termGraceOver, left: left, listening: listening}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -84,12 +86,12 @@ func reapAll() bool {
 }
 
 // liveProcesses lists the processes of proc other than the caller and
-// kernel threads that have not ended (zombies are done), and counts those
+// kernel threads that have not ended (zombies are done), and names those
 // of them SIGTERM can still end.
-func liveProcesses(proc string) (left []int, listening int) {
+func liveProcesses(proc string) (left []int, listening []string) {
 	entries, err := os.ReadDir(proc)
 	if err != nil {
-		return nil, 0
+		return nil, nil
 	}
 	self := os.Getpid()
 	for _, e := range entries {
@@ -103,7 +105,7 @@ func liveProcesses(proc string) (left []int, listening int) {
 		}
 		left = append(left, pid)
 		if !st.deafToTerm() {
-			listening++
+			listening = append(listening, st.name)
 		}
 	}
 	return left, listening
@@ -111,6 +113,8 @@ func liveProcesses(proc string) (left []int, listening int) {
 
 // procStatus is what awaitTerm reads of one process.
 type procStatus struct {
+	// name is the command's name (comm).
+	name         string
 	state        byte
 	kernelThread bool
 	// nsInit: the process is PID 1 of its own PID namespace (the last
@@ -154,9 +158,11 @@ func readProcStatus(dir string) (procStatus, error) {
 	// "PID (COMM) STATE PPID PGRP SESSION TTY TPGID FLAGS ...": COMM may
 	// hold spaces and parentheses, so fields count from the last ')'.
 	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
+	j := bytes.IndexByte(stat, '(')
+	if i < 0 || j < 0 || j > i {
 		return s, errors.New("no command in stat")
 	}
+	s.name = string(stat[j+1 : i])
 	fields := strings.Fields(string(stat[i+1:]))
 	if len(fields) < 7 {
 		return s, errors.New("short stat")

@@ -478,7 +478,8 @@ func halt(log logtree.LeveledLogger, d haltDecision) {
 	case termOnlyDeaf:
 		log.Infof("%d processes left %s after SIGTERM, none of which it can end (containers' first processes without a handler for it, or processes ignoring it): killing them", len(w.left), time.Since(start).Round(time.Millisecond))
 	case termGraceOver:
-		log.Warningf("%d processes left after the %s grace: killing them", len(w.left), killGrace)
+		log.Warningf("%d processes left after the %s grace, %d of them able to act on SIGTERM (%s): killing them",
+			len(w.left), killGrace, len(w.listening), strings.Join(w.listening[:min(len(w.listening), 8)], ", "))
 	}
 	_ = unix.Kill(-1, unix.SIGKILL)
 	unix.Sync()
