@@ -70,18 +70,27 @@ func writeResults(o options, b *bench) error {
 	return writeWalkRate(o, b, notes)
 }
 
-// writeWalkRate writes the walk's pace: entries of the big volume (files,
-// their directories and its root; the fio volume's two are left out)
-// over the time of each walk of the full volume.
-func writeWalkRate(o options, b *bench, notes []string) error {
-	entries := float64(bigEntries(o.files))
-	s := result.Series{Name: inWalk}
+// walkRates is the pace of each walk of the full big volume among ws:
+// its entries (files, their directories and its root) over the walk's
+// time. A window of the fio volume's walk alone (its two entries, timed
+// at 0.0 s, ended between other scrapes than the big one's) is not one:
+// at the audit's rate limit a walk of the big volume takes at least
+// expectedWalk less the limiter's burst, so a window under half of that
+// is left out.
+func walkRates(ws []window, full time.Time, files int) []float64 {
 	var rates []float64
-	for _, w := range b.windows {
-		if !w.start.Before(b.full) && w.dur > 0 {
-			rates = append(rates, entries/w.dur.Seconds())
+	for _, w := range ws {
+		if !w.start.Before(full) && w.dur >= expectedWalk(files)/2 {
+			rates = append(rates, float64(bigEntries(files))/w.dur.Seconds())
 		}
 	}
+	return rates
+}
+
+// writeWalkRate writes the walk's pace (walkRates).
+func writeWalkRate(o options, b *bench, notes []string) error {
+	s := result.Series{Name: inWalk}
+	rates := walkRates(b.windows, b.full, o.files)
 	if len(rates) == 0 {
 		return fmt.Errorf("no walk of the full volume was seen")
 	}
