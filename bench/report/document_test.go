@@ -66,3 +66,20 @@ func TestProcField(t *testing.T) {
 		t.Error("procField found a missing key")
 	}
 }
+
+// TestCommitLine checks the report's commit: the run's first commit,
+// with the tree's at the end when the two differ (a run of 2026-11-30 was
+// stamped with a commit made during it, which none of its programs had
+// been built from).
+func TestCommitLine(t *testing.T) {
+	for _, tc := range []struct{ started, now, want string }{
+		{"", "abc", "abc"},
+		{"abc", "abc", "abc"},
+		{"abc + uncommitted changes", "abc + uncommitted changes", "abc + uncommitted changes"},
+		{"abc", "def", "abc (the tree was def when the report was written; a program that built from it after the start measured that tree)"},
+	} {
+		if got := commitLine(tc.started, tc.now); got != tc.want {
+			t.Errorf("commitLine(%q, %q) = %q, want %q", tc.started, tc.now, got, tc.want)
+		}
+	}
+}

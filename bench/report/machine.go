@@ -25,8 +25,9 @@ type machine struct {
 
 // describeMachine reads the machine's description from /proc and git. A
 // figure it cannot find reads "unknown" with the reason: the report is
-// still worth having without it.
-func describeMachine(ctx context.Context) machine {
+// still worth having without it. started is the commit the run began at
+// (bench.sh reads it before building anything), or "" for the tree now.
+func describeMachine(ctx context.Context, started string) machine {
 	m := machine{CPU: "unknown", Memory: "unknown", Kernel: "unknown", Commit: "unknown",
 		Cores: runtime.NumCPU(), Go: runtime.Version()}
 	if v, err := procField("/proc/cpuinfo", "model name"); err == nil {
@@ -43,15 +44,42 @@ func describeMachine(ctx context.Context) machine {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
 	}
-	if out, err := exec.CommandContext(ctx, "git", "rev-parse", "HEAD").Output(); err == nil {
-		m.Commit = strings.TrimSpace(string(out))
-		// Untracked files count too: a new benchmark not yet committed
-		// changes what was measured.
-		if st, err := exec.CommandContext(ctx, "git", "status", "--porcelain").Output(); err == nil && len(st) > 0 {
-			m.Commit += " + uncommitted changes"
-		}
+	if now, err := treeCommit(ctx); err == nil {
+		m.Commit = commitLine(started, now)
 	}
 	return m
+}
+
+// treeCommit is the tree's commit as bench.sh reads it: HEAD, and
+// " + uncommitted changes" when the tree differs from it (untracked files
+// count too: a new benchmark not yet committed changes what was
+// measured).
+func treeCommit(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		return "", err
+	}
+	c := strings.TrimSpace(string(out))
+	if st, err := exec.CommandContext(ctx, "git", "status", "--porcelain").Output(); err == nil && len(st) > 0 {
+		c += " + uncommitted changes"
+	}
+	return c, nil
+}
+
+// commitLine is the report's commit: the one the run started at, and the
+// tree's when the report is written if that differs. A run builds its
+// programs at the start, but a cluster program may build a node image
+// when its turn comes, so a tree that changed during the run may be in
+// part of what was measured; the report says so instead of naming only
+// the last commit, as it did before bench.sh passed the first.
+func commitLine(started, now string) string {
+	switch {
+	case started == "":
+		return now
+	case started == now:
+		return started
+	}
+	return fmt.Sprintf("%s (the tree was %s when the report was written; a program that built from it after the start measured that tree)", started, now)
 }
 
 // procField returns the value of the first "key : value" line of a /proc

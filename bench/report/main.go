@@ -4,7 +4,7 @@
 // output of the Go benchmarks into such results first.
 //
 //	report -from-gotest FILE -results DIR    convert go test -bench output
-//	report -results DIR [-out bench/results] [-date YYYY-MM-DD] [-quick]
+//	report -results DIR [-out bench/results] [-date YYYY-MM-DD] [-quick] [-commit C]
 //
 // The report goes to OUT/<date>.md, its plots and a copy of the results to
 // OUT/<date>/.
@@ -38,11 +38,12 @@ func runReport(ctx context.Context, args []string) error {
 	out := fs.String("out", "bench/results", "where the report goes: OUT/<date>.md and OUT/<date>/")
 	date := fs.String("date", time.Now().UTC().Format(time.DateOnly), "the run's date, the report's name")
 	quick := fs.Bool("quick", false, "the run was a quick one (BENCH_QUICK=1); the report says so")
+	commit := fs.String("commit", "", "the commit the run measured, as bench.sh read it when it started (git rev-parse HEAD, and \" + uncommitted changes\" if the tree differed); empty: the tree as it is now")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *results == "" || fs.NArg() > 0 {
-		return errors.New("usage: report -from-gotest FILE -results DIR | report -results DIR [-out DIR] [-date D] [-quick]")
+		return errors.New("usage: report -from-gotest FILE -results DIR | report -results DIR [-out DIR] [-date D] [-quick] [-commit C]")
 	}
 	if *gotest != "" {
 		return convert(*gotest, *results)
@@ -60,7 +61,7 @@ func runReport(ctx context.Context, args []string) error {
 	if err := writeText(os.Stdout, rs); err != nil {
 		return err
 	}
-	path, err := writeReport(*out, run{Date: *date, Machine: describeMachine(ctx), Quick: *quick}, rs)
+	path, err := writeReport(*out, run{Date: *date, Machine: describeMachine(ctx, *commit), Quick: *quick}, rs)
 	if err != nil {
 		return err
 	}

@@ -255,6 +255,10 @@ echo "bench: expected about $((expected))m (Go benchmarks ${expected_go}m, ${#CL
 command -v go >/dev/null || { echo "bench: no go on PATH (/usr/local/go/bin)" >&2; exit 1; }
 mkdir -p "$work/bin" "$work/results"
 go build -o "$work/bin/report" ./bench/report
+# The commit measured is the one the run starts at; the report adds the
+# tree's at its end if that differs (bench/report, commitLine).
+commit=$(git rev-parse HEAD)
+[ -z "$(git status --porcelain)" ] || commit="$commit + uncommitted changes"
 # program ENTRY prints the entry's program, its NOUN or else its NAME;
 # flags ENTRY its FLAGs, one a line.
 program() {
@@ -479,7 +483,7 @@ if grep -q '^Benchmark' "$out"; then
 	"$work/bin/report" -from-gotest "$out" -results "$work/results" || { echo "bench: FAIL: converting the Go benchmarks' output" >&2; failed=1; }
 fi
 if compgen -G "$work/results/*.json" >/dev/null; then
-	"$work/bin/report" -results "$work/results" -out "$results_out" ${quick:+-quick} || { echo "bench: FAIL: the report" >&2; failed=1; }
+	"$work/bin/report" -results "$work/results" -out "$results_out" -commit "$commit" ${quick:+-quick} || { echo "bench: FAIL: the report" >&2; failed=1; }
 else
 	echo "bench: FAIL: no results to report" >&2
 	failed=1
