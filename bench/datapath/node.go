@@ -73,7 +73,7 @@ type hostNode struct{ dataDir string }
 func (hostNode) name() string { return "" }
 
 func (hostNode) describe() string {
-	return "Targets on test/launch's node (`make run`'s: real kubelet and containerd, plinth-node, data filesystem XFS on a loop device over a file on the host's disk)."
+	return "Targets on test/launch's node (`make run`'s: real kubelet and containerd, plinth-node, data filesystem XFS on a loop device over a file on the host's disk, attached with direct I/O so that its I/O reaches the disk rather than the host's page cache)."
 }
 
 func (hostNode) targets() []string {

@@ -28,8 +28,10 @@ type dataFS struct {
 }
 
 // mountDataFS creates image (size bytes, sparse), formats it as XFS and
-// mounts it at mountPoint, with project quotas if the kernel supports them.
-func mountDataFS(ctx context.Context, image, mountPoint string, size int64) (*dataFS, error) {
+// mounts it at mountPoint, with project quotas if the kernel supports them;
+// with directIO the loop device reads and writes image with direct I/O
+// (Config.DataDirectIO).
+func mountDataFS(ctx context.Context, image, mountPoint string, size int64, directIO bool) (*dataFS, error) {
 	f, err := os.OpenFile(image, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("creating data image: %w", err)
@@ -45,7 +47,7 @@ func mountDataFS(ctx context.Context, image, mountPoint string, size int64) (*da
 	if out, err := exec.CommandContext(ctx, "mkfs.xfs", "-q", "-m", "reflink=1", image).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("formatting data image: mkfs.xfs: %w: %s (install xfsprogs)", err, out)
 	}
-	dev, err := loop.Create(f, loop.Options{Autoclear: true})
+	dev, err := loop.Create(f, loop.Options{Autoclear: true, DirectIO: directIO})
 	if err != nil {
 		return nil, fmt.Errorf("attaching data image: %w", err)
 	}
@@ -53,6 +55,11 @@ func mountDataFS(ctx context.Context, image, mountPoint string, size int64) (*da
 	// device, and autoclear detaches it when the mount goes away. If the
 	// mount fails, closing detaches it right here.
 	defer dev.Close()
+	if directIO {
+		if fl, err := dev.Flags(); err != nil || !fl.DirectIO {
+			return nil, fmt.Errorf("attaching data image %s with direct I/O: the kernel runs %s buffered (flags %+v, %v)", image, dev.Path(), fl, err)
+		}
+	}
 	if err := os.MkdirAll(mountPoint, 0o755); err != nil {
 		return nil, fmt.Errorf("creating data mount point: %w", err)
 	}

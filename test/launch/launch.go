@@ -64,6 +64,15 @@ type Config struct {
 	// DataSize is the size in bytes of the node's XFS data filesystem
 	// (sparse). Zero means DefaultDataSize.
 	DataSize int64
+	// DataDirectIO attaches the data filesystem's image with direct I/O
+	// (loop.Options.DirectIO), so that its I/O reaches this host's disk
+	// rather than this host's page cache, as a node's data disk is a
+	// disk; Start fails if the kernel runs the device buffered. Off, the
+	// default, the page cache serves the data filesystem's reads, which
+	// keeps make run and the tests quick but makes a data-path benchmark
+	// measure memory, and how much of each file happens to be cached
+	// (bench/datapath sets it).
+	DataDirectIO bool
 	// Images are extra image tarballs to import into containerd (the pause
 	// and busybox images are always built and imported).
 	Images []string

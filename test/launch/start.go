@@ -239,7 +239,7 @@ func (c *Cluster) initPaths(ctx context.Context, node bool) error {
 // does not depend on each other (containerd and the images with the control
 // plane).
 func (c *Cluster) startAll(ctx context.Context) error {
-	data, err := mountDataFS(ctx, filepath.Join(c.Dir, "data.img"), c.DataDir, c.cfg.DataSize)
+	data, err := mountDataFS(ctx, filepath.Join(c.Dir, "data.img"), c.DataDir, c.cfg.DataSize, c.cfg.DataDirectIO)
 	if err != nil {
 		return err
 	}
