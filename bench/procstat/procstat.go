@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"source.plinth.dev/pkg/procfs"
 )
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat:
@@ -54,15 +56,11 @@ func CPU(pid int) (time.Duration, error) {
 	return parseCPU(string(b))
 }
 
-// statFields splits /proc/PID/stat after the command name, which is in
-// parentheses and may itself hold spaces and parentheses: fields[0] is
-// the state (field 3 of proc(5)).
+// statFields is /proc/PID/stat's fields after the command name
+// (procfs.ParseStat): fields[0] is the state (field 3 of proc(5)).
 func statFields(stat string) ([]string, error) {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return nil, fmt.Errorf("malformed stat %q", stat)
-	}
-	return strings.Fields(stat[i+1:]), nil
+	_, fields, err := procfs.ParseStat(stat)
+	return fields, err
 }
 
 func parseCPU(stat string) (time.Duration, error) {
@@ -111,16 +109,12 @@ func Child(ppid int, name string) (int, error) {
 }
 
 func parseParent(stat string) (comm string, ppid int, err error) {
-	open, end := strings.IndexByte(stat, '('), strings.LastIndexByte(stat, ')')
-	if open < 0 || end < open {
-		return "", 0, fmt.Errorf("malformed stat %q", stat)
-	}
-	f, err := statFields(stat)
+	comm, f, err := procfs.ParseStat(stat)
 	if err != nil || len(f) < 2 {
 		return "", 0, fmt.Errorf("malformed stat %q", stat)
 	}
 	ppid, err = strconv.Atoi(f[1])
-	return stat[open+1 : end], ppid, err
+	return comm, ppid, err
 }
 
 // Sampler measures a process's CPU use over a window.

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"source.plinth.dev/pkg/procfs"
 )
 
 // termOutcome is how the wait after init's SIGTERM to every process
@@ -155,19 +157,15 @@ func readProcStatus(dir string) (procStatus, error) {
 	if err != nil {
 		return s, err
 	}
-	// "PID (COMM) STATE PPID PGRP SESSION TTY TPGID FLAGS ...": COMM may
-	// hold spaces and parentheses, so fields count from the last ')'.
-	i := bytes.LastIndexByte(stat, ')')
-	j := bytes.IndexByte(stat, '(')
-	if i < 0 || j < 0 || j > i {
-		return s, errors.New("no command in stat")
+	comm, fields, err := procfs.ParseStat(string(stat))
+	if err != nil {
+		return s, err
 	}
-	s.name = string(stat[j+1 : i])
-	fields := strings.Fields(string(stat[i+1:]))
+	// flags is field 9 of proc(5).
 	if len(fields) < 7 {
 		return s, errors.New("short stat")
 	}
-	s.state = fields[0][0]
+	s.name, s.state = comm, fields[0][0]
 	if flags, err := strconv.ParseUint(fields[6], 10, 64); err == nil {
 		s.kernelThread = flags&kernelThreadFlag != 0
 	}

@@ -32,6 +32,7 @@ import (
 
 	"source.plinth.dev/pkg/loop"
 	"source.plinth.dev/pkg/mountinfo"
+	"source.plinth.dev/pkg/procfs"
 )
 
 // BridgeName is the CNI bridge; a name of our own so we never delete
@@ -263,14 +264,8 @@ func ppid(pid int) int {
 	if err != nil {
 		return 0
 	}
-	// The command name may contain spaces and parentheses: parse after the last ')'.
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	fields := strings.Fields(s[i+1:])
-	if len(fields) < 2 {
+	_, fields, err := procfs.ParseStat(string(data))
+	if err != nil || len(fields) < 2 {
 		return 0
 	}
 	n, _ := strconv.Atoi(fields[1])
