@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -72,14 +74,84 @@ func TestProcField(t *testing.T) {
 // stamped with a commit made during it, which none of its programs had
 // been built from).
 func TestCommitLine(t *testing.T) {
-	for _, tc := range []struct{ started, now, want string }{
-		{"", "abc", "abc"},
-		{"abc", "abc", "abc"},
-		{"abc + uncommitted changes", "abc + uncommitted changes", "abc + uncommitted changes"},
-		{"abc", "def", "abc (the tree was def when the report was written; a program that built from it after the start measured that tree)"},
+	for _, tc := range []struct {
+		started, now string
+		same         bool
+		want         string
+	}{
+		{"", "abc", false, "abc"},
+		{"abc", "abc", true, "abc"},
+		{"abc + uncommitted changes", "abc + uncommitted changes", false, "abc + uncommitted changes"},
+		{"abc", "def", false, "abc (the tree was def when the report was written; a program that built from it after the start measured that tree)"},
+		{"abc", "def", true, "abc (the report was written at def, which differs from it only in bench/results)"},
 	} {
-		if got := commitLine(tc.started, tc.now); got != tc.want {
-			t.Errorf("commitLine(%q, %q) = %q, want %q", tc.started, tc.now, got, tc.want)
+		if got := commitLine(tc.started, tc.now, tc.same); got != tc.want {
+			t.Errorf("commitLine(%q, %q, %v) = %q, want %q", tc.started, tc.now, tc.same, got, tc.want)
 		}
+	}
+}
+
+// TestSameCode checks, in a real repository, that commits differing only
+// in bench/results hold the same code, as a run resumed after its first
+// sitting's results were committed does, and that any other change, or a
+// commit with uncommitted changes, does not.
+func TestSameCode(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Fatal("no git:", err)
+	}
+	dir := t.TempDir()
+	t.Chdir(dir)
+	git := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	commit := func(path, text string) string {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		git("add", "-A")
+		git("commit", "-q", "-m", path)
+		return git("rev-parse", "HEAD")
+	}
+	git("init", "-q")
+	first := commit("main.go", "package main\n")
+	results := commit("bench/results/2026-11-30.md", "figures\n")
+	code := commit("main.go", "package main // changed\n")
+	ctx := context.Background()
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{first, results, true},
+		{first, code, false},
+		{results, code, false},
+		{first, first + " + uncommitted changes", false},
+		{"", first, false},
+	} {
+		if got := sameCode(ctx, tc.a, tc.b); got != tc.want {
+			t.Errorf("sameCode(%.7s, %.7s) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+	// treeCommit leaves out bench/results too.
+	if err := os.WriteFile("bench/results/2026-12-01.md", []byte("more\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := treeCommit(ctx); err != nil || got != code {
+		t.Errorf("treeCommit with a new results file = %q, %v; want %s", got, err, code)
+	}
+	if err := os.WriteFile("main.go", []byte("package main // edited\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := treeCommit(ctx); err != nil || got != code+" + uncommitted changes" {
+		t.Errorf("treeCommit with main.go edited = %q, %v; want the changes named", got, err)
 	}
 }

@@ -45,25 +45,39 @@ func describeMachine(ctx context.Context, started string) machine {
 		m.Kernel = strings.TrimSpace(string(b))
 	}
 	if now, err := treeCommit(ctx); err == nil {
-		m.Commit = commitLine(started, now)
+		m.Commit = commitLine(started, now, sameCode(ctx, started, now))
 	}
 	return m
 }
 
+// resultsPathspec leaves out bench/results, where a run's own reports and
+// an earlier sitting's go: they are not what a run measures.
+const resultsPathspec = ":(exclude)bench/results"
+
 // treeCommit is the tree's commit as bench.sh reads it: HEAD, and
-// " + uncommitted changes" when the tree differs from it (untracked files
-// count too: a new benchmark not yet committed changes what was
-// measured).
+// " + uncommitted changes" when the tree outside bench/results differs
+// from it (untracked files count too: a new benchmark not yet committed
+// changes what was measured).
 func treeCommit(ctx context.Context) (string, error) {
 	out, err := exec.CommandContext(ctx, "git", "rev-parse", "HEAD").Output()
 	if err != nil {
 		return "", err
 	}
 	c := strings.TrimSpace(string(out))
-	if st, err := exec.CommandContext(ctx, "git", "status", "--porcelain").Output(); err == nil && len(st) > 0 {
+	if st, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--", ".", resultsPathspec).Output(); err == nil && len(st) > 0 {
 		c += " + uncommitted changes"
 	}
 	return c, nil
+}
+
+// sameCode tells whether two commits hold the same files outside
+// bench/results, as a run resumed in a later sitting (BENCH_RUN) does
+// after the earlier sitting's results were committed.
+func sameCode(ctx context.Context, a, b string) bool {
+	if a == "" || b == "" || strings.ContainsAny(a+b, " ") {
+		return false
+	}
+	return exec.CommandContext(ctx, "git", "diff", "--quiet", a, b, "--", ".", resultsPathspec).Run() == nil
 }
 
 // commitLine is the report's commit: the one the run started at, and the
@@ -71,13 +85,17 @@ func treeCommit(ctx context.Context) (string, error) {
 // programs at the start, but a cluster program may build a node image
 // when its turn comes, so a tree that changed during the run may be in
 // part of what was measured; the report says so instead of naming only
-// the last commit, as it did before bench.sh passed the first.
-func commitLine(started, now string) string {
+// the last commit, as it did before bench.sh passed the first. When the
+// two differ only in bench/results (same), the code measured is the
+// first's, whichever sitting of the run measured it.
+func commitLine(started, now string, same bool) string {
 	switch {
 	case started == "":
 		return now
 	case started == now:
 		return started
+	case same:
+		return fmt.Sprintf("%s (the report was written at %s, which differs from it only in bench/results)", started, now)
 	}
 	return fmt.Sprintf("%s (the tree was %s when the report was written; a program that built from it after the start measured that tree)", started, now)
 }

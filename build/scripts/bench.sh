@@ -58,6 +58,20 @@
 #   BENCHTIME     the default -benchtime (1s)
 #   BENCH_BUDGET  the time limit of the whole run (seconds, or e.g. 90m)
 #   BENCH_RESULTS where the report goes (default bench/results)
+#   BENCH_RUN     a directory that keeps the run's finished sections, so
+#                 that a run can take more than one sitting: started again
+#                 with the same BENCH_RUN, it skips every section that
+#                 ended ok there and runs the rest (a failed or unfinished
+#                 one again). A run resumes only at the code it started at
+#                 (the commit may differ, but only under bench/results) and
+#                 with the same settings (BENCH_ONLY, BENCH_QUICK,
+#                 BENCH_COUNT, BENCHTIME, the copy sizes); the report names
+#                 the first sitting's commit and date, and its times are
+#                 every sitting's. Default: a fresh directory, one sitting.
+#   BENCH_STOP_BY a time (anything date -d reads, e.g. 09:20): the sitting
+#                 stops, exit status 3, before a section that would not end
+#                 by then at its expected length (needs BENCH_RUN, which
+#                 the next sitting goes on from)
 #   PLINTH_BENCH_OUT  keeps the Go benchmarks' raw output (benchstat format)
 #   PLINTH_SNAPSHOT_BENCH_GIB, PLINTH_SNAPSHOT_BENCH_FILES  the copy
 #                 benchmarks' sizes (default 1,10 GiB and 100,000 files)
@@ -227,6 +241,81 @@ if [ -n "${BENCH_ONLY:-}" ]; then
 	CLUSTER=("${only_cluster[@]}")
 fi
 
+# --- The run's directory: one sitting, or one of several (BENCH_RUN). ----------
+# code_tree prints a hash of HEAD's files outside bench/results, or nothing
+# when the work tree has changes outside it: what a run measures is the
+# code, and a sitting's commit of results must not stop the next one.
+code_tree() {
+	[ -z "$(git status --porcelain -- . ':(exclude)bench/results')" ] || return 0
+	git ls-tree -r HEAD | grep -v $'\tbench/results/' | sha256sum | cut -d' ' -f1
+}
+run_dir=${BENCH_RUN:-$work/run}
+mkdir -p "$run_dir/sections"
+run_dir=$(cd "$run_dir" && pwd)
+code=$(code_tree)
+head=$(git rev-parse HEAD)
+settings="only=${BENCH_ONLY:-} quick=$quick count=$count benchtime=$benchtime copies=$PLINTH_SNAPSHOT_BENCH_GIB/$PLINTH_SNAPSHOT_BENCH_FILES"
+if [ -f "$run_dir/started" ]; then
+	# "COMMIT DATE CODE" of the first sitting, and its settings.
+	read -r commit run_date started_code <"$run_dir/started"
+	if [ -z "$code" ] || [ "$code" != "$started_code" ]; then
+		echo "bench: BENCH_RUN=$run_dir was started at $commit; the code differs from it now (only bench/results may, and nothing may be uncommitted): check that commit out, or start a new run in a new directory" >&2
+		exit 1
+	fi
+	if [ "$settings" != "$(cat "$run_dir/settings")" ]; then
+		echo "bench: BENCH_RUN=$run_dir was started with $(cat "$run_dir/settings"), not $settings" >&2
+		exit 1
+	fi
+	echo "bench: going on with the run started at $commit on $run_date (BENCH_RUN=$run_dir)" >&2
+else
+	# The commit measured is the one the run starts at; the report adds
+	# the tree's at its end if that differs (bench/report, commitLine).
+	commit=$head
+	[ -n "$code" ] || commit="$commit + uncommitted changes"
+	run_date=$(date -u +%F)
+	if [ -n "${BENCH_RUN:-}" ] && [ -z "$code" ]; then
+		echo "bench: BENCH_RUN: a run of uncommitted changes cannot be resumed; commit them first" >&2
+		exit 1
+	fi
+	echo "$commit $run_date $code" >"$run_dir/started"
+	echo "$settings" >"$run_dir/settings"
+fi
+stop_by=
+if [ -n "${BENCH_STOP_BY:-}" ]; then
+	[ -n "${BENCH_RUN:-}" ] || { echo "bench: BENCH_STOP_BY needs BENCH_RUN, for the next sitting to go on from" >&2; exit 1; }
+	stop_by=$(date -d "$BENCH_STOP_BY" +%s) || { echo "bench: BENCH_STOP_BY=$BENCH_STOP_BY: not a time" >&2; exit 1; }
+fi
+# section NAME prints the directory of the run's section NAME (a Go entry
+# or bench/<program>): its status ("ok" or "FAIL ..."), its row of the
+# time table, its seconds, and what it measured (bench.txt and ratios.txt
+# of a Go entry, results/ of a program).
+section() { echo "$run_dir/sections/$(printf '%s' "$1" | tr -c 'A-Za-z0-9._-' '_')"; }
+# done_before NAME: the section ended ok in this run, in an earlier sitting.
+done_before() { [ "$(cat "$(section "$1")/status" 2>/dev/null)" = ok ]; }
+# begin NAME MINUTES makes NAME's section anew, or stops the sitting when
+# BENCH_STOP_BY comes before MINUTES from now.
+begin() {
+	if [ -n "$stop_by" ] && [ $(($(date +%s) + 60 * $2)) -gt "$stop_by" ]; then
+		echo "bench: stopping before $1 (about $2 min) to end by $BENCH_STOP_BY; start again with BENCH_RUN=$run_dir to go on" >&2
+		stopped=1
+		return 1
+	fi
+	rm -rf "$(section "$1")"
+	mkdir -p "$(section "$1")"
+}
+stopped=
+pending_entries=()
+for entry in "${ENTRIES[@]}"; do
+	done_before "$entry" || pending_entries+=("$entry")
+done
+pending_cluster=()
+for c in "${CLUSTER[@]}"; do
+	done_before "bench/${c%% *}" || pending_cluster+=("$c")
+done
+if [ ${#pending_entries[@]} -lt ${#ENTRIES[@]} ] || [ ${#pending_cluster[@]} -lt ${#CLUSTER[@]} ]; then
+	echo "bench: $((${#ENTRIES[@]} - ${#pending_entries[@]})) Go entries and $((${#CLUSTER[@]} - ${#pending_cluster[@]})) programs ended ok in an earlier sitting; running ${#pending_entries[@]} and ${#pending_cluster[@]}" >&2
+fi
+
 # --- Expected time and budget. -------------------------------------------------
 expected_go=0
 [ ${#ENTRIES[@]} -eq 0 ] || expected_go=$EXPECTED_MIN
@@ -242,12 +331,23 @@ if [ -n "$quick" ]; then
 	[ ${#ENTRIES[@]} -eq 0 ] || expected_go=$(((EXPECTED_MIN + 2) / 3))
 fi
 expected=$((expected_go + expected_cluster))
+# What is left of the run: a Go entry's share of the Go benchmarks' time
+# (at least a minute), and the programs' minutes.
+go_entry_min=0
+[ ${#ENTRIES[@]} -eq 0 ] || go_entry_min=$(((expected_go + ${#ENTRIES[@]} - 1) / ${#ENTRIES[@]}))
+left=$((${#pending_entries[@]} * go_entry_min))
+for c in "${pending_cluster[@]}"; do
+	read -r noun minutes _ <<<"$c"
+	[ -z "$quick" ] || minutes=3
+	left=$((left + minutes))
+done
 budget=${BENCH_BUDGET:-$((2 * expected + 5))m}
 case $budget in
 *m) budget=$((${budget%m} * 60)) ;;
 *s) budget=${budget%s} ;;
 esac
 echo "bench: expected about $((expected))m (Go benchmarks ${expected_go}m, ${#CLUSTER[@]} cluster programs ${expected_cluster}m), budget $(dur "$budget")${quick:+ (quick run)}" >&2
+[ "$left" -eq "$expected" ] || echo "bench: about ${left}m of it left" >&2
 
 # --- Tools, before the first entry. -------------------------------------------
 # The report and the cluster programs are built first: a program that is
@@ -255,10 +355,6 @@ echo "bench: expected about $((expected))m (Go benchmarks ${expected_go}m, ${#CL
 command -v go >/dev/null || { echo "bench: no go on PATH (/usr/local/go/bin)" >&2; exit 1; }
 mkdir -p "$work/bin" "$work/results"
 go build -o "$work/bin/report" ./bench/report
-# The commit measured is the one the run starts at; the report adds the
-# tree's at its end if that differs (bench/report, commitLine).
-commit=$(git rev-parse HEAD)
-[ -z "$(git status --porcelain)" ] || commit="$commit + uncommitted changes"
 # program ENTRY prints the entry's program, its NOUN or else its NAME;
 # flags ENTRY its FLAGs, one a line.
 program() {
@@ -271,7 +367,7 @@ flags() {
 	read -r name minutes noun rest <<<"$1"
 	[ -z "$rest" ] || printf '%s\n' $rest
 }
-for c in "${CLUSTER[@]}"; do
+for c in "${pending_cluster[@]}"; do
 	noun=$(program "$c")
 	[ -d "bench/$noun" ] || { echo "bench: cluster program bench/$noun (in CLUSTER) does not exist" >&2; exit 1; }
 	go build -o "$work/bin/$noun" "./bench/$noun"
@@ -287,14 +383,14 @@ export PLINTH_SNAPSHOT_BIN
 export PLINTH_K8S_BIN
 # bench/datapath's fio (on the node and in its pods' image) and gVisor
 # (its pods of RuntimeClass gvisor).
-for c in "${CLUSTER[@]}"; do
+for c in "${pending_cluster[@]}"; do
 	[ "$(program "$c")" = datapath ] || continue
 	build/scripts/apt-install.sh fio
 	PLINTH_GVISOR_BIN=$(third_party/gvisor/build.sh)
 	export PLINTH_GVISOR_BIN
 done
 # bench/audit's pods run this host's fio too, in the VM node.
-for c in "${CLUSTER[@]}"; do
+for c in "${pending_cluster[@]}"; do
 	[ "${c%% *}" = audit ] || continue
 	build/scripts/apt-install.sh fio
 done
@@ -308,7 +404,7 @@ vm_setup() {
 	CGO_ENABLED=0 go build -o "$work/ktest" ./test/ktest/cmd/ktest
 	vm_ready=1
 }
-for entry in "${ENTRIES[@]}"; do
+for entry in "${pending_entries[@]}"; do
 	case " $entry " in *" vm "*) vm_setup ;; esac
 	case " $entry " in *" controlplane "*)
 		if [ ${#cp_args[@]} -eq 0 ]; then
@@ -384,9 +480,9 @@ ratios() {
 }
 
 # --- Run. ---------------------------------------------------------------------
-table=("$(printf '  %-52s %-5s %8s  %s' "setup (tools, Kubernetes binaries, kernel)" "" "$(dur $setup)" ok)")
-failed=0
-: >"$work/ratios.txt"
+# Each section keeps what it measured in its directory of the run
+# (section); the sitting's setup time goes beside them.
+echo "$setup" >>"$run_dir/setup-seconds"
 for entry in "${ENTRIES[@]}"; do
 	read -r pkg re opts <<<"$entry"
 	base= flat= bt=$benchtime n=$count where=host withcp=
@@ -408,6 +504,12 @@ for entry in "${ENTRIES[@]}"; do
 		echo "bench: entry \"$entry\": controlplane needs vm" >&2
 		exit 1
 	fi
+	if done_before "$entry"; then
+		echo "bench: $pkg $re: ended ok in an earlier sitting" >&2
+		continue
+	fi
+	begin "$entry" "$go_entry_min" || break
+	sec=$(section "$entry")
 	log="$work/entry.log"
 	echo "bench: $pkg -bench $re -benchtime $bt -count $n ($where)" >&2
 	t0=$SECONDS
@@ -427,9 +529,8 @@ for entry in "${ENTRIES[@]}"; do
 			sed -u 's/^\[ *[0-9.]*\] //' | tee "$log" >&2 || status=$?
 	fi
 	took=$((SECONDS - t0))
-	results="$work/results.txt"
+	results="$sec/bench.txt"
 	grep -E '^(goos|goarch|pkg|cpu): |^Benchmark[^ 	]*[ 	]+[0-9]+[ 	]' "$log" | tr -d '\r' >"$results" || true
-	cat "$results" >>"$out"
 	verdict=ok
 	if [ $status -ne 0 ]; then
 		verdict="FAIL (exit $status)"
@@ -437,21 +538,30 @@ for entry in "${ENTRIES[@]}"; do
 		verdict="FAIL (skipped: $(grep -- '--- SKIP' "$log" | sed 's/.*--- SKIP: //' | tr '\n' ' '))"
 	elif ! grep -q '^Benchmark' "$results"; then
 		verdict="FAIL (no results)"
-	elif ! ratios "$results" "$base" "$flat" >>"$work/ratios.txt"; then
+	elif ! ratios "$results" "$base" "$flat" >"$sec/ratios.txt"; then
 		verdict="FAIL (ratio missing)"
 	fi
-	[ "$verdict" = ok ] || failed=1
 	echo "bench: $pkg $re took $(dur $took): $verdict" >&2
-	table+=("$(printf '  %-52s %-5s %8s  %s' "$pkg $re" "$where" "$(dur $took)" "$verdict")")
+	printf '  %-52s %-5s %8s  %s\n' "$pkg $re" "$where" "$(dur $took)" "$verdict" >"$sec/row"
+	echo "$took" >"$sec/seconds"
+	echo "$verdict" >"$sec/status"
 done
-go_took=$((SECONDS - setup))
 
 # --- The cluster programs. -------------------------------------------------------
 for c in "${CLUSTER[@]}"; do
+	[ -z "$stopped" ] || break
 	name=${c%% *}
+	if done_before "bench/$name"; then
+		echo "bench: bench/$name: ended ok in an earlier sitting" >&2
+		continue
+	fi
+	read -r _ minutes _ <<<"$c"
+	[ -z "$quick" ] || minutes=3
+	begin "bench/$name" "$minutes" || break
+	sec=$(section "bench/$name")
 	noun=$(program "$c")
 	mapfile -t args < <(flags "$c")
-	args+=(-out "$work/results")
+	args+=(-out "$sec/results")
 	[ -z "$quick" ] || args+=(-quick)
 	echo "bench: bench/$name: bench/$noun ${args[*]}" >&2
 	t0=$SECONDS
@@ -459,11 +569,44 @@ for c in "${CLUSTER[@]}"; do
 	"$work/bin/$noun" "${args[@]}" >&2 || status=$?
 	took=$((SECONDS - t0))
 	verdict=ok
-	[ $status -eq 0 ] || { verdict="FAIL (exit $status)"; failed=1; }
+	[ $status -eq 0 ] || verdict="FAIL (exit $status)"
 	echo "bench: bench/$name took $(dur $took): $verdict" >&2
-	table+=("$(printf '  %-52s %-5s %8s  %s' "bench/$name" cluster "$(dur $took)" "$verdict")")
+	printf '  %-52s %-5s %8s  %s\n' "bench/$name" cluster "$(dur $took)" "$verdict" >"$sec/row"
+	echo "$took" >"$sec/seconds"
+	echo "$verdict" >"$sec/status"
 done
-total=$SECONDS
+
+# --- The whole run, from its sections. ------------------------------------------
+# Every section's figures, in the order of ENTRIES and CLUSTER, whichever
+# sitting measured them; a section that failed is reported too.
+sittings=$(wc -l <"$run_dir/setup-seconds")
+total=$(awk '{ s += $1 } END { print s + 0 }' "$run_dir/setup-seconds")
+go_took=0
+failed=0
+table=("$(printf '  %-52s %-5s %8s  %s' "setup (tools, Kubernetes binaries, kernel)" "" "$(dur "$total")" "$([ "$sittings" -eq 1 ] && echo ok || echo "ok, $sittings sittings")")")
+: >"$work/ratios.txt"
+gather() {
+	local sec
+	sec=$(section "$1")
+	[ -f "$sec/status" ] || return 0
+	[ "$(cat "$sec/status")" = ok ] || failed=1
+	table+=("$(cat "$sec/row")")
+	total=$((total + $(cat "$sec/seconds")))
+	[ "$2" != go ] || go_took=$((go_took + $(cat "$sec/seconds")))
+	[ ! -f "$sec/bench.txt" ] || cat "$sec/bench.txt" >>"$out"
+	[ ! -f "$sec/ratios.txt" ] || cat "$sec/ratios.txt" >>"$work/ratios.txt"
+	! compgen -G "$sec/results/*.json" >/dev/null || cp "$sec"/results/*.json "$work/results/"
+}
+for entry in "${ENTRIES[@]}"; do gather "$entry" go; done
+for c in "${CLUSTER[@]}"; do gather "bench/${c%% *}" cluster; done
+
+if [ -n "$stopped" ]; then
+	echo
+	echo "bench: time per entry so far (BENCH_RUN=$run_dir)"
+	printf '%s\n' "${table[@]}"
+	echo "bench: stopped at BENCH_STOP_BY; about ${left}m was left at the start of this sitting" >&2
+	exit 3
+fi
 
 if [ ${#ENTRIES[@]} -gt 0 ]; then
 	echo
@@ -483,7 +626,7 @@ if grep -q '^Benchmark' "$out"; then
 	"$work/bin/report" -from-gotest "$out" -results "$work/results" || { echo "bench: FAIL: converting the Go benchmarks' output" >&2; failed=1; }
 fi
 if compgen -G "$work/results/*.json" >/dev/null; then
-	"$work/bin/report" -results "$work/results" -out "$results_out" -commit "$commit" ${quick:+-quick} || { echo "bench: FAIL: the report" >&2; failed=1; }
+	"$work/bin/report" -results "$work/results" -out "$results_out" -date "$run_date" -commit "$commit" ${quick:+-quick} || { echo "bench: FAIL: the report" >&2; failed=1; }
 else
 	echo "bench: FAIL: no results to report" >&2
 	failed=1
