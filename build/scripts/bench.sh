@@ -227,6 +227,9 @@ if [ ${#problems[@]} -gt 0 ]; then
 	exit 1
 fi
 
+# A Go entry's share of the Go benchmarks' time, at least a minute: what
+# BENCH_STOP_BY and the time left count for each.
+go_entry_min=$(((EXPECTED_MIN + ${#ENTRIES[@]} - 1) / ${#ENTRIES[@]}))
 if [ -n "${BENCH_ONLY:-}" ]; then
 	only=()
 	for entry in "${ENTRIES[@]}"; do
@@ -317,8 +320,8 @@ if [ ${#pending_entries[@]} -lt ${#ENTRIES[@]} ] || [ ${#pending_cluster[@]} -lt
 fi
 
 # --- Expected time and budget. -------------------------------------------------
-expected_go=0
-[ ${#ENTRIES[@]} -eq 0 ] || expected_go=$EXPECTED_MIN
+expected_go=$((${#ENTRIES[@]} * go_entry_min))
+[ "$expected_go" -le "$EXPECTED_MIN" ] || expected_go=$EXPECTED_MIN
 expected_cluster=0
 for c in "${CLUSTER[@]}"; do
 	read -r noun minutes _ <<<"$c"
@@ -328,13 +331,11 @@ for c in "${CLUSTER[@]}"; do
 done
 if [ -n "$quick" ]; then
 	count=1
-	[ ${#ENTRIES[@]} -eq 0 ] || expected_go=$(((EXPECTED_MIN + 2) / 3))
+	expected_go=$(((expected_go + 2) / 3))
+	go_entry_min=1
 fi
 expected=$((expected_go + expected_cluster))
-# What is left of the run: a Go entry's share of the Go benchmarks' time
-# (at least a minute), and the programs' minutes.
-go_entry_min=0
-[ ${#ENTRIES[@]} -eq 0 ] || go_entry_min=$(((expected_go + ${#ENTRIES[@]} - 1) / ${#ENTRIES[@]}))
+# What is left of the run.
 left=$((${#pending_entries[@]} * go_entry_min))
 for c in "${pending_cluster[@]}"; do
 	read -r noun minutes _ <<<"$c"
