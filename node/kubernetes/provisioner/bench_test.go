@@ -25,6 +25,7 @@ import (
 	"source.plinth.dev/node/kubernetes/internal/controller"
 	"source.plinth.dev/node/kubernetes/internal/ownership"
 	"source.plinth.dev/node/kubernetes/names"
+	"source.plinth.dev/node/kubernetes/snapshotapi"
 	"source.plinth.dev/pkg/supervisor"
 	"source.plinth.dev/test/controllertest"
 )
@@ -208,7 +209,13 @@ func benchEnv(b *testing.B, i int) *env {
 	b.Helper()
 	cp := controllertest.ControlPlane(b)
 	suffix := fmt.Sprintf("%d-%d", i, time.Now().UnixNano())
-	e := &env{&controllertest.Env{T: b, Client: cp.Client, NS: "bench-" + suffix, Class: "bench-" + suffix, Node: "bench-" + suffix}}
+	// The provisioner reads the snapshots a claim restores from, so it
+	// needs their API's client even where no claim has a data source.
+	snapshots, err := snapshotapi.NewClient(cp.RESTConfig)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := &env{&controllertest.Env{T: b, Client: cp.Client, Snapshots: snapshots, NS: "bench-" + suffix, Class: "bench-" + suffix, Node: "bench-" + suffix}}
 	ctx := context.Background()
 	if _, err := e.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.NS}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
