@@ -335,8 +335,10 @@ if [ -n "$quick" ]; then
 	go_entry_min=1
 fi
 expected=$((expected_go + expected_cluster))
-# What is left of the run.
+# What is left of the run (the Go entries' shares, rounded up, at most
+# their whole).
 left=$((${#pending_entries[@]} * go_entry_min))
+[ "$left" -le "$expected_go" ] || left=$expected_go
 for c in "${pending_cluster[@]}"; do
 	read -r noun minutes _ <<<"$c"
 	[ -z "$quick" ] || minutes=3
