@@ -69,9 +69,9 @@
 #                 the first sitting's commit and date, and its times are
 #                 every sitting's. Default: a fresh directory, one sitting.
 #   BENCH_STOP_BY a time (anything date -d reads, e.g. 09:20): the sitting
-#                 stops, exit status 3, before a section that would not end
-#                 by then at its expected length (needs BENCH_RUN, which
-#                 the next sitting goes on from)
+#                 leaves every section that would not end by then at its
+#                 expected length to a later one and ends with exit status
+#                 3 (needs BENCH_RUN, which the next sitting goes on from)
 #   PLINTH_BENCH_OUT  keeps the Go benchmarks' raw output (benchstat format)
 #   PLINTH_SNAPSHOT_BENCH_GIB, PLINTH_SNAPSHOT_BENCH_FILES  the copy
 #                 benchmarks' sizes (default 1,10 GiB and 100,000 files)
@@ -295,11 +295,12 @@ fi
 section() { echo "$run_dir/sections/$(printf '%s' "$1" | tr -c 'A-Za-z0-9._-' '_')"; }
 # done_before NAME: the section ended ok in this run, in an earlier sitting.
 done_before() { [ "$(cat "$(section "$1")/status" 2>/dev/null)" = ok ]; }
-# begin NAME MINUTES makes NAME's section anew, or stops the sitting when
-# BENCH_STOP_BY comes before MINUTES from now.
+# begin NAME MINUTES makes NAME's section anew, or leaves it to a later
+# sitting when BENCH_STOP_BY comes before MINUTES from now (a shorter
+# section after it may still fit).
 begin() {
 	if [ -n "$stop_by" ] && [ $(($(date +%s) + 60 * $2)) -gt "$stop_by" ]; then
-		echo "bench: stopping before $1 (about $2 min) to end by $BENCH_STOP_BY; start again with BENCH_RUN=$run_dir to go on" >&2
+		echo "bench: leaving $1 (about $2 min) to a later sitting, to end by $BENCH_STOP_BY" >&2
 		stopped=1
 		return 1
 	fi
@@ -511,7 +512,7 @@ for entry in "${ENTRIES[@]}"; do
 		echo "bench: $pkg $re: ended ok in an earlier sitting" >&2
 		continue
 	fi
-	begin "$entry" "$go_entry_min" || break
+	begin "$entry" "$go_entry_min" || continue
 	sec=$(section "$entry")
 	log="$work/entry.log"
 	echo "bench: $pkg -bench $re -benchtime $bt -count $n ($where)" >&2
@@ -552,7 +553,6 @@ done
 
 # --- The cluster programs. -------------------------------------------------------
 for c in "${CLUSTER[@]}"; do
-	[ -z "$stopped" ] || break
 	name=${c%% *}
 	if done_before "bench/$name"; then
 		echo "bench: bench/$name: ended ok in an earlier sitting" >&2
@@ -560,7 +560,7 @@ for c in "${CLUSTER[@]}"; do
 	fi
 	read -r _ minutes _ <<<"$c"
 	[ -z "$quick" ] || minutes=3
-	begin "bench/$name" "$minutes" || break
+	begin "bench/$name" "$minutes" || continue
 	sec=$(section "bench/$name")
 	noun=$(program "$c")
 	mapfile -t args < <(flags "$c")
@@ -607,7 +607,7 @@ if [ -n "$stopped" ]; then
 	echo
 	echo "bench: time per entry so far (BENCH_RUN=$run_dir)"
 	printf '%s\n' "${table[@]}"
-	echo "bench: stopped at BENCH_STOP_BY; about ${left}m was left at the start of this sitting" >&2
+	echo "bench: this sitting ended at BENCH_STOP_BY with sections left; start again with BENCH_RUN=$run_dir to go on (about ${left}m was left at its start)" >&2
 	exit 3
 fi
 
