@@ -473,11 +473,20 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (b
 	}
 }
 
-// WaitBound waits until claim name is Bound and returns it and its PV.
+// WaitBound waits up to a minute until claim name is Bound and returns it
+// and its PV.
 func (e *Env) WaitBound(name string) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
 	e.T.Helper()
+	return e.WaitBoundWithin(name, time.Minute)
+}
+
+// WaitBoundWithin is WaitBound with its timeout: longer for a claim the
+// kube-controller-manager binds in the kernel-test VM, whose controllers
+// start late.
+func (e *Env) WaitBoundWithin(name string, timeout time.Duration) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
+	e.T.Helper()
 	var pvc *corev1.PersistentVolumeClaim
-	Eventually(e.T, 60*time.Second, "claim "+name+" Bound", func() (bool, error) {
+	Eventually(e.T, timeout, "claim "+name+" Bound", func() (bool, error) {
 		var err error
 		pvc, err = e.Client.CoreV1().PersistentVolumeClaims(e.NS).Get(context.Background(), name, metav1.GetOptions{})
 		return err == nil && pvc.Status.Phase == corev1.ClaimBound, err
