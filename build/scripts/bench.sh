@@ -259,14 +259,17 @@ code=$(code_tree)
 head=$(git rev-parse HEAD)
 settings="only=${BENCH_ONLY:-} quick=$quick count=$count benchtime=$benchtime copies=$PLINTH_SNAPSHOT_BENCH_GIB/$PLINTH_SNAPSHOT_BENCH_FILES"
 if [ -f "$run_dir/started" ]; then
-	# "COMMIT DATE CODE" of the first sitting, and its settings.
-	read -r commit run_date started_code <"$run_dir/started"
+	# "COMMIT DATE CODE" of the first sitting, then its settings.
+	{
+		read -r commit run_date started_code
+		IFS= read -r started_settings || true
+	} <"$run_dir/started"
 	if [ -z "$code" ] || [ "$code" != "$started_code" ]; then
 		echo "bench: BENCH_RUN=$run_dir was started at $commit; the code differs from it now (only bench/results may, and nothing may be uncommitted): check that commit out, or start a new run in a new directory" >&2
 		exit 1
 	fi
-	if [ "$settings" != "$(cat "$run_dir/settings")" ]; then
-		echo "bench: BENCH_RUN=$run_dir was started with $(cat "$run_dir/settings"), not $settings" >&2
+	if [ "$settings" != "$started_settings" ]; then
+		echo "bench: BENCH_RUN=$run_dir was started with $started_settings, not $settings" >&2
 		exit 1
 	fi
 	echo "bench: going on with the run started at $commit on $run_date (BENCH_RUN=$run_dir)" >&2
@@ -280,8 +283,7 @@ else
 		echo "bench: BENCH_RUN: a run of uncommitted changes cannot be resumed; commit them first" >&2
 		exit 1
 	fi
-	echo "$commit $run_date $code" >"$run_dir/started"
-	echo "$settings" >"$run_dir/settings"
+	printf '%s %s %s\n%s\n' "$commit" "$run_date" "$code" "$settings" >"$run_dir/started"
 fi
 stop_by=
 if [ -n "${BENCH_STOP_BY:-}" ]; then
@@ -292,7 +294,7 @@ fi
 # or bench/<program>): its status ("ok" or "FAIL ..."), its row of the
 # time table, its seconds, and what it measured (bench.txt and ratios.txt
 # of a Go entry, results/ of a program).
-section() { echo "$run_dir/sections/$(printf '%s' "$1" | tr -c 'A-Za-z0-9._-' '_')"; }
+section() { echo "$run_dir/sections/$(printf '%s' "${1#./}" | tr -c 'A-Za-z0-9._-' '_')"; }
 # done_before NAME: the section ended ok in this run, in an earlier sitting.
 done_before() { [ "$(cat "$(section "$1")/status" 2>/dev/null)" = ok ]; }
 # begin NAME MINUTES makes NAME's section anew, or leaves it to a later
@@ -487,7 +489,7 @@ ratios() {
 # Each section keeps what it measured in its directory of the run
 # (section); the sitting's setup time goes beside them.
 echo "$setup" >>"$run_dir/setup-seconds"
-for entry in "${ENTRIES[@]}"; do
+for entry in "${pending_entries[@]}"; do
 	read -r pkg re opts <<<"$entry"
 	base= flat= bt=$benchtime n=$count where=host withcp=
 	for o in $opts; do
@@ -507,10 +509,6 @@ for entry in "${ENTRIES[@]}"; do
 	if [ -n "$withcp" ] && [ $where != vm ]; then
 		echo "bench: entry \"$entry\": controlplane needs vm" >&2
 		exit 1
-	fi
-	if done_before "$entry"; then
-		echo "bench: $pkg $re: ended ok in an earlier sitting" >&2
-		continue
 	fi
 	begin "$entry" "$go_entry_min" || continue
 	sec=$(section "$entry")
@@ -552,12 +550,8 @@ for entry in "${ENTRIES[@]}"; do
 done
 
 # --- The cluster programs. -------------------------------------------------------
-for c in "${CLUSTER[@]}"; do
+for c in "${pending_cluster[@]}"; do
 	name=${c%% *}
-	if done_before "bench/$name"; then
-		echo "bench: bench/$name: ended ok in an earlier sitting" >&2
-		continue
-	fi
 	read -r _ minutes _ <<<"$c"
 	[ -z "$quick" ] || minutes=3
 	begin "bench/$name" "$minutes" || continue
