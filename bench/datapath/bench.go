@@ -27,6 +27,12 @@ const (
 	// fsRunc and fsGVisor: fio in a pod on a file in a filesystem claim.
 	fsRunc   = "filesystem-runc"
 	fsGVisor = "filesystem-gvisor"
+	// podVolFile: fio in a runc pod on that claim's own file, reached by
+	// a hostPath of the file instead of the claim. It reads fsRunc's
+	// file, where podDir reads another: against fsRunc it shows what
+	// Plinth's publication costs alone, against podDir what the two
+	// files differ by.
+	podVolFile = "floor-volfile-pod"
 	// nodeImage and podImage: fio with O_DIRECT on the block volume's own
 	// image file, on the node and in a runc pod (hostPath of the file).
 	nodeImage = "floor-image-node"
@@ -44,9 +50,10 @@ type bench struct {
 	client kubernetes.Interface
 	node   node
 	timing timing
-	// floorDir and image are the floors' paths on the node: the plain
-	// directory (holding fileName) and the block volume's image file.
-	floorDir, image string
+	// floorDir, image and volFile are the floors' paths on the node: the
+	// plain directory (holding fileName), the block volume's image file
+	// and the filesystem volume's fileName.
+	floorDir, image, volFile string
 	// fill says how long writing each target in full took.
 	fill map[string]time.Duration
 }
@@ -80,6 +87,10 @@ func (b *bench) measure(ctx context.Context, rounds int) (all runs, err error) {
 		return nil, err
 	}
 	fmt.Printf("datapath: the block volume's image is %s\n", b.image)
+	if b.volFile, err = volumeFile(ctx, b.client, b.node); err != nil {
+		return nil, err
+	}
+	fmt.Printf("datapath: the filesystem volume's file is %s\n", b.volFile)
 	all = runs{}
 	for r := 1; r <= rounds; r++ {
 		for _, t := range b.node.targets() {
@@ -132,6 +143,11 @@ func (b *bench) pod(target, step string) (podRun, error) {
 		p.source = claimSource(fsClaim)
 	case fsGVisor:
 		p.source, p.rt = claimSource(fsClaim), launch.GVisorRuntime()
+	case podVolFile:
+		if b.volFile == "" {
+			return podRun{}, fmt.Errorf("target %s before the filesystem volume's file was found", target)
+		}
+		p.source, p.file = hostSource(b.volFile, corev1.HostPathFile), true
 	case podImage:
 		if b.image == "" {
 			return podRun{}, fmt.Errorf("target %s before the block volume's image was found", target)

@@ -17,13 +17,14 @@ import (
 // volume pod's spec; and the floor's volume is a hostPath of the node's
 // path, of a type that must exist.
 func TestFloorPodsDifferFromVolumePodsOnlyInVolume(t *testing.T) {
-	b := &bench{floorDir: "/data/datapath-floor", image: "/data/volumes/pvc-x.img"}
+	b := &bench{floorDir: "/data/datapath-floor", image: "/data/volumes/pvc-x.img", volFile: "/data/volumes/pvc-y/fio.dat"}
 	for _, tc := range []struct {
 		floor, volume string
 		path          string
 		typ           corev1.HostPathType
 	}{
 		{podDir, fsRunc, b.floorDir, corev1.HostPathDirectory},
+		{podVolFile, fsRunc, b.volFile, corev1.HostPathFile},
 		{podImage, blockRunc, b.image, corev1.HostPathFile},
 	} {
 		fp, err := b.pod(tc.floor, "r1")

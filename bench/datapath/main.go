@@ -5,7 +5,7 @@
 //
 // On test/launch's cluster (the node `make run` starts: real kubelet and
 // containerd, plinth-node, the data filesystem XFS on a loop device with
-// direct I/O), seven
+// direct I/O), eight
 // targets; the files they use are written once in full before the rounds:
 //
 //   - floor-dir-pod: a runc pod's fio on a file in a plain directory of
@@ -13,6 +13,8 @@
 //   - floor-dir-node: the node's own fio on the same file, outside any pod;
 //   - filesystem runc and filesystem gvisor: a pod's fio on a file in one
 //     filesystem claim, under runc and under gVisor (RuntimeClass gvisor);
+//   - floor-volfile-pod: a runc pod's fio on that claim's file, through a
+//     hostPath of the file: the same file without Plinth's publication;
 //   - floor-image-pod: a runc pod's fio with O_DIRECT on the block
 //     volume's own image file (hostPath of the file, the file its loop
 //     device reads), the block volume's baseline;
@@ -26,7 +28,7 @@
 // With -node vm, on the VM node instead (test/nodevm: the node image
 // booted in qemu under TCG, its data filesystem on a virtio disk, joined
 // to a control plane on this host; fio's image is added to the node
-// image, as the tests' images are): the five in-pod targets, without the
+// image, as the tests' images are): the six in-pod targets, without the
 // node's own fio (node.go). Results are named datapath-vm-*.
 //
 // Each round runs every workload (fio.go) on every target in turn, one

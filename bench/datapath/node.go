@@ -35,9 +35,9 @@ type node interface {
 	// makeFloorDir creates the floors' plain directory on the data
 	// filesystem and returns its path on the node, and what removes it.
 	makeFloorDir(ctx context.Context) (dir string, remove func(), err error)
-	// images lists the regular files on the data filesystem whose name
-	// holds handle (a volume's ID), for pickImage.
-	images(ctx context.Context, handle string) ([]nodeFile, error)
+	// files lists the regular files on the data filesystem whose path
+	// holds handle (a volume's ID), for pickImage and pickVolumeFile.
+	files(ctx context.Context, handle string) ([]nodeFile, error)
 	// runFio runs the node's own fio, for the node floors.
 	runFio(ctx context.Context, args []string) ([]byte, error)
 	// caveats are what the notes must say about reading its figures.
@@ -66,6 +66,22 @@ func pickImage(files []nodeFile, handle string, size int64) (string, error) {
 	return found[0], nil
 }
 
+// pickVolumeFile is fio's file in the filesystem volume among files: the
+// one named fileName in a directory whose path holds the volume's handle,
+// at least size bytes (a second match is an error).
+func pickVolumeFile(files []nodeFile, handle string, size int64) (string, error) {
+	var found []string
+	for _, f := range files {
+		if filepath.Base(f.path) == fileName && strings.Contains(filepath.Dir(f.path), handle) && f.size >= size {
+			found = append(found, f.path)
+		}
+	}
+	if len(found) != 1 {
+		return "", fmt.Errorf("looking for %s in volume %s: found %v among %v, want one file of at least %d bytes", fileName, handle, found, files, size)
+	}
+	return found[0], nil
+}
+
 // hostNode is test/launch's node, `make run`'s: the data filesystem is a
 // directory of this host, and fio runs here too.
 type hostNode struct{ dataDir string }
@@ -77,7 +93,7 @@ func (hostNode) describe() string {
 }
 
 func (hostNode) targets() []string {
-	return []string{nodeDir, podDir, fsRunc, fsGVisor, nodeImage, podImage, blockRunc}
+	return []string{nodeDir, podDir, fsRunc, fsGVisor, podVolFile, nodeImage, podImage, blockRunc}
 }
 
 func (hostNode) filled() []string { return []string{nodeDir, fsRunc, blockRunc} }
@@ -90,13 +106,13 @@ func (h hostNode) makeFloorDir(context.Context) (string, func(), error) {
 	return dir, func() { os.RemoveAll(dir) }, nil
 }
 
-func (h hostNode) images(_ context.Context, handle string) ([]nodeFile, error) {
+func (h hostNode) files(_ context.Context, handle string) ([]nodeFile, error) {
 	var files []nodeFile
 	err := filepath.WalkDir(h.dataDir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if !d.Type().IsRegular() || !strings.Contains(d.Name(), handle) {
+		if !d.Type().IsRegular() || !strings.Contains(path, handle) {
 			return nil
 		}
 		fi, err := d.Info()
@@ -107,7 +123,7 @@ func (h hostNode) images(_ context.Context, handle string) ([]nodeFile, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("looking for the image of volume %s: %w", handle, err)
+		return nil, fmt.Errorf("looking for the files of volume %s: %w", handle, err)
 	}
 	return files, nil
 }
@@ -132,7 +148,9 @@ func (vmNode) describe() string {
 	return "Targets on the VM node (test/nodevm: the node image in qemu under TCG, no KVM, 2 vCPUs, 3 GiB; plinth-node as PID 1 supervising containerd and the kubelet; data filesystem XFS with project quotas on a virtio-blk disk, a sparse file on the host's disk, qemu's default cache=writeback). No node floors: the node runs no fio outside a pod."
 }
 
-func (vmNode) targets() []string { return []string{podDir, fsRunc, fsGVisor, podImage, blockRunc} }
+func (vmNode) targets() []string {
+	return []string{podDir, fsRunc, fsGVisor, podVolFile, podImage, blockRunc}
+}
 
 func (vmNode) filled() []string { return []string{podDir, fsRunc, blockRunc} }
 
@@ -146,13 +164,14 @@ func (v vmNode) makeFloorDir(ctx context.Context) (string, func(), error) {
 	return dir, func() {}, nil
 }
 
-func (v vmNode) images(ctx context.Context, handle string) ([]nodeFile, error) {
+func (v vmNode) files(ctx context.Context, handle string) ([]nodeFile, error) {
 	out, err := runPod(ctx, v.client, shellPod("datapath-find",
 		// find's complaints (a containerd file gone mid-walk) are
-		// not files; pickImage fails when the image is not among them.
-		fmt.Sprintf("find %s -xdev -type f -name '*%s*' -exec stat -c '%%s %%n' {} \\; 2>/dev/null; true", nodevm.DataDir, handle)))
+		// not files; pickImage and pickVolumeFile fail when theirs is
+		// not among them.
+		fmt.Sprintf("find %s -xdev -type f -path '*%s*' -exec stat -c '%%s %%n' {} \\; 2>/dev/null; true", nodevm.DataDir, handle)))
 	if err != nil {
-		return nil, fmt.Errorf("looking for the image of volume %s on the node: %w", handle, err)
+		return nil, fmt.Errorf("looking for the files of volume %s on the node: %w", handle, err)
 	}
 	return parseSizes(out)
 }

@@ -26,6 +26,25 @@ func TestPickImageWantsOneFullSizedFileOfTheVolume(t *testing.T) {
 	}
 }
 
+// TestPickVolumeFileWantsFioFileInTheVolume: the filesystem volume's
+// file is fio's, in a directory named by the volume's handle, as large as
+// fio made it; another volume's, a short one or two are not it.
+func TestPickVolumeFileWantsFioFileInTheVolume(t *testing.T) {
+	file := nodeFile{"/data/volumes/pvc-1/" + fileName, fileSize}
+	other := nodeFile{"/data/volumes/pvc-2/" + fileName, fileSize}
+	record := nodeFile{"/data/state/pvc-1.json", 300}
+	short := nodeFile{"/data/volumes/pvc-1/" + fileName, 4096}
+	got, err := pickVolumeFile([]nodeFile{other, record, file}, "pvc-1", fileSize)
+	if err != nil || got != file.path {
+		t.Errorf("pickVolumeFile = %q, %v; want %s", got, err, file.path)
+	}
+	for _, files := range [][]nodeFile{nil, {other, record}, {short}, {file, {"/data/quarantine/pvc-1/" + fileName, fileSize}}} {
+		if got, err := pickVolumeFile(files, "pvc-1", fileSize); err == nil {
+			t.Errorf("pickVolumeFile(%v) = %q, want an error", files, got)
+		}
+	}
+}
+
 // TestParseSizesReadsStatLines: the VM node's find prints stat's "SIZE
 // PATH" lines; anything else is an error.
 func TestParseSizesReadsStatLines(t *testing.T) {

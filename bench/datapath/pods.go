@@ -134,20 +134,37 @@ func runPod(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod) ([]byt
 // blockImage finds the image file of the block claim's volume on node's
 // data filesystem.
 func blockImage(ctx context.Context, c kubernetes.Interface, n node) (string, error) {
-	pvc, err := c.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, blockClaim, metav1.GetOptions{})
-	if err != nil {
-		return "", fmt.Errorf("reading claim %s: %w", blockClaim, err)
-	}
-	pv, err := c.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
-	if err != nil || pv.Spec.CSI == nil {
-		return "", fmt.Errorf("reading the CSI volume of claim %s: %v", blockClaim, err)
-	}
-	handle := pv.Spec.CSI.VolumeHandle
-	files, err := n.images(ctx, handle)
+	handle, files, err := volumeFiles(ctx, c, n, blockClaim)
 	if err != nil {
 		return "", err
 	}
 	return pickImage(files, handle, fileSize)
+}
+
+// volumeFile finds fio's file in the filesystem claim's volume on node's
+// data filesystem.
+func volumeFile(ctx context.Context, c kubernetes.Interface, n node) (string, error) {
+	handle, files, err := volumeFiles(ctx, c, n, fsClaim)
+	if err != nil {
+		return "", err
+	}
+	return pickVolumeFile(files, handle, fileSize)
+}
+
+// volumeFiles reads the handle of claim's volume and lists the files on
+// node's data filesystem whose path holds it.
+func volumeFiles(ctx context.Context, c kubernetes.Interface, n node, claim string) (string, []nodeFile, error) {
+	pvc, err := c.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, claim, metav1.GetOptions{})
+	if err != nil {
+		return "", nil, fmt.Errorf("reading claim %s: %w", claim, err)
+	}
+	pv, err := c.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil || pv.Spec.CSI == nil {
+		return "", nil, fmt.Errorf("reading the CSI volume of claim %s: %v", claim, err)
+	}
+	handle := pv.Spec.CSI.VolumeHandle
+	files, err := n.files(ctx, handle)
+	return handle, files, err
 }
 
 // deleteClaims deletes the benchmark's claims and waits until their PVs

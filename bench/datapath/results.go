@@ -15,7 +15,8 @@ import (
 // 1/goal times), on every workload and both percentiles. The floor is the
 // in-pod one, so that the goal is read against what Plinth adds alone;
 // extra are series shown beside it and judged against no goal (the node's
-// own fio: what running in a pod costs).
+// own fio: what running in a pod costs; a filesystem volume's own file
+// through a hostPath: what its file differs by from the floor's).
 type kind struct {
 	name   string
 	floor  string
@@ -25,7 +26,7 @@ type kind struct {
 }
 
 var kinds = []kind{
-	{name: "filesystem", floor: podDir, series: []string{fsRunc, fsGVisor}, extra: []string{nodeDir}, goal: 0.97},
+	{name: "filesystem", floor: podDir, series: []string{fsRunc, fsGVisor}, extra: []string{podVolFile, nodeDir}, goal: 0.97},
 	{name: "block", floor: podImage, series: []string{blockRunc}, extra: []string{nodeImage}, goal: 0.95},
 }
 
@@ -141,7 +142,7 @@ func (b *bench) notes(o options) []string {
 		"Workloads (x): " + strings.Join(list, ", ") + ". fio " + fio.Version() + " (Debian's; the pods' image carries the same binary with its libraries, test/images.Fio), libaio, direct=1, 1 GiB per target, one job at a time.",
 		fmt.Sprintf("%d rounds; each runs every workload on every target in turn (%s), each job %s of ramp, not counted, then %s measured. IOPS and bandwidth are fio's over the measured time; p50 and p99 are its completion-latency percentiles.",
 			o.rounds, strings.Join(b.node.targets(), ", "), o.timing.ramp, o.timing.runtime),
-		b.node.describe() + " The baselines run in a pod like the volumes' (same image, one-CPU request, runc), so a volume's ratio is what Plinth adds: floor-dir-pod is a pod's fio on a file in a plain directory of the data filesystem (hostPath " + b.floorDir + "); floor-image-pod is a pod's fio with O_DIRECT on the block volume's own image file (hostPath of the file, " + b.image + ")." + nodeFloors + " filesystem-runc and filesystem-gvisor are a pod's fio on a file in one 2 GiB filesystem claim, under runc and under gVisor (RuntimeClass gvisor; judged against the runc floor, so its ratio is gVisor's cost and Plinth's together); block-runc is a pod's fio on the 1 GiB block claim's device (Plinth's loop device over that image).",
+		b.node.describe() + " The baselines run in a pod like the volumes' (same image, one-CPU request, runc), so a volume's ratio is what Plinth adds: floor-dir-pod is a pod's fio on a file in a plain directory of the data filesystem (hostPath " + b.floorDir + "); floor-image-pod is a pod's fio with O_DIRECT on the block volume's own image file (hostPath of the file, " + b.image + "). floor-volfile-pod is a pod's fio on the filesystem volume's own file (hostPath of the file, " + b.volFile + "; no verdict): the file filesystem-runc reads, reached without Plinth's publication, so that filesystem-runc against it is what the publication costs, and it against floor-dir-pod what the two files differ by." + nodeFloors + " filesystem-runc and filesystem-gvisor are a pod's fio on a file in one 2 GiB filesystem claim, under runc and under gVisor (RuntimeClass gvisor; judged against the runc floor, so its ratio is gVisor's cost and Plinth's together); block-runc is a pod's fio on the 1 GiB block claim's device (Plinth's loop device over that image).",
 		"Each pod requests one CPU (Burstable): a BestEffort pod's cgroup would have 2 CPU shares against the node's fio's 1024.",
 		"Before the rounds every target was written in full once (1 MiB writes), so writes overwrite allocated blocks and reads read data: " + strings.Join(fill, ", ") + ".",
 		"Known: the loop device's 4k random-read gap at depth 32 is the kernel loop driver's per-request work (docs/benchmarks.md, \"the loop device's random-read gap\"), not a setting of Plinth's.",

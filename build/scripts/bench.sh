@@ -165,14 +165,14 @@ CLUSTER=(
 	"restart 1"
 	# fio in a pod on a filesystem claim (runc, gVisor) and a block claim,
 	# against the same fio in a pod on a hostPath of the same data
-	# filesystem, and the node's own (40.1): 5 rounds of 6 workloads on 7
-	# targets, each job 4 s (14.5 min measured with 5 targets of 5 s).
-	"datapath 18"
-	# The same on the VM node's virtio disk, under TCG (40.1): the five
+	# filesystem, and the node's own (40.1): 5 rounds of 6 workloads on 8
+	# targets, each job 4 s (16m40s measured with 7 targets).
+	"datapath 19"
+	# The same on the VM node's virtio disk, under TCG (40.1): the six
 	# in-pod targets, no node floors, 5 rounds of jobs of 0.5 s ramp and
 	# 1.5 s measured (a pod starts and ends in about 10 s under TCG):
-	# 11m49s measured.
-	"datapath-vm 12 datapath -node vm -ramp 500ms -runtime 1500ms"
+	# 11m44s measured with 5 targets.
+	"datapath-vm 14 datapath -node vm -ramp 500ms -runtime 1500ms"
 	# The VM node rebooted cleanly and by a power cut under a pod reading
 	# its claims, beside the same pod on an emptyDir (40.4): time to the
 	# pod's first byte, by phase: 20 reboots of about 25 s, 8.3 min
