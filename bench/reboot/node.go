@@ -84,10 +84,10 @@ func (e *hangError) Error() string { return e.msg }
 
 // hung adds to err what the console shows of a stuck guest kernel, and
 // where the console log is. If the kernel reported a lockup, it first
-// asks it for every CPU's stack (SysRq 9: console loglevel 9, since the
-// node boots with loglevel=4, which hides the stacks the lockup reports
-// print; then SysRq l: a backtrace of every active CPU), gives it
-// stackWait to print them, and returns a *hangError.
+// asks it for every CPU's stack (SysRq 9: console loglevel 9, in case
+// the node's loglevel=5 hides some; then SysRq l: a backtrace of every
+// active CPU), gives it stackWait to print them, and returns a
+// *hangError. The lockup reports' own stacks are on the console.
 func (w *world) hung(err error) error {
 	console := filepath.Join(w.dir, fmt.Sprintf("console-%02d.log", w.boots))
 	msg := fmt.Sprintf("%v (console: %s)", err, console)

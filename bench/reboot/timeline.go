@@ -16,7 +16,7 @@ import (
 // brought onto the host's:
 //
 // (The printk timestamps of the kernel's own lines would be a fifth; the
-// node boots with loglevel=4, so the console has too few of them.)
+// node boots with loglevel=5, so the console has too few of them.)
 //
 //   - the guest's time of day is off the host's by a constant per boot
 //     (the guest reads it once from the emulated RTC, to the second).

@@ -255,7 +255,10 @@ func (n *Node) Boot(ctx context.Context) error {
 	}
 	n.log = log
 	args := append([]string{
-		"loglevel=4", "sysrq_always_enabled",
+		// Warnings reach the console: a soft lockup's report prints
+		// its stacks at the default level (warning), which loglevel=4
+		// hid, and SysRq got no answer from a stuck guest.
+		"loglevel=5", "sysrq_always_enabled",
 		// A soft lockup prints every CPU's stack, not only the stuck
 		// one's: the console then says what the others held.
 		"softlockup_all_cpu_backtrace=1",
