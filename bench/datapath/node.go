@@ -54,30 +54,31 @@ type nodeFile struct {
 // holds the volume's handle and that is at least as large as the claim
 // (the volume's state record names it too, so a second match is an error).
 func pickImage(files []nodeFile, handle string, size int64) (string, error) {
-	var found []string
-	for _, f := range files {
-		if strings.Contains(filepath.Base(f.path), handle) && f.size >= size {
-			found = append(found, f.path)
-		}
-	}
-	if len(found) != 1 {
-		return "", fmt.Errorf("looking for the image of volume %s: found %v among %v, want one file of at least %d bytes", handle, found, files, size)
-	}
-	return found[0], nil
+	return pickOne(files, "the image of volume "+handle, size, func(path string) bool {
+		return strings.Contains(filepath.Base(path), handle)
+	})
 }
 
 // pickVolumeFile is fio's file in the filesystem volume among files: the
 // one named fileName in a directory whose path holds the volume's handle,
 // at least size bytes (a second match is an error).
 func pickVolumeFile(files []nodeFile, handle string, size int64) (string, error) {
+	return pickOne(files, fileName+" in volume "+handle, size, func(path string) bool {
+		return filepath.Base(path) == fileName && strings.Contains(filepath.Dir(path), handle)
+	})
+}
+
+// pickOne is the one file among files whose path matches and that holds
+// at least size bytes; none or several are an error naming what.
+func pickOne(files []nodeFile, what string, size int64, match func(path string) bool) (string, error) {
 	var found []string
 	for _, f := range files {
-		if filepath.Base(f.path) == fileName && strings.Contains(filepath.Dir(f.path), handle) && f.size >= size {
+		if match(f.path) && f.size >= size {
 			found = append(found, f.path)
 		}
 	}
 	if len(found) != 1 {
-		return "", fmt.Errorf("looking for %s in volume %s: found %v among %v, want one file of at least %d bytes", fileName, handle, found, files, size)
+		return "", fmt.Errorf("looking for %s: found %v among %v, want one file of at least %d bytes", what, found, files, size)
 	}
 	return found[0], nil
 }
