@@ -11,6 +11,7 @@ package result
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -162,4 +163,36 @@ func Spread(runs []float64) (lo, hi float64) {
 		return 0, 0
 	}
 	return slices.Min(runs), slices.Max(runs)
+}
+
+// MedianInterval is a distribution-free confidence interval for the
+// median of the population runs were drawn from: the k-th smallest and
+// k-th largest run, for the largest k whose interval holds the median with
+// probability at least level (each run falls below the median with
+// probability one half, so the count below it is binomial). Few runs
+// cannot reach level: then the interval is the smallest and largest run
+// and covered says the probability it does reach. Unlike Spread, it
+// narrows as runs are added, so that a goal a little below the median is
+// shown met by enough runs rather than never.
+func MedianInterval(runs []float64, level float64) (lo, hi, covered float64) {
+	n := len(runs)
+	if n == 0 {
+		return 0, 0, 0
+	}
+	s := slices.Clone(runs)
+	slices.Sort(s)
+	// below[j] is the probability that at most j of the n runs fall
+	// below the median.
+	below := make([]float64, n+1)
+	term, sum := math.Pow(0.5, float64(n)), 0.0
+	for j := 0; j <= n; j++ {
+		sum += term
+		below[j] = sum
+		term = term * float64(n-j) / float64(j+1)
+	}
+	k := 1
+	for k+1 <= (n+1)/2 && 1-2*below[k] >= level {
+		k++
+	}
+	return s[k-1], s[n-k], 1 - 2*below[k-1]
 }

@@ -1,6 +1,9 @@
 package result
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
 func TestMedianAndSpread(t *testing.T) {
 	for _, tc := range []struct {
@@ -61,5 +64,36 @@ func TestValidateRefuses(t *testing.T) {
 	}
 	if err := ok().Validate(); err != nil {
 		t.Errorf("valid result refused: %v", err)
+	}
+}
+
+// TestMedianInterval: the interval is the order statistics the binomial
+// law names (known values: 20 runs give the 6th and 15th at 95.9%), it
+// narrows as runs are added, and few runs give the whole spread with the
+// lower coverage they reach.
+func TestMedianInterval(t *testing.T) {
+	runs := func(n int) []float64 {
+		var r []float64
+		for i := n; i >= 1; i-- {
+			r = append(r, float64(i))
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		n               int
+		lo, hi, covered float64
+	}{
+		{5, 1, 5, 0.9375},
+		{6, 1, 6, 0.96875},
+		{20, 6, 15, 0.9586},
+		{1, 1, 1, 0},
+	} {
+		lo, hi, covered := MedianInterval(runs(tc.n), 0.95)
+		if lo != tc.lo || hi != tc.hi || math.Abs(covered-tc.covered) > 5e-5 {
+			t.Errorf("MedianInterval(1..%d, 0.95) = [%g, %g] at %.4f, want [%g, %g] at %.4f", tc.n, lo, hi, covered, tc.lo, tc.hi, tc.covered)
+		}
+	}
+	if lo, hi, c := MedianInterval(nil, 0.95); lo != 0 || hi != 0 || c != 0 {
+		t.Errorf("MedianInterval(nil) = [%g, %g] at %g, want zeros", lo, hi, c)
 	}
 }
