@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -50,6 +51,9 @@ type bench struct {
 	client kubernetes.Interface
 	node   node
 	timing timing
+	// only, when set, is the targets the rounds run (-targets): a
+	// subset of the node's, in the node's order.
+	only []string
 	// floorDir, image and volFile are the floors' paths on the node: the
 	// plain directory (holding fileName), the block volume's image file
 	// and the filesystem volume's fileName.
@@ -93,7 +97,7 @@ func (b *bench) measure(ctx context.Context, rounds int) (all runs, err error) {
 	fmt.Printf("datapath: the filesystem volume's file is %s\n", b.volFile)
 	all = runs{}
 	for r := 1; r <= rounds; r++ {
-		for _, t := range b.node.targets() {
+		for _, t := range b.targets() {
 			out, err := b.run(ctx, t, fmt.Sprintf("r%d", r), func(target string) []string { return roundArgs(target, fileSize, b.timing) })
 			if err != nil {
 				return nil, fmt.Errorf("round %d, %s: %w", r, t, err)
@@ -114,6 +118,21 @@ func (b *bench) measure(ctx context.Context, rounds int) (all runs, err error) {
 		}
 	}
 	return all, nil
+}
+
+// targets are the targets each round runs, in order: the node's, or
+// those of them in only.
+func (b *bench) targets() []string {
+	if len(b.only) == 0 {
+		return b.node.targets()
+	}
+	var out []string
+	for _, t := range b.node.targets() {
+		if slices.Contains(b.only, t) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // run runs fio with args(target's path) on target: on the node for a

@@ -74,35 +74,130 @@ func TestFloorImagePodOpensTheImageFile(t *testing.T) {
 	}
 }
 
-// TestVerdictsJudgeVolumesAgainstTheInPodFloor: the goal is read against
-// the in-pod floor, and the node's fio, shown beside it, gets no verdict.
-func TestVerdictsJudgeVolumesAgainstTheInPodFloor(t *testing.T) {
-	k := kinds[0]
-	all := runs{}
-	set := func(target string, iops float64) {
-		all[target] = map[string][]fio.Measure{}
-		for _, w := range workloads {
-			all[target][w.Name] = []fio.Measure{{IOPS: iops}, {IOPS: iops}, {IOPS: iops}}
+// setRuns gives target in all the IOPS of each round, the same at every
+// workload.
+func setRuns(all runs, target string, iops ...float64) {
+	all[target] = map[string][]fio.Measure{}
+	for _, w := range workloads {
+		for _, v := range iops {
+			all[target][w.Name] = append(all[target][w.Name], fio.Measure{IOPS: v})
 		}
 	}
-	// The volume is 0.98 of the in-pod floor, 0.88 of the node's.
-	set(nodeDir, 1000)
-	set(podDir, 900)
-	set(fsRunc, 882)
-	set(fsGVisor, 450)
+}
+
+// TestVerdictsJudgeVolumesAgainstTheInPodFloors: the goal is read against
+// each in-pod floor, and the node's fio, shown beside them, gets no
+// verdict.
+func TestVerdictsJudgeVolumesAgainstTheInPodFloors(t *testing.T) {
+	k := kinds[0]
+	all := runs{}
+	// The volume is 0.98 of the in-pod floors, 0.88 of the node's.
+	setRuns(all, nodeDir, 1000, 1000, 1000)
+	setRuns(all, podDir, 900, 900, 900)
+	setRuns(all, podVolFile, 900, 900, 900)
+	setRuns(all, fsRunc, 882, 882, 882)
+	setRuns(all, fsGVisor, 450, 450, 450)
 	got := verdicts(all, k, metrics[0])
-	if len(got) != len(k.series) {
-		t.Fatalf("verdicts %q: want one per volume series %v", got, k.series)
+	if len(got) != len(k.series)*len(k.floors) {
+		t.Fatalf("verdicts %q: want one per volume series %v and floor %v", got, k.series, k.floors)
 	}
-	if !strings.HasPrefix(got[0], "Goal met: "+fsRunc) {
-		t.Errorf("verdict %q: want %s's goal met against %s", got[0], fsRunc, podDir)
+	for i, want := range []string{
+		"Goal met: " + fsRunc + " at least 0.97 of " + podDir,
+		"Goal met: " + fsRunc + " at least 0.97 of " + podVolFile,
+		"Goal NOT met: " + fsGVisor + " below 0.97 of " + podDir,
+		"Goal NOT met: " + fsGVisor + " below 0.97 of " + podVolFile,
+	} {
+		if !strings.HasPrefix(got[i], want) {
+			t.Errorf("verdict %q: want it to start %q", got[i], want)
+		}
 	}
-	if !strings.HasPrefix(got[1], "Goal NOT met: "+fsGVisor) || !strings.Contains(got[1], "0.500") {
-		t.Errorf("verdict %q: want %s at 0.500 of %s", got[1], fsGVisor, podDir)
+	if !strings.Contains(got[2], "1 0.500 [0.500, 0.500]") {
+		t.Errorf("verdict %q: want %s at 0.500 of %s", got[2], fsGVisor, podDir)
 	}
 	for _, v := range got {
 		if strings.Contains(v, nodeDir) {
 			t.Errorf("verdict %q names the node's floor", v)
+		}
+	}
+}
+
+// TestVerdictsPairRounds: a machine that drifts from round to round moves
+// a volume and its floor together; the ratio of each round's pair stays
+// put, and the verdict reads it. Unpaired, the same figures would reach
+// from 0.66 to 1.49 and could not be judged.
+func TestVerdictsPairRounds(t *testing.T) {
+	k := kind{name: "filesystem", floors: []string{podDir}, series: []string{fsRunc}, goal: 0.97}
+	all := runs{}
+	setRuns(all, podDir, 1000, 1500, 700, 1200, 1000, 900)
+	setRuns(all, fsRunc, 990, 1485, 693, 1188, 990, 891)
+	got := verdicts(all, k, metrics[0])
+	if len(got) != 1 || !strings.HasPrefix(got[0], "Goal met: ") || !strings.Contains(got[0], "1 0.990 [0.990, 0.990]") {
+		t.Errorf("verdicts %q: want the goal met at 0.990 of the floor", got)
+	}
+	// Latencies: the floor's over the volume's.
+	all = runs{podDir: {}, fsRunc: {}}
+	for _, w := range workloads {
+		all[podDir][w.Name] = []fio.Measure{{P99: 1e-3}, {P99: 2e-3}}
+		all[fsRunc][w.Name] = []fio.Measure{{P99: 1.25e-3}, {P99: 2.5e-3}}
+	}
+	if got := verdicts(all, k, metrics[3]); !strings.HasPrefix(got[0], "Goal NOT met: ") || !strings.Contains(got[0], "1 0.800 [0.800, 0.800]") {
+		t.Errorf("p99 verdicts %q: want the goal missed at 0.800", got)
+	}
+}
+
+// TestVerdictsSayWhenRoundsCannotTell: ratios that straddle the goal are
+// neither met nor missed; enough rounds above it are met.
+func TestVerdictsSayWhenRoundsCannotTell(t *testing.T) {
+	k := kind{name: "filesystem", floors: []string{podDir}, series: []string{fsRunc}, goal: 0.97}
+	all := runs{}
+	setRuns(all, podDir, 100, 100, 100, 100, 100)
+	setRuns(all, fsRunc, 92, 99, 100, 101, 104)
+	if got := verdicts(all, k, metrics[0]); !strings.HasPrefix(got[0], "Goal undecided: ") || !strings.Contains(got[0], "1 1.000 [0.920, 1.040]") || !strings.Contains(got[0], "94% interval") {
+		t.Errorf("verdicts %q: want undecided, 1.000 in [0.920, 1.040] at 94%%", got)
+	}
+	// Twenty rounds, the same low outlier among them: the interval
+	// leaves it out.
+	var floor, vol []float64
+	for i := 0; i < 20; i++ {
+		floor = append(floor, 100)
+		vol = append(vol, 98+float64(i%5))
+	}
+	vol[0] = 92
+	setRuns(all, podDir, floor...)
+	setRuns(all, fsRunc, vol...)
+	if got := verdicts(all, k, metrics[0]); !strings.HasPrefix(got[0], "Goal met: ") || !strings.Contains(got[0], "96% interval") {
+		t.Errorf("verdicts %q: want the goal met at 96%%", got)
+	}
+}
+
+// TestTargetsKeepTheNodesOrder: -targets picks targets, the node's order
+// stays, and without it every target runs.
+func TestTargetsKeepTheNodesOrder(t *testing.T) {
+	b := &bench{node: hostNode{}, only: []string{fsRunc, podDir}}
+	if got, want := b.targets(), []string{podDir, fsRunc}; !slices.Equal(got, want) {
+		t.Errorf("targets() = %v, want %v", got, want)
+	}
+	if got := (&bench{node: hostNode{}}).targets(); !slices.Equal(got, hostNode{}.targets()) {
+		t.Errorf("targets() = %v, want all of %v", got, hostNode{}.targets())
+	}
+}
+
+// TestResultsLeaveOutAKindWhoseFloorDidNotRun: a run of the filesystem
+// targets alone makes the filesystem results and no block ones.
+func TestResultsLeaveOutAKindWhoseFloorDidNotRun(t *testing.T) {
+	all := runs{}
+	setRuns(all, podDir, 100)
+	setRuns(all, fsRunc, 99)
+	got := buildResults(all, "", nil)
+	if len(got) != len(metrics) {
+		t.Fatalf("%d results, want %d (filesystem only)", len(got), len(metrics))
+	}
+	for _, r := range got {
+		if !strings.HasPrefix(r.Name, "datapath-filesystem-") || len(r.Series) != 2 {
+			t.Errorf("result %s with %d series: want a filesystem one with its floor and volume", r.Name, len(r.Series))
+		}
+		if err := r.Validate(); err != nil {
+			t.Errorf("result %s: %v", r.Name, err)
 		}
 	}
 }

@@ -34,9 +34,13 @@
 // Each round runs every workload (fio.go) on every target in turn, one
 // fio run per target, so that drift of the machine spreads over all of
 // them; the report shows median and spread of the rounds and the ratio of
-// each volume's median to its floor's.
+// each volume's median to its floor's. The goals' verdicts read each
+// round's ratio of a volume to its floor, run minutes apart, and the
+// confidence interval of those ratios' median (results.go): met, NOT met,
+// or undecided when the rounds cannot tell. -targets runs some targets
+// alone, so that many rounds of a few fit in one sitting.
 //
-//	go run ./bench/datapath -out DIR [-node host|vm] [-rounds N] [-quick]
+//	go run ./bench/datapath -out DIR [-node host|vm] [-rounds N] [-targets T,...] [-quick]
 //
 // Needs root (test/launch; the VM node's IP on this host's lo), fio
 // (build/scripts/apt-install.sh fio: the pods' image is made of it) and,
@@ -53,6 +57,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -68,8 +74,10 @@ type options struct {
 	dir    string
 	node   string
 	rounds int
-	timing timing
-	quick  bool
+	// targets, when set, are the only targets the rounds run.
+	targets []string
+	timing  timing
+	quick   bool
 }
 
 func main() {
@@ -81,6 +89,10 @@ func main() {
 	flag.DurationVar(&o.timing.ramp, "ramp", time.Second, "each job's ramp, not counted")
 	flag.DurationVar(&o.timing.runtime, "runtime", 3*time.Second, "each job's measured time")
 	flag.BoolVar(&o.quick, "quick", false, "smoke test: 1 round of 1 s jobs")
+	flag.Func("targets", "comma-separated targets the rounds run (default: all the node's); a volume's results need its first floor among them", func(v string) error {
+		o.targets = strings.Split(v, ",")
+		return nil
+	})
 	flag.Parse()
 	if o.quick {
 		o.rounds, o.timing = 1, timing{ramp: time.Second, runtime: time.Second}
@@ -98,12 +110,16 @@ func main() {
 }
 
 func run(ctx context.Context, o options) (err error) {
-	var targets int
+	var n node = hostNode{}
 	if o.node == "vm" {
-		targets = len(vmNode{}.targets())
-	} else {
-		targets = len(hostNode{}.targets())
+		n = vmNode{}
 	}
+	for _, t := range o.targets {
+		if !slices.Contains(n.targets(), t) {
+			return fmt.Errorf("-targets: %q is not a target of the %s node (%s)", t, o.node, strings.Join(n.targets(), ", "))
+		}
+	}
+	targets := len((&bench{node: n, only: o.targets}).targets())
 	fmt.Printf("datapath: %d rounds of %d workloads on %d targets (%s node); expected wall time about %s\n",
 		o.rounds, len(workloads), targets, o.node, expected(o, targets).Round(time.Minute))
 	tmp, done, err := cluster.WorkDir("datapath", "datapath-", o.out)
@@ -123,7 +139,7 @@ func run(ctx context.Context, o options) (err error) {
 	if o.node == "vm" {
 		start = startVM
 	}
-	b := &bench{timing: o.timing}
+	b := &bench{timing: o.timing, only: o.targets}
 	stopNode, err := start(ctx, o, tmp, archive, b)
 	if stopNode != nil {
 		defer func() {
