@@ -188,7 +188,7 @@ func TestResultsLeaveOutAKindWhoseFloorDidNotRun(t *testing.T) {
 	all := runs{}
 	setRuns(all, podDir, 100)
 	setRuns(all, fsRunc, 99)
-	got := buildResults(all, "", nil)
+	got := buildResults(all, "", "", nil)
 	if len(got) != len(metrics) {
 		t.Fatalf("%d results, want %d (filesystem only)", len(got), len(metrics))
 	}
@@ -199,5 +199,23 @@ func TestResultsLeaveOutAKindWhoseFloorDidNotRun(t *testing.T) {
 		if err := r.Validate(); err != nil {
 			t.Errorf("result %s: %v", r.Name, err)
 		}
+	}
+	if got := buildResults(all, "vm", "many", nil)[0]; got.Name != "datapath-vm-many-filesystem-iops" || !strings.HasSuffix(got.Title, " on the vm node (many): IOPS") {
+		t.Errorf("labelled result %q, %q: want the node's and the label's name in both", got.Name, got.Title)
+	}
+}
+
+// TestRoundOrderAlternates: odd rounds run the targets in order, even
+// rounds reversed, and the caller's list stays as it was.
+func TestRoundOrderAlternates(t *testing.T) {
+	ts := []string{podDir, fsRunc, podVolFile}
+	if got := roundOrder(ts, 1); !slices.Equal(got, ts) {
+		t.Errorf("round 1: %v, want %v", got, ts)
+	}
+	if got, want := roundOrder(ts, 2), []string{podVolFile, fsRunc, podDir}; !slices.Equal(got, want) {
+		t.Errorf("round 2: %v, want %v", got, want)
+	}
+	if !slices.Equal(ts, []string{podDir, fsRunc, podVolFile}) {
+		t.Errorf("roundOrder changed its argument: %v", ts)
 	}
 }

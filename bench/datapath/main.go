@@ -40,7 +40,7 @@
 // or undecided when the rounds cannot tell. -targets runs some targets
 // alone, so that many rounds of a few fit in one sitting.
 //
-//	go run ./bench/datapath -out DIR [-node host|vm] [-rounds N] [-targets T,...] [-quick]
+//	go run ./bench/datapath -out DIR [-node host|vm] [-rounds N] [-targets T,...] [-label L] [-quick]
 //
 // Needs root (test/launch; the VM node's IP on this host's lo), fio
 // (build/scripts/apt-install.sh fio: the pods' image is made of it) and,
@@ -76,8 +76,10 @@ type options struct {
 	rounds int
 	// targets, when set, are the only targets the rounds run.
 	targets []string
-	timing  timing
-	quick   bool
+	// label names the results apart from the default run's.
+	label  string
+	timing timing
+	quick  bool
 }
 
 func main() {
@@ -88,6 +90,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds: each runs every workload on every target once")
 	flag.DurationVar(&o.timing.ramp, "ramp", time.Second, "each job's ramp, not counted")
 	flag.DurationVar(&o.timing.runtime, "runtime", 3*time.Second, "each job's measured time")
+	flag.StringVar(&o.label, "label", "", "a name in the results' names (datapath-[NODE-]LABEL-...), for a run beside the default one in one report")
 	flag.BoolVar(&o.quick, "quick", false, "smoke test: 1 round of 1 s jobs")
 	flag.Func("targets", "comma-separated targets the rounds run (default: all the node's); a volume's results need its first floor among them", func(v string) error {
 		o.targets = strings.Split(v, ",")
@@ -155,7 +158,7 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	for _, r := range buildResults(runs, b.node.name(), b.notes(o)) {
+	for _, r := range buildResults(runs, b.node.name(), o.label, b.notes(o)) {
 		if err := result.Write(o.out, r); err != nil {
 			return err
 		}

@@ -78,10 +78,10 @@ func TestVMResultsHaveTheirOwnNamesAndNoNodeFloors(t *testing.T) {
 		}
 	}
 	host := map[string]bool{}
-	for _, r := range buildResults(all, "", nil) {
+	for _, r := range buildResults(all, "", "", nil) {
 		host[r.Name] = true
 	}
-	for _, r := range buildResults(all, n.name(), nil) {
+	for _, r := range buildResults(all, n.name(), "", nil) {
 		if host[r.Name] || !strings.HasPrefix(r.Name, "datapath-vm-") {
 			t.Errorf("VM result %s: want a name of its own, datapath-vm-*", r.Name)
 		}

@@ -56,11 +56,15 @@ var metrics = []metric{
 
 // buildResults makes one Result per kind of volume and metric, the
 // workloads along x (numbered as the notes list them), each volume's
-// series beside its floor, the baseline.
-func buildResults(all runs, nodeName string, notes []string) []*result.Result {
+// series beside its floor, the baseline. label, when set, names a run
+// that stands beside the default one in the same report (-label).
+func buildResults(all runs, nodeName, label string, notes []string) []*result.Result {
 	prefix, on := "datapath-", ""
 	if nodeName != "" {
-		prefix, on = "datapath-"+nodeName+"-", " on the "+nodeName+" node"
+		prefix, on = prefix+nodeName+"-", " on the "+nodeName+" node"
+	}
+	if label != "" {
+		prefix, on = prefix+label+"-", on+" ("+label+")"
 	}
 	var out []*result.Result
 	for _, k := range kinds {
@@ -186,7 +190,7 @@ func (b *bench) notes(o options) []string {
 	}
 	return append([]string{
 		"Workloads (x): " + strings.Join(list, ", ") + ". fio " + fio.Version() + " (Debian's; the pods' image carries the same binary with its libraries, test/images.Fio), libaio, direct=1, 1 GiB per target, one job at a time.",
-		fmt.Sprintf("%d rounds; each runs every workload on every target in turn (%s), each job %s of ramp, not counted, then %s measured. IOPS and bandwidth are fio's over the measured time; p50 and p99 are its completion-latency percentiles.",
+		fmt.Sprintf("%d rounds; each runs every workload on every target in turn (%s, in this order in odd rounds and the reverse in even ones), each job %s of ramp, not counted, then %s measured. IOPS and bandwidth are fio's over the measured time; p50 and p99 are its completion-latency percentiles. A verdict reads each round's ratio of a volume to its floor (so the machine's drift between rounds cancels) and the 95%% confidence interval of those ratios' median (fewer than 6 rounds reach less: then the interval is their whole spread): met if its low end reaches the goal at every workload, NOT met if its high end is below the goal somewhere, undecided otherwise.",
 			o.rounds, strings.Join(b.targets(), ", "), o.timing.ramp, o.timing.runtime),
 		b.node.describe() + " The baselines run in a pod like the volumes' (same image, one-CPU request, runc), so a volume's ratio is what Plinth adds: floor-dir-pod is a pod's fio on a file in a plain directory of the data filesystem (hostPath " + b.floorDir + "); floor-image-pod is a pod's fio with O_DIRECT on the block volume's own image file (hostPath of the file, " + b.image + "). floor-volfile-pod is a pod's fio on the filesystem volume's own file (hostPath of the file, " + b.volFile + "; no verdict): the file filesystem-runc reads, reached without Plinth's publication, so that filesystem-runc against it is what the publication costs, and it against floor-dir-pod what the two files differ by." + nodeFloors + " filesystem-runc and filesystem-gvisor are a pod's fio on a file in one 2 GiB filesystem claim, under runc and under gVisor (RuntimeClass gvisor; judged against the runc floor, so its ratio is gVisor's cost and Plinth's together); block-runc is a pod's fio on the 1 GiB block claim's device (Plinth's loop device over that image).",
 		"Each pod requests one CPU (Burstable): a BestEffort pod's cgroup would have 2 CPU shares against the node's fio's 1024.",
