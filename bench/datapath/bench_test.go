@@ -92,11 +92,12 @@ func TestVerdictsJudgeVolumesAgainstTheInPodFloors(t *testing.T) {
 	k := kinds[0]
 	all := runs{}
 	// The volume is 0.98 of the in-pod floors, 0.88 of the node's.
-	setRuns(all, nodeDir, 1000, 1000, 1000)
-	setRuns(all, podDir, 900, 900, 900)
-	setRuns(all, podVolFile, 900, 900, 900)
-	setRuns(all, fsRunc, 882, 882, 882)
-	setRuns(all, fsGVisor, 450, 450, 450)
+	five := func(v float64) []float64 { return []float64{v, v, v, v, v} }
+	setRuns(all, nodeDir, five(1000)...)
+	setRuns(all, podDir, five(900)...)
+	setRuns(all, podVolFile, five(900)...)
+	setRuns(all, fsRunc, five(882)...)
+	setRuns(all, fsGVisor, five(450)...)
 	got := verdicts(all, k, metrics[0])
 	if len(got) != len(k.series)*len(k.floors) {
 		t.Fatalf("verdicts %q: want one per volume series %v and floor %v", got, k.series, k.floors)
@@ -137,8 +138,10 @@ func TestVerdictsPairRounds(t *testing.T) {
 	// Latencies: the floor's over the volume's.
 	all = runs{podDir: {}, fsRunc: {}}
 	for _, w := range workloads {
-		all[podDir][w.Name] = []fio.Measure{{P99: 1e-3}, {P99: 2e-3}}
-		all[fsRunc][w.Name] = []fio.Measure{{P99: 1.25e-3}, {P99: 2.5e-3}}
+		for _, p99 := range []float64{1e-3, 2e-3, 1e-3, 3e-3, 1e-3} {
+			all[podDir][w.Name] = append(all[podDir][w.Name], fio.Measure{P99: p99})
+			all[fsRunc][w.Name] = append(all[fsRunc][w.Name], fio.Measure{P99: 1.25 * p99})
+		}
 	}
 	if got := verdicts(all, k, metrics[3]); !strings.HasPrefix(got[0], "Goal NOT met: ") || !strings.Contains(got[0], "1 0.800 [0.800, 0.800]") {
 		t.Errorf("p99 verdicts %q: want the goal missed at 0.800", got)
@@ -154,6 +157,12 @@ func TestVerdictsSayWhenRoundsCannotTell(t *testing.T) {
 	setRuns(all, fsRunc, 92, 99, 100, 101, 104)
 	if got := verdicts(all, k, metrics[0]); !strings.HasPrefix(got[0], "Goal undecided: ") || !strings.Contains(got[0], "1 1.000 [0.920, 1.040]") || !strings.Contains(got[0], "94% interval") {
 		t.Errorf("verdicts %q: want undecided, 1.000 in [0.920, 1.040] at 94%%", got)
+	}
+	// One round (a quick run), far below the goal: too few to judge.
+	setRuns(all, podDir, 100)
+	setRuns(all, fsRunc, 50)
+	if got := verdicts(all, k, metrics[0]); !strings.HasPrefix(got[0], "Goal undecided: ") || !strings.Contains(got[0], "workloads all;") {
+		t.Errorf("verdicts %q: want one round undecided", got)
 	}
 	// Twenty rounds, the same low outlier among them: the interval
 	// leaves it out.

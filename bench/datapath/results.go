@@ -34,8 +34,13 @@ var kinds = []kind{
 	{name: "block", floors: []string{podImage}, series: []string{blockRunc}, extra: []string{nodeImage}, goal: 0.95},
 }
 
-// level is the confidence of the interval a verdict reads.
-const level = 0.95
+// level is the confidence of the interval a verdict reads; minCovered the
+// least it takes to call a goal met or not (5 rounds reach 0.94, 4 only
+// 0.88: fewer rounds leave every goal undecided).
+const (
+	level      = 0.95
+	minCovered = 0.9
+)
 
 // metric is one figure fio reports for every workload.
 type metric struct {
@@ -113,7 +118,7 @@ func buildResults(all runs, nodeName, label string, notes []string) []*result.Re
 // reads the interval of the median of those ratios (result.MedianInterval):
 // met where the interval's low end reaches the goal at every workload, NOT
 // met where its high end is below the goal at some workload, and undecided
-// where the rounds cannot tell.
+// where the rounds cannot tell (or are too few to tell anything).
 func verdicts(all runs, k kind, m metric) []string {
 	var out []string
 	for _, s := range k.series {
@@ -144,6 +149,10 @@ func verdict(all runs, k kind, m metric, s, f string) string {
 		case lo < k.goal:
 			open = append(open, fmt.Sprintf("%d", i+1))
 		}
+	}
+	if covered < minCovered {
+		// Too few rounds for any interval: no verdict either way.
+		below, open = nil, []string{"all"}
 	}
 	how := fmt.Sprintf("the median of %d rounds' ratios to %s (as a fraction of the floor, higher is better) and its %.0f%% interval, by workload: %s",
 		n, f, 100*covered, strings.Join(figures, ", "))
