@@ -8,7 +8,7 @@
 #
 # Expected total: printed up front, from the per-section figures below
 # (EXPECTED_MIN for the Go benchmarks, the minutes in CLUSTER for each
-# program), about 255 minutes on the 2-core machine this is developed on.
+# program), about 250 minutes on the 2-core machine this is developed on.
 # Every section's time is printed in a table at the end. A run that takes
 # longer than its budget fails (BENCH_BUDGET, default twice the expected
 # total): a benchmark that grew past its budget is a bug, as `make bench` is
@@ -175,10 +175,10 @@ CLUSTER=(
 	"datapath-vm 14 datapath -node vm -ramp 500ms -runtime 1500ms"
 	# The filesystem volume against its two in-pod floors alone, 30
 	# rounds (40.1): 5 rounds cannot tell 0.97 of the floor from 1.00 on
-	# this disk (one round's ratio ranges 0.85-1.2), 30 narrow the
+	# this disk (one round's ratio ranges 0.6-1.7), 30 narrow the
 	# median's 95% interval to the 10th-21st of the rounds' ratios.
-	# 3 targets, jobs of 4 s, even rounds reversed: about 50 min.
-	"datapath-fs 50 datapath -targets floor-dir-pod,filesystem-runc,floor-volfile-pod -rounds 30 -label rounds30"
+	# 3 targets, jobs of 4 s, even rounds reversed: 42m45s measured.
+	"datapath-fs 45 datapath -targets floor-dir-pod,filesystem-runc,floor-volfile-pod -rounds 30 -label rounds30"
 	# The VM node rebooted cleanly and by a power cut under a pod reading
 	# its claims, beside the same pod on an emptyDir (40.4): time to the
 	# pod's first byte, by phase: 20 reboots of about 25 s, 8.3 min
