@@ -122,7 +122,9 @@ func run(ctx context.Context, o options) (err error) {
 			return fmt.Errorf("-targets: %q is not a target of the %s node (%s)", t, o.node, strings.Join(n.targets(), ", "))
 		}
 	}
-	targets := len((&bench{node: n, only: o.targets}).targets())
+	// start gives b the started node in place of n.
+	b := &bench{node: n, timing: o.timing, only: o.targets}
+	targets := len(b.targets())
 	fmt.Printf("datapath: %d rounds of %d workloads on %d targets (%s node); expected wall time about %s\n",
 		o.rounds, len(workloads), targets, o.node, expected(o, targets).Round(time.Minute))
 	tmp, done, err := cluster.WorkDir("datapath", "datapath-", o.out)
@@ -142,7 +144,6 @@ func run(ctx context.Context, o options) (err error) {
 	if o.node == "vm" {
 		start = startVM
 	}
-	b := &bench{timing: o.timing, only: o.targets}
 	stopNode, err := start(ctx, o, tmp, archive, b)
 	if stopNode != nil {
 		defer func() {
